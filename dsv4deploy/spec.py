@@ -1,0 +1,534 @@
+"""The typed deployment spec: one model for a DeepSeek-V4-Flash deployment on SGLang.
+
+The spec is read from Ansible variables (inventory plus `-e`), so the playbooks and the CLI agree.
+`load_spec` turns variables into a validated `Deployment` or raises `SpecError`, whose problems each
+name the field, the host and the fix. Structural checks (types, ranges, unknown keys) come from
+pydantic; cross-field checks (GPU overlap, port clashes, prefill/decode agreement, version support)
+are in `check_deployment`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from dsv4deploy import versions
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+
+
+class StrictModel(BaseModel):
+    """Base for every spec model: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Problem(BaseModel):
+    """One validation failure: where it is, what is wrong, how to fix it."""
+
+    field: str
+    host: str | None = None
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"{self.field} (host {self.host})" if self.host else self.field
+        return f"{where}: {self.message}; fix: {self.fix}"
+
+
+class SpecError(ValueError):
+    """The spec is invalid; `problems` lists every failure found."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class ModelSpec(StrictModel):
+    """Which weights to serve and under which name."""
+
+    path: str = Field(min_length=1)
+    served_name: str = Field(min_length=1)
+    profile: str = "deepseek-v4-flash"
+
+
+class CudaGraphSpec(StrictModel):
+    """CUDA-graph capture settings; rendered per sglang version."""
+
+    enabled: bool = True
+    max_bs: Annotated[int, Field(ge=1)] | None = None
+
+
+class ModelSettings(StrictModel):
+    """Settings that change what the model computes: prefill and decode must agree on them."""
+
+    index_topk: Annotated[int, Field(ge=1)] | None = None
+    model_overrides: dict[str, Any] | None = None
+    chat_template: str | None = None
+    page_size: Annotated[int, Field(ge=1)] | None = None
+    kv_cache_dtype: str | None = None
+    context_length: Annotated[int, Field(ge=1)] | None = None
+
+
+MODEL_AFFECTING = tuple(ModelSettings.model_fields)
+
+
+class WorkerSpec(ModelSettings):
+    """One SGLang server process (a prefill, a decode or the combined server)."""
+
+    host: str = Field(min_length=1)
+    gpus: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    tp_size: Annotated[int, Field(ge=1)]
+    port: Port
+    mem_fraction_static: Fraction
+    cuda_graph: CudaGraphSpec = CudaGraphSpec()
+    env: dict[str, str] = {}
+    extra_args: list[str] = []
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_as_text(cls, value: Any) -> Any:
+        # Inventory YAML gives 1 or true; the environment only knows strings.
+        if isinstance(value, Mapping):
+            return {str(k): _env_text(v) for k, v in value.items()}
+        return value
+
+
+class PrefillSpec(WorkerSpec):
+    """A prefill worker: also serves KV to decodes on its bootstrap port."""
+
+    bootstrap_port: Port = 8998
+    transfer_backend: str | None = None
+    ib_device: str | None = None
+
+
+class DecodeSpec(WorkerSpec):
+    """A decode worker."""
+
+    transfer_backend: str | None = None
+    ib_device: str | None = None
+
+
+class CombinedSpec(WorkerSpec):
+    """The single server of the combined topology."""
+
+
+class RetrySpec(StrictModel):
+    """Router request retries."""
+
+    enabled: bool = True
+    max_retries: Annotated[int, Field(ge=0)] = 3
+    initial_backoff_ms: Annotated[int, Field(ge=0)] = 100
+    max_backoff_ms: Annotated[int, Field(ge=0)] = 2000
+
+
+class CircuitBreakerSpec(StrictModel):
+    """Router circuit breaker.
+
+    sglang-router's defaults (10 failures, 60 s open) turn a warm-up transient into a minute of
+    503s while /readiness says ready; these defaults open later and close sooner.
+    """
+
+    enabled: bool = True
+    failure_threshold: Annotated[int, Field(ge=1)] = 30
+    timeout_s: Annotated[int, Field(ge=1)] = 10
+
+
+class HealthCheckSpec(StrictModel):
+    """How the router probes its workers."""
+
+    endpoint: str = "/health"
+    interval_s: Annotated[int, Field(ge=1)] = 10
+    failure_threshold: Annotated[int, Field(ge=1)] = 3
+    timeout_s: Annotated[int, Field(ge=1)] = 5
+
+
+class RouterSpec(StrictModel):
+    """sglang-router in front of a PD pair (or several)."""
+
+    host: str = Field(min_length=1)
+    port: Port = 8000
+    listen: str = "127.0.0.1"
+    policy: str | None = None
+    prefill_policy: str | None = None
+    decode_policy: str | None = None
+    retry: RetrySpec = RetrySpec()
+    circuit_breaker: CircuitBreakerSpec = CircuitBreakerSpec()
+    health_check: HealthCheckSpec = HealthCheckSpec()
+    worker_startup_timeout_s: Annotated[int, Field(ge=1)] = 1800
+    # The router's default (30 s) delays readiness by up to 30 s after the workers are up.
+    worker_startup_check_interval_s: Annotated[int, Field(ge=1)] = 1
+    prometheus_port: Port | None = None
+    env: dict[str, str] = {}
+    extra_args: list[str] = []
+
+
+class ApiKeyRef(StrictModel):
+    """Where the API key comes from; only the file path is ever rendered."""
+
+    file: str | None = None
+    vault_var: str | None = None
+
+    def model_post_init(self, __context: Any) -> None:
+        if (self.file is None) == (self.vault_var is None):
+            raise ValueError("give exactly one of 'file' or 'vault_var'")
+
+
+class HostSpec(StrictModel):
+    """Per-host facts and settings (Ansible host variables)."""
+
+    name: str
+    address: str = "127.0.0.1"
+    sglang_version: str = versions.DEFAULT_VERSION
+    gpu_count: Annotated[int, Field(ge=1)] = 8
+    gpu_memory_gib: Annotated[float, Field(gt=0)] = 96.0
+    service_manager: Literal["systemd", "supervisor"] = "systemd"
+    install_root: str = "/opt/dsv4deploy"
+    service_user: str = "sglang"
+    # Where a server listens: 0.0.0.0 when other hosts (router, decode) must reach it.
+    listen: str = "127.0.0.1"
+
+
+class Deployment(ModelSettings):
+    """A whole deployment: topology, model, roles, router and hosts."""
+
+    topology: Literal["pd", "combined"]
+    model: ModelSpec
+    prefill: list[PrefillSpec] = []
+    decode: list[DecodeSpec] = []
+    combined: CombinedSpec | None = None
+    router: RouterSpec | None = None
+    api_key: ApiKeyRef | None = None
+    hosts: dict[str, HostSpec]
+    server_launcher: list[str] = Field(default=["python3", "-m", "sglang.launch_server"], min_length=1)
+    router_launcher: list[str] = Field(default=["python3", "-m", "sglang_router.launch_router"], min_length=1)
+    server_env: dict[str, str] = {}
+    gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
+
+    @field_validator("prefill", "decode", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        # A single worker may be written as a mapping instead of a list of one.
+        return [value] if isinstance(value, Mapping) else value
+
+    @field_validator("server_env", mode="before")
+    @classmethod
+    def _server_env_as_text(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): _env_text(v) for k, v in value.items()}
+        return value
+
+    # -- derived views -------------------------------------------------------------------------
+    def workers(self) -> list[tuple[str, WorkerSpec]]:
+        """The server processes of the active topology as (field path, spec)."""
+        if self.topology == "combined":
+            return [("combined", self.combined)] if self.combined else []
+        return [(f"prefill[{i}]", w) for i, w in enumerate(self.prefill)] + [
+            (f"decode[{i}]", w) for i, w in enumerate(self.decode)
+        ]
+
+    def effective(self, worker: WorkerSpec, name: str) -> Any:
+        """A model-affecting setting for `worker`: its own value, else the deployment's."""
+        own = getattr(worker, name)
+        return own if own is not None else getattr(self, name)
+
+    def model_override_args(self, worker: WorkerSpec) -> dict[str, Any]:
+        """The merged `--json-model-override-args` object for `worker` (keys sorted)."""
+        merged: dict[str, Any] = dict(self.model_overrides or {})
+        merged.update(worker.model_overrides or {})
+        topk = self.effective(worker, "index_topk")
+        if topk is not None:
+            merged["index_topk"] = topk
+        return dict(sorted(merged.items()))
+
+    def host(self, name: str) -> HostSpec:
+        """Settings of the inventory host `name`."""
+        return self.hosts[name]
+
+    def hosts_in_use(self) -> list[str]:
+        """Inventory hosts that run something in the active topology, sorted."""
+        names = {w.host for _, w in self.workers()}
+        if self.topology == "pd" and self.router:
+            names.add(self.router.host)
+        return sorted(names)
+
+
+# Variables that make up the deployment-wide part of the spec (everything else in the inventory,
+# e.g. ansible_* or needle_* gate settings, is not ours to judge here).
+DEPLOYMENT_KEYS = tuple(k for k in Deployment.model_fields if k != "hosts")
+HOST_KEYS = tuple(k for k in HostSpec.model_fields if k not in ("name", "address"))
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def load_spec(common: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]]) -> Deployment:
+    """Build and validate the deployment from Ansible variables.
+
+    `common` holds the deployment-wide variables (group_vars/all plus `-e`), `hostvars` each
+    inventory host's variables. Raises SpecError listing every problem found.
+    """
+    data: dict[str, Any] = {k: common[k] for k in DEPLOYMENT_KEYS if common.get(k) is not None}
+    data["hosts"] = {
+        name: {"name": name, "address": hv.get("ansible_host", name if _looks_like_ip(name) else "127.0.0.1"),
+               **{k: hv[k] for k in HOST_KEYS if hv.get(k) is not None}}
+        for name, hv in hostvars.items()
+    }
+    try:
+        spec = Deployment.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([_problem_from_pydantic(err, data) for err in exc.errors()]) from None
+    problems = check_deployment(spec)
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def _looks_like_ip(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 4 and all(p.isdigit() for p in parts)
+
+
+def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> Problem:
+    loc = err["loc"]
+    field = _field_path(loc)
+    host = _host_of(loc, data)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _field_path(loc[:-1]) or "the spec"
+        return Problem(field=field, host=host, message=f"unknown key '{loc[-1]}'",
+                       fix=f"remove it or check its spelling against the keys of {parent}")
+    if kind == "missing":
+        return Problem(field=field, host=host, message="is required", fix=f"set {field}")
+    if field.endswith("mem_fraction_static"):
+        return Problem(field=field, host=host, message=f"{err.get('input')!r} is outside (0, 1)",
+                       fix="use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)")
+    return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
+                   fix=f"correct {field}")
+
+
+def _field_path(loc: Iterable[Any]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _host_of(loc: tuple[Any, ...], data: Mapping[str, Any]) -> str | None:
+    """The host a field belongs to, when the location points inside a worker or router."""
+    if not loc:
+        return None
+    if loc[0] == "hosts" and len(loc) > 1:
+        return str(loc[1])
+    node: Any = data.get(loc[0])
+    if loc[0] in ("prefill", "decode") and isinstance(node, Mapping):
+        node = [node]
+    if isinstance(node, list) and len(loc) > 1 and isinstance(loc[1], int) and loc[1] < len(node):
+        node = node[loc[1]]
+    return str(node["host"]) if isinstance(node, Mapping) and "host" in node else None
+
+
+# -- cross-field checks ------------------------------------------------------------------------
+
+def check_deployment(spec: Deployment) -> list[Problem]:
+    """Every cross-field problem of a structurally valid spec."""
+    problems: list[Problem] = []
+    problems += _check_topology(spec)
+    if problems:
+        return problems
+    problems += _check_hosts_known(spec)
+    if problems:
+        return problems
+    problems += _check_versions(spec)
+    problems += _check_tp(spec)
+    problems += _check_gpus(spec)
+    problems += _check_ports(spec)
+    problems += _check_agreement(spec)
+    problems += _check_overrides(spec)
+    problems += _check_extra_args(spec)
+    return problems
+
+
+def _check_topology(spec: Deployment) -> list[Problem]:
+    if spec.topology == "combined":
+        if spec.combined is None:
+            return [Problem(field="combined", message="topology is 'combined' but no combined server is defined",
+                            fix="define combined: {host, gpus, tp_size, port, mem_fraction_static}")]
+        return []
+    out = []
+    for role in ("prefill", "decode"):
+        if not getattr(spec, role):
+            out.append(Problem(field=role, message=f"topology is 'pd' but no {role} worker is defined",
+                               fix=f"define at least one {role} worker"))
+    if spec.router is None:
+        out.append(Problem(field="router", message="topology is 'pd' but no router is defined",
+                           fix="define router: {host, port}"))
+    return out
+
+
+def _check_hosts_known(spec: Deployment) -> list[Problem]:
+    out = []
+    placed = [(path, w.host) for path, w in spec.workers()]
+    if spec.topology == "pd" and spec.router:
+        placed.append(("router", spec.router.host))
+    for path, host in placed:
+        if host not in spec.hosts:
+            out.append(Problem(field=f"{path}.host", host=host, message=f"host '{host}' is not in the inventory",
+                               fix=f"add {host} to the inventory or use one of: {', '.join(sorted(spec.hosts))}"))
+    return out
+
+
+def _check_versions(spec: Deployment) -> list[Problem]:
+    out = []
+    for name in spec.hosts_in_use():
+        version = spec.host(name).sglang_version
+        if version not in versions.RELEASES:
+            out.append(Problem(field="sglang_version", host=name,
+                               message=f"no flag table for sglang {version}",
+                               fix=f"set sglang_version to one of {', '.join(versions.known_versions())} "
+                                   "or add a flag table for it to dsv4deploy/flags.py"))
+    return out
+
+
+def _check_tp(spec: Deployment) -> list[Problem]:
+    out = []
+    for path, w in spec.workers():
+        if len(w.gpus) != w.tp_size:
+            out.append(Problem(field=f"{path}.tp_size", host=w.host,
+                               message=f"tp_size {w.tp_size} does not match {len(w.gpus)} GPUs {w.gpus}",
+                               fix=f"set tp_size: {len(w.gpus)} or list {w.tp_size} GPUs"))
+        if len(set(w.gpus)) != len(w.gpus):
+            out.append(Problem(field=f"{path}.gpus", host=w.host, message=f"GPU list {w.gpus} repeats a GPU",
+                               fix="list each GPU once"))
+        count = spec.host(w.host).gpu_count
+        missing = [g for g in w.gpus if g >= count]
+        if missing:
+            out.append(Problem(field=f"{path}.gpus", host=w.host,
+                               message=f"GPUs {missing} do not exist (the host has {count}: 0-{count - 1})",
+                               fix="use GPU indices the host has, or set gpu_count for the host"))
+    return out
+
+
+def _check_gpus(spec: Deployment) -> list[Problem]:
+    out = []
+    owner: dict[tuple[str, int], str] = {}
+    for path, w in spec.workers():
+        clash = sorted({owner[(w.host, g)] for g in w.gpus if (w.host, g) in owner})
+        for other in clash:
+            shared = sorted(g for g in w.gpus if owner.get((w.host, g)) == other)
+            out.append(Problem(field=f"{path}.gpus", host=w.host,
+                               message=f"GPUs {shared} are also used by {other}",
+                               fix="give each server its own GPUs on a host (e.g. prefill 0-3, decode 4-7)"))
+        for g in w.gpus:
+            owner.setdefault((w.host, g), path)
+    return out
+
+
+def _check_ports(spec: Deployment) -> list[Problem]:
+    out = []
+    used: dict[tuple[str, int], str] = {}
+
+    def claim(host: str, port: int, field: str) -> None:
+        if (host, port) in used:
+            out.append(Problem(field=field, host=host, message=f"port {port} is also used by {used[(host, port)]}",
+                               fix="give every listener on a host its own port"))
+        else:
+            used[(host, port)] = field
+
+    for path, w in spec.workers():
+        claim(w.host, w.port, f"{path}.port")
+        if isinstance(w, PrefillSpec):
+            claim(w.host, w.bootstrap_port, f"{path}.bootstrap_port")
+    if spec.topology == "pd" and spec.router:
+        claim(spec.router.host, spec.router.port, "router.port")
+        if spec.router.prometheus_port:
+            claim(spec.router.host, spec.router.prometheus_port, "router.prometheus_port")
+    return out
+
+
+def _check_agreement(spec: Deployment) -> list[Problem]:
+    """Prefill and decode must compute the same model: unequal settings hang or garble in PD."""
+    if spec.topology != "pd":
+        return []
+    out = []
+    workers = spec.workers()
+    ref_path, ref = workers[0]
+    for path, w in workers[1:]:
+        for name in MODEL_AFFECTING:
+            a, b = spec.effective(ref, name), spec.effective(w, name)
+            if name == "model_overrides":
+                # index_topk is compared on its own; here only the other override keys.
+                a = {**(spec.model_overrides or {}), **(ref.model_overrides or {})}
+                b = {**(spec.model_overrides or {}), **(w.model_overrides or {})}
+            if a != b:
+                out.append(Problem(field=f"{path}.{name}", host=w.host,
+                                   message=f"{name} {_show(b)} differs from {ref_path} ({_show(a)})",
+                                   fix=f"set {name} once at the top level, or to the same value on every worker"))
+    return out
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict) else repr(value)
+
+
+def _check_overrides(spec: Deployment) -> list[Problem]:
+    out = []
+    for path, w in spec.workers():
+        topk = spec.effective(w, "index_topk")
+        if topk is None:
+            continue
+        version = spec.host(w.host).sglang_version
+        if version not in versions.RELEASES:
+            continue
+        allowed = versions.release(version).index_topk_allowed
+        if allowed and topk not in allowed:
+            field = f"{path}.index_topk" if w.index_topk is not None else "index_topk"
+            out.append(Problem(field=field, host=w.host,
+                               message=f"sglang {version}'s DeepSeek-V4 backend accepts index_topk "
+                                       f"{' or '.join(map(str, allowed))} only, got {topk}",
+                               fix=f"set index_topk to {' or '.join(map(str, allowed))}"))
+    return out
+
+
+# Flags the tool renders itself: setting them again through extra_args would be ambiguous.
+RENDERED_SERVER_FLAGS = (
+    "--model-path", "--served-model-name", "--tp-size", "--base-gpu-id", "--host", "--port",
+    "--mem-fraction-static", "--json-model-override-args", "--chat-template", "--page-size",
+    "--kv-cache-dtype", "--context-length", "--disaggregation-mode", "--disaggregation-bootstrap-port",
+    "--disaggregation-transfer-backend", "--disaggregation-ib-device", "--api-key",
+)
+RENDERED_ROUTER_FLAGS = ("--host", "--port", "--pd-disaggregation", "--prefill", "--decode", "--api-key")
+
+
+def _check_extra_args(spec: Deployment) -> list[Problem]:
+    out = []
+    targets: list[tuple[str, str, list[str], tuple[str, ...]]] = [
+        (path, w.host, w.extra_args, RENDERED_SERVER_FLAGS) for path, w in spec.workers()
+    ]
+    if spec.topology == "pd" and spec.router:
+        targets.append(("router", spec.router.host, spec.router.extra_args, RENDERED_ROUTER_FLAGS))
+    for path, host, args, rendered in targets:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if not flag.startswith("--"):
+                continue
+            hit = [r for r in rendered if r == flag or (len(flag) > 3 and r.startswith(flag))]
+            if hit:
+                out.append(Problem(field=f"{path}.extra_args", host=host,
+                                   message=f"'{flag}' is rendered from the spec already ({hit[0]})",
+                                   fix="remove it from extra_args and set the spec field instead"))
+            if "--api-key" in arg:
+                out.append(Problem(field=f"{path}.extra_args", host=host,
+                                   message="an API key must not be given inline",
+                                   fix="use api_key: {file: PATH} or {vault_var: NAME}"))
+    return out
