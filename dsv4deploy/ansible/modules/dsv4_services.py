@@ -1,0 +1,348 @@
+#!/usr/bin/python
+"""Run the services of the active release under systemd or supervisord, in a given order."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_services
+short_description: Install, start, stop and inspect dsv4deploy services (systemd or supervisord)
+description:
+  - The services are those of the release C(install_root/current) (C(bin/serve-NAME.sh)).
+  - C(state=installed) makes the service manager see the active release's units or programs
+    (systemd units copied to I(unit_dir) and daemon-reload; supervisord started under the install
+    root with its socket there, then reread/update).
+  - C(state=stopped) stops I(names) (default all of ours) in the order given, routers first.
+  - C(state=started) starts I(names) in the order given and fails with the log tail of a service that
+    does not stay up.
+  - C(state=status) and C(state=logs) change nothing.
+options:
+  manager: {type: str, choices: [systemd, supervisor], required: true, description: Service manager.}
+  install_root: {type: path, required: true, description: Root of releases on this host.}
+  state: {type: str, choices: [installed, started, stopped, status, logs], default: status, description: What to do.}
+  names: {type: list, elements: str, description: Services to act on, in order (default all of ours).}
+  only: {type: str, choices: [all, router, workers], default: all, description: Narrow I(names) by kind.}
+  unit_dir: {type: path, default: /etc/systemd/system, description: Where systemd units are installed.}
+  supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
+  log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
+  invocations: {type: dict, description: systemd invocation ids per service (state=logs).}
+author: dsv4deploy
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+MANAGED_MARK = "Managed by dsv4deploy"
+PREFIX = "serve-"
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def release_services(root: str) -> list[str]:
+    """Service names of the active release, from its serve scripts, routers first."""
+    base = os.path.join(root, "current", "bin")
+    names = [os.path.basename(p)[len(PREFIX):-3] for p in glob.glob(os.path.join(base, f"{PREFIX}*.sh"))]
+    return sorted(names, key=lambda n: (0 if n.endswith("router") else 1, n))
+
+
+def _children(pid: int) -> list[int]:
+    """All descendants of pid (via /proc), so a server's workers count as ours too."""
+    by_parent: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        by_parent.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in by_parent.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class Supervisor:
+    """supervisord under the install root, driven through supervisorctl."""
+
+    def __init__(self, module: AnsibleModule, root: str, bin_dir: str | None):
+        self.module = module
+        self.root = root
+        self.dir = os.path.join(root, "supervisor")
+        self.conf = os.path.join(self.dir, "supervisord.conf")
+        self.bin_dir = bin_dir
+
+    def _bin(self, name: str) -> str:
+        if self.bin_dir:
+            return os.path.join(self.bin_dir, name)
+        found = shutil.which(name)
+        if not found:
+            self.module.fail_json(msg=f"{name} not found on PATH; install supervisor or set supervisor_bin_dir")
+        return found
+
+    def config_text(self) -> str:
+        d, r = self.dir, self.root
+        return (f"; {MANAGED_MARK}: supervisord for the services under {r}\n"
+                f"[unix_http_server]\nfile={d}/supervisor.sock\nchmod=0700\n\n"
+                f"[supervisord]\nlogfile={d}/supervisord.log\npidfile={d}/supervisord.pid\n"
+                f"childlogdir={r}/logs\nnodaemon=false\n\n"
+                "[rpcinterface:supervisor]\n"
+                "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n\n"
+                f"[supervisorctl]\nserverurl=unix://{d}/supervisor.sock\n\n"
+                f"[include]\nfiles = {r}/current/supervisor/*.conf\n")
+
+    def ctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+        proc = subprocess.run([self._bin("supervisorctl"), "-c", self.conf, *args],
+                              capture_output=True, text=True, timeout=600)
+        if check and proc.returncode != 0:
+            self.module.fail_json(msg=f"supervisorctl {' '.join(args)} failed: {proc.stdout}{proc.stderr}".strip())
+        return proc
+
+    def running(self) -> bool:
+        return self.ctl("pid").stdout.strip().isdigit()
+
+    def ensure(self) -> bool:
+        """Write the config and start supervisord when it is not running; True when anything changed."""
+        changed = False
+        os.makedirs(self.dir, exist_ok=True)
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        text = self.config_text()
+        if not os.path.exists(self.conf) or _read(self.conf) != text:
+            with open(self.conf, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            changed = True
+        if not self.running():
+            proc = subprocess.run([self._bin("supervisord"), "-c", self.conf], capture_output=True, text=True)
+            if proc.returncode != 0:
+                self.module.fail_json(msg=f"supervisord did not start: {proc.stdout}{proc.stderr}".strip())
+            deadline = time.monotonic() + 15
+            while not self.running():
+                if time.monotonic() > deadline:
+                    self.module.fail_json(msg=f"supervisord started but its socket in {self.dir} never answered")
+                time.sleep(0.1)
+            changed = True
+        return changed
+
+    def reload(self) -> bool:
+        out = self.ctl("update", check=True).stdout
+        return bool(out.strip())
+
+    def status(self, name: str) -> dict:
+        out = self.ctl("status", name).stdout.strip()
+        parts = out.split()
+        state = parts[1] if len(parts) > 1 else "UNKNOWN"
+        pid = None
+        if state == "RUNNING" and "pid" in parts:
+            pid = int(parts[parts.index("pid") + 1].rstrip(","))
+        return {"name": name, "state": state, "running": state == "RUNNING", "pid": pid, "detail": out}
+
+    def log_path(self, name: str) -> str:
+        conf = os.path.join(self.root, "current", "supervisor", f"{name}.conf")
+        try:
+            for line in _read(conf).splitlines():
+                if line.startswith("stdout_logfile="):
+                    return line.split("=", 1)[1].strip()
+        except OSError:
+            pass
+        return os.path.join(self.root, "logs", f"{name}.log")
+
+    def start(self, name: str) -> tuple[bool, str]:
+        proc = self.ctl("start", name)
+        return proc.returncode == 0 and "ERROR" not in proc.stdout, (proc.stdout + proc.stderr).strip()
+
+    def stop(self, name: str) -> tuple[bool, str]:
+        proc = self.ctl("stop", name)
+        text = (proc.stdout + proc.stderr).strip()
+        return proc.returncode == 0 or "not running" in text or "no such process" in text.lower(), text
+
+
+class Systemd:
+    """systemd units copied from the active release."""
+
+    def __init__(self, module: AnsibleModule, root: str, unit_dir: str):
+        self.module = module
+        self.root = root
+        self.unit_dir = unit_dir
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=900)
+
+    def install(self) -> bool:
+        changed = False
+        wanted = {os.path.basename(p): p for p in glob.glob(os.path.join(self.root, "current", "units", "*.service"))}
+        for name, src in wanted.items():
+            dst = os.path.join(self.unit_dir, name)
+            text = _read(src)
+            if not os.path.exists(dst) or _read(dst) != text:
+                with open(dst + ".tmp", "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                os.replace(dst + ".tmp", dst)
+                changed = True
+        for path in glob.glob(os.path.join(self.unit_dir, "sglang-dsv4*.service")):
+            name = os.path.basename(path)
+            if name not in wanted and MANAGED_MARK in _read(path):
+                self.run("disable", "--now", name)
+                os.unlink(path)
+                changed = True
+        if changed:
+            proc = self.run("daemon-reload")
+            if proc.returncode != 0:
+                self.module.fail_json(msg=f"systemctl daemon-reload failed: {proc.stderr.strip()}")
+        return changed
+
+    def status(self, name: str) -> dict:
+        proc = self.run("show", "-p", "ActiveState,SubState,MainPID,InvocationID", f"{name}.service")
+        props = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+        pid = int(props.get("MainPID", "0") or 0) or None
+        running = props.get("ActiveState") == "active"
+        return {"name": name, "state": props.get("ActiveState", "unknown"), "running": running, "pid": pid,
+                "invocation": props.get("InvocationID", ""), "detail": f"{props.get('SubState', '')}"}
+
+    def start(self, name: str) -> tuple[bool, str]:
+        proc = self.run("start", f"{name}.service")
+        return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+
+    def stop(self, name: str) -> tuple[bool, str]:
+        proc = self.run("stop", f"{name}.service")
+        ok = proc.returncode == 0 or "not loaded" in proc.stderr
+        return ok, (proc.stdout + proc.stderr).strip()
+
+    def logs(self, name: str, invocation: str | None) -> str:
+        args = ["journalctl", "--no-pager", "-o", "cat", "-u", f"{name}.service"]
+        if invocation:
+            args.append(f"_SYSTEMD_INVOCATION_ID={invocation}")
+        return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _read_from(path: str, offset: int) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            fh.seek(offset if offset <= os.path.getsize(path) else 0)
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "manager": {"type": "str", "choices": ["systemd", "supervisor"], "required": True},
+            "install_root": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["installed", "started", "stopped", "status", "logs"],
+                      "default": "status"},
+            "names": {"type": "list", "elements": "str"},
+            "only": {"type": "str", "choices": ["all", "router", "workers"], "default": "all"},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "supervisor_bin_dir": {"type": "path"},
+            "log_offsets": {"type": "dict", "default": {}},
+            "invocations": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    root = p["install_root"]
+    is_sup = p["manager"] == "supervisor"
+    mgr = Supervisor(module, root, p["supervisor_bin_dir"]) if is_sup else Systemd(module, root, p["unit_dir"])
+    names = p["names"] if p["names"] is not None else release_services(root)
+    if p["only"] == "router":
+        names = [n for n in names if n.endswith("router")]
+    elif p["only"] == "workers":
+        names = [n for n in names if not n.endswith("router")]
+    state = p["state"]
+
+    if is_sup and (state in ("status", "logs", "stopped") and not os.path.exists(mgr.conf)):
+        # No supervisord was ever set up here: nothing of ours runs.
+        module.exit_json(changed=False, services={n: {"name": n, "running": False, "pid": None} for n in names},
+                         pids=[])
+    if is_sup and state in ("status", "stopped") and not mgr.running():
+        module.exit_json(changed=False, services={n: {"name": n, "running": False, "pid": None} for n in names},
+                         pids=[])
+
+    if state == "installed":
+        if module.check_mode:
+            module.exit_json(changed=True)
+        if is_sup:
+            changed = mgr.ensure()
+            changed = mgr.reload() or changed
+        else:
+            changed = mgr.install()
+        module.exit_json(changed=changed)
+
+    if state in ("status", "logs"):
+        services = {n: mgr.status(n) for n in names}
+        pids = []
+        for svc in services.values():
+            if svc["pid"]:
+                pids += [svc["pid"], *_children(svc["pid"])]
+        if is_sup and mgr.running():
+            sup_pid = mgr.ctl("pid").stdout.strip()
+            if sup_pid.isdigit():
+                pids.append(int(sup_pid))
+        result = {"changed": False, "services": services, "pids": sorted(set(pids))}
+        if state == "logs":
+            result["logs"] = {
+                n: (_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
+                    else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
+                for n in names
+            }
+        module.exit_json(**result)
+
+    if state == "stopped":
+        stopped = []
+        for name in names:
+            if not mgr.status(name)["running"]:
+                continue
+            if module.check_mode:
+                stopped.append(name)
+                continue
+            ok, text = mgr.stop(name)
+            if not ok:
+                module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
+            stopped.append(name)
+        module.exit_json(changed=bool(stopped), stopped=stopped)
+
+    # started
+    if module.check_mode:
+        module.exit_json(changed=True)
+    if is_sup:
+        mgr.ensure()
+    started, offsets, invocations = [], {}, {}
+    for name in names:
+        before = mgr.status(name)
+        if before["running"]:
+            continue
+        if is_sup:
+            path = mgr.log_path(name)
+            offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
+        ok, text = mgr.start(name)
+        after = mgr.status(name)
+        if not ok or not after["running"]:
+            if is_sup:
+                log = _read_from(mgr.log_path(name), offsets.get(name, 0))
+            else:
+                log = mgr.logs(name, after.get("invocation"))
+            module.fail_json(msg=f"{name} did not start ({after['state']}): {text}\n"
+                                 f"--- last log lines ---\n{_tail(log)}", started=started, log_offsets=offsets)
+        started.append(name)
+        if not is_sup:
+            invocations[name] = after.get("invocation", "")
+    module.exit_json(changed=bool(started), started=started, log_offsets=offsets, invocations=invocations,
+                     started_at=time.time())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The rollout plan: everything the playbooks need to know about one deploy, computed once.
+
+`make_plan` validates the spec, checks memory, renders every host's release and orders the
+services. The result is plain JSON-able data so Ansible can carry it between tasks and hosts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from dsv4deploy import memory, render, services
+from dsv4deploy.spec import Deployment, SpecError
+
+
+def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
+    """`<UTC timestamp>-<10 hex>`: sortable by time, identified by the content of all hosts."""
+    digest = hashlib.sha256("".join(f"{h}={c}\n" for h, c in sorted(host_hashes.items())).encode()).hexdigest()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    return f"{stamp}-{digest[:10]}"
+
+
+def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None) -> dict[str, Any]:
+    """The plan for deploying `spec` to `play_hosts`; raises SpecError when memory does not fit."""
+    reports = memory.check_memory(spec)
+    problems = memory.problems_from_memory(reports)
+    if problems:
+        raise SpecError(problems)
+    defs = sorted(services.build_services(spec), key=lambda s: (s.start_order, s.name))
+    rendered = render.render_all(spec)
+    hosts: dict[str, Any] = {}
+    for name in play_hosts:
+        files = rendered.get(name, {})
+        host_defs = [d for d in defs if d.host == name]
+        settings = spec.hosts.get(name)
+        hosts[name] = {
+            "files": files,
+            "content_hash": render.content_hash(files) if files else "",
+            "services": [d.name for d in host_defs],
+            "routers": [d.name for d in host_defs if d.role == "router"],
+            "workers": [d.name for d in host_defs if d.role != "router"],
+            "gpus": sorted({g for d in host_defs for g in d.gpus}),
+            "ports": sorted({p for d in host_defs for p in d.ports}),
+            "install_root": settings.install_root if settings else "",
+            "service_manager": settings.service_manager if settings else "supervisor",
+        }
+    return {
+        "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
+        **gate_targets(spec),
+        "hosts": hosts,
+        "memory": [r.model_dump(mode="json") for r in reports],
+        "spec": spec.model_dump(mode="json"),
+    }
+
+
+def gate_targets(spec: Deployment) -> dict[str, Any]:
+    """What the gates talk to: endpoint, router, workers and the overrides each must show."""
+    defs = sorted(services.build_services(spec), key=lambda s: (s.start_order, s.name))
+    by_port = {(w.host, w.port): w for _, w in spec.workers()}
+    workers = [d for d in defs if d.role != "router"]
+    endpoint = _endpoint(spec, defs)
+    return {
+        "topology": spec.topology,
+        "served_model_name": spec.model.served_name,
+        "endpoint": endpoint,
+        "router_url": endpoint if spec.topology == "pd" else None,
+        "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url} for d in workers],
+        # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
+        "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
+        "hosts_in_use": spec.hosts_in_use(),
+        "gpu_query_command": spec.gpu_query_command,
+    }
+
+
+def targets_from_release_spec(spec_json: str) -> dict[str, Any]:
+    """Gate targets of an installed release, from its spec.json (for verifying a rollback)."""
+    data = json.loads(spec_json)
+    return gate_targets(Deployment.model_validate(data["deployment"]))
+
+
+def _endpoint(spec: Deployment, defs: list[services.ServiceDefinition]) -> str:
+    """The URL clients use: the router in PD, the combined server otherwise."""
+    wanted = "router" if spec.topology == "pd" else "combined"
+    for d in defs:
+        if d.role == wanted:
+            return d.url
+    raise SpecError([])  # unreachable for a validated spec
