@@ -184,7 +184,8 @@ class HostSpec(StrictModel):
     name: str
     address: str = "127.0.0.1"
     sglang_version: str = versions.DEFAULT_VERSION
-    gpu_count: Annotated[int, Field(ge=1)] = 8
+    # 0 for a host that only runs the router.
+    gpu_count: Annotated[int, Field(ge=0)] = 8
     gpu_memory_gib: Annotated[float, Field(gt=0)] = 96.0
     service_manager: Literal["systemd", "supervisor"] = "systemd"
     install_root: str = "/opt/dsv4deploy"
@@ -208,6 +209,8 @@ class Deployment(ModelSettings):
     router_launcher: list[str] = Field(default=["python3", "-m", "sglang_router.launch_router"], min_length=1)
     server_env: dict[str, str] = {}
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
+    # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).
+    memory_profile: dict[str, Any] = {}
 
     @field_validator("prefill", "decode", mode="before")
     @classmethod
@@ -310,6 +313,11 @@ def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> P
     if field.endswith("mem_fraction_static"):
         return Problem(field=field, host=host, message=f"{err.get('input')!r} is outside (0, 1)",
                        fix="use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)")
+    if isinstance(err.get("input"), str) and kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
+        # `-e decode=[...]` gives Ansible a string; structured values need a JSON/YAML -e.
+        return Problem(field=field, host=host, message=f"{err['msg']} (got the string {err['input']!r})",
+                       fix=f"give {field} as YAML in the inventory, or on the command line as JSON: "
+                           f"-e '{{\"{field}\": ...}}' (key=value always gives a string)")
     return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
                    fix=f"correct {field}")
 
@@ -356,7 +364,18 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_agreement(spec)
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
-    return problems
+    return _unique(problems)
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """Drop repeats (e.g. one top-level index_topk refused once per worker on the same host)."""
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
 
 
 def _check_topology(spec: Deployment) -> list[Problem]:
@@ -414,7 +433,8 @@ def _check_tp(spec: Deployment) -> list[Problem]:
         missing = [g for g in w.gpus if g >= count]
         if missing:
             out.append(Problem(field=f"{path}.gpus", host=w.host,
-                               message=f"GPUs {missing} do not exist (the host has {count}: 0-{count - 1})",
+                               message=f"GPUs {missing} do not exist (the host has "
+                                       f"{f'{count}: 0-{count - 1}' if count else 'none'})",
                                fix="use GPU indices the host has, or set gpu_count for the host"))
     return out
 

@@ -18,7 +18,12 @@ description:
 options:
   manager: {type: str, choices: [systemd, supervisor], required: true, description: Service manager.}
   install_root: {type: path, required: true, description: Root of releases on this host.}
-  state: {type: str, choices: [installed, started, stopped, status, logs], default: status, description: What to do.}
+  state:
+    type: str
+    choices: [installed, started, stopped, status, logs, removed]
+    default: status
+    description: What to do. C(removed) stops everything and takes our units out of systemd, or shuts
+      down our supervisord; the releases stay.
   names: {type: list, elements: str, description: Services to act on, in order (default all of ours).}
   only: {type: str, choices: [all, router, workers], default: all, description: Narrow I(names) by kind.}
   unit_dir: {type: path, default: /etc/systemd/system, description: Where systemd units are installed.}
@@ -146,6 +151,14 @@ class Supervisor:
             pid = int(parts[parts.index("pid") + 1].rstrip(","))
         return {"name": name, "state": state, "running": state == "RUNNING", "pid": pid, "detail": out}
 
+    def shutdown(self) -> bool:
+        """Stop supervisord itself (it was started by us, under the install root)."""
+        self.ctl("shutdown", check=True)
+        deadline = time.monotonic() + 30
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return True
+
     def log_path(self, name: str) -> str:
         conf = os.path.join(self.root, "current", "supervisor", f"{name}.conf")
         try:
@@ -200,6 +213,18 @@ class Systemd:
                 self.module.fail_json(msg=f"systemctl daemon-reload failed: {proc.stderr.strip()}")
         return changed
 
+    def remove(self) -> bool:
+        """Take every unit we manage out of systemd (the releases keep their copies)."""
+        removed = False
+        for path in glob.glob(os.path.join(self.unit_dir, "sglang-dsv4*.service")):
+            if MANAGED_MARK in _read(path):
+                self.run("disable", "--now", os.path.basename(path))
+                os.unlink(path)
+                removed = True
+        if removed:
+            self.run("daemon-reload")
+        return removed
+
     def status(self, name: str) -> dict:
         proc = self.run("show", "-p", "ActiveState,SubState,MainPID,InvocationID", f"{name}.service")
         props = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
@@ -242,7 +267,7 @@ def main() -> None:
         argument_spec={
             "manager": {"type": "str", "choices": ["systemd", "supervisor"], "required": True},
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["installed", "started", "stopped", "status", "logs"],
+            "state": {"type": "str", "choices": ["installed", "started", "stopped", "status", "logs", "removed"],
                       "default": "status"},
             "names": {"type": "list", "elements": "str"},
             "only": {"type": "str", "choices": ["all", "router", "workers"], "default": "all"},
@@ -264,11 +289,11 @@ def main() -> None:
         names = [n for n in names if not n.endswith("router")]
     state = p["state"]
 
-    if is_sup and (state in ("status", "logs", "stopped") and not os.path.exists(mgr.conf)):
+    if is_sup and (state in ("status", "logs", "stopped", "removed") and not os.path.exists(mgr.conf)):
         # No supervisord was ever set up here: nothing of ours runs.
         module.exit_json(changed=False, services={n: {"name": n, "running": False, "pid": None} for n in names},
                          pids=[])
-    if is_sup and state in ("status", "stopped") and not mgr.running():
+    if is_sup and state in ("status", "stopped", "removed") and not mgr.running():
         module.exit_json(changed=False, services={n: {"name": n, "running": False, "pid": None} for n in names},
                          pids=[])
 
@@ -301,7 +326,7 @@ def main() -> None:
             }
         module.exit_json(**result)
 
-    if state == "stopped":
+    if state in ("stopped", "removed"):
         stopped = []
         for name in names:
             if not mgr.status(name)["running"]:
@@ -313,7 +338,10 @@ def main() -> None:
             if not ok:
                 module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
             stopped.append(name)
-        module.exit_json(changed=bool(stopped), stopped=stopped)
+        removed = False
+        if state == "removed" and not module.check_mode:
+            removed = mgr.shutdown() if is_sup else mgr.remove()
+        module.exit_json(changed=bool(stopped) or removed, stopped=stopped)
 
     # started
     if module.check_mode:

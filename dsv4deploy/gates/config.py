@@ -1,0 +1,224 @@
+"""Config gate: the model override was passed (log), is reported effective (server_info), and agrees.
+
+A flag in the log proves it was passed, not that it was applied, so each server is also asked
+``GET /server_info`` for its resolved ``json_model_override_args``. Even that is only what the
+server reports: a server that reports the value but computes without it (sglang's "logged but not
+applied") is caught by the needle gate, the functional probe, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from dsv4deploy.gates.http import check_url, describe_error, make_client
+from dsv4deploy.gates.result import GateResult, GateStatus, Stopwatch, clip, make_result
+
+GATE = "config"
+
+# Reads both start-up formats: 0.5.18 `json_model_override_args='{...}'` (ServerArgs repr) and
+# 0.5.19+ `'json_model_override_args': '{...}'` (dict repr).
+OVERRIDE_IN_LOG = re.compile(r"json_model_override_args(?:=|': )'([^']*)'")
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the second is the old alias
+
+# Settings that must be equal on prefill and decode (unequal ones hang or garble, not fail);
+# compared when every server reports them.
+AGREEMENT_KEYS = ("model_path", "page_size", "kv_cache_dtype", "context_length", "chat_template")
+
+LIMITS_NOTE = (
+    "server_info shows what the server reports, not what it computes with; "
+    "the needle gate is the functional check of the override"
+)
+
+
+class ServerConfigInput(BaseModel):
+    """One server to check: its role, URL, and its log text since this start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    role: Literal["prefill", "decode", "combined"]
+    url: str
+    log_text: str
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_url(value, "server url")
+
+
+def parse_logged_overrides(log_text: str) -> list[str]:
+    """Every ``json_model_override_args`` string in a server log, oldest first."""
+    return OVERRIDE_IN_LOG.findall(log_text)
+
+
+def check_config(
+    expected_overrides: dict[str, Any],
+    servers: list[ServerConfigInput],
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+) -> GateResult:
+    """Check each server's logged and effective model override against ``expected_overrides``.
+
+    Passes when, for every server, the last override in its log and the ``json_model_override_args``
+    of its ``/server_info`` (fallback ``/get_server_info``) both parse to exactly
+    ``expected_overrides``, and all prefill and decode servers report the same overrides and the
+    same :data:`AGREEMENT_KEYS`.
+    """
+    if not isinstance(expected_overrides, dict):
+        raise ValueError(f"expected_overrides must be a mapping, got {type(expected_overrides).__name__}")
+    if not servers:
+        raise ValueError("check_config needs at least one server")
+    watch = Stopwatch()
+    problems: list[str] = []
+    failures: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    infos: dict[str, dict[str, Any]] = {}
+
+    with make_client(api_key, timeout_s) as client:
+        for server in servers:
+            row, info, row_problems, row_failures = _check_server(client, server, expected_overrides)
+            rows.append(row)
+            problems += row_problems
+            failures += row_failures
+            if info is not None:
+                infos[server.name] = info
+
+    agreement = _agreement(servers, infos)
+    problems += agreement.pop("problems")
+    evidence: dict[str, Any] = {
+        "expected": expected_overrides,
+        "servers": rows,
+        "agreement": agreement,
+        "note": LIMITS_NOTE,
+    }
+    if not problems:
+        summary = f"override {_dump(expected_overrides)} logged and effective on {len(servers)} server(s)"
+        if agreement["compared"]:
+            summary += ", prefill and decode agree"
+        return make_result(GATE, GateStatus.PASSED, watch, summary, evidence)
+    evidence["problems"] = problems
+    evidence["failures"] = failures
+    return make_result(GATE, GateStatus.FAILED, watch, "; ".join(problems), evidence)
+
+
+def _check_server(
+    client: httpx.Client, server: ServerConfigInput, expected: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any] | None, list[str], list[dict[str, Any]]]:
+    """Evidence row, server_info (if read), problems and raw failures for one server."""
+    problems: list[str] = []
+    failures: list[dict[str, Any]] = []
+    logged_all = parse_logged_overrides(server.log_text)
+    logged_raw = logged_all[-1] if logged_all else None  # the last start in the text wins
+    logged = _parse_override(logged_raw)
+    if logged_raw is None:
+        problems.append(f"{server.name}: no json_model_override_args in its log since this start")
+    elif logged is None:
+        problems.append(f"{server.name}: logged override {logged_raw!r} is not a JSON object")
+    elif logged != expected:
+        problems.append(f"{server.name}: log says {_dump(logged)}, expected {_dump(expected)}")
+
+    info, info_path, info_failure = _server_info(client, server.url)
+    effective_raw: Any = None
+    effective: dict[str, Any] | None = None
+    if info is None:
+        failures.append({"what": f"{server.name} server_info", **info_failure})
+        problems.append(f"{server.name}: server_info unreadable ({_short(info_failure)})")
+    else:
+        effective_raw = info.get("json_model_override_args")
+        effective = effective_raw if isinstance(effective_raw, dict) else _parse_override(effective_raw)
+        if effective is None:
+            problems.append(
+                f"{server.name}: {info_path} json_model_override_args is {effective_raw!r}, not a JSON object"
+            )
+        elif effective != expected:
+            problems.append(
+                f"{server.name}: {info_path} says {_dump(effective)} while "
+                + (f"the log says {_dump(logged)}" if logged is not None else "the log shows none")
+                + f", expected {_dump(expected)}"
+            )
+    row = {
+        "name": server.name,
+        "role": server.role,
+        "url": server.url,
+        "logged": logged_raw,
+        "logged_count": len(logged_all),
+        "server_info_path": info_path,
+        "effective": effective_raw,
+        "ok": not problems,
+    }
+    return row, info, problems, failures
+
+
+def _server_info(client: httpx.Client, url: str) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
+    """``(info, path, failure)``: the first server_info path that answers a JSON object."""
+    failure: dict[str, Any] = {}
+    for path in SERVER_INFO_PATHS:
+        try:
+            resp = client.get(f"{url}{path}")
+        except httpx.HTTPError as exc:
+            return None, None, {"status": None, "body": "", "error": describe_error(exc)}
+        failure = {"status": resp.status_code, "body": clip(resp.text), "path": path}
+        if resp.status_code == 404:
+            continue  # older servers only have the alias
+        if resp.status_code != 200:
+            break
+        try:
+            info = resp.json()
+        except ValueError:
+            break
+        if isinstance(info, dict):
+            return info, path, {}
+        break
+    return None, None, failure
+
+
+def _agreement(servers: list[ServerConfigInput], infos: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Compare model-affecting settings across prefill and decode servers."""
+    pd = [s for s in servers if s.role in ("prefill", "decode") and s.name in infos]
+    roles = {s.role for s in pd}
+    if roles != {"prefill", "decode"}:
+        return {"compared": [], "values": {}, "problems": [], "skipped": "no prefill/decode pair"}
+    keys = ["json_model_override_args"] + [k for k in AGREEMENT_KEYS if all(k in infos[s.name] for s in pd)]
+    values: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for key in keys:
+        per_server = {s.name: infos[s.name].get(key) for s in pd}
+        values[key] = per_server
+        normal = {s.name: _normal(key, per_server[s.name]) for s in pd}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in normal.values()}) > 1:
+            shown = ", ".join(f"{name}={value!r}" for name, value in per_server.items())
+            problems.append(f"prefill and decode disagree on {key}: {shown}")
+    return {"compared": keys, "values": values, "problems": problems}
+
+
+def _normal(key: str, value: Any) -> Any:
+    if key == "json_model_override_args" and isinstance(value, str):
+        parsed = _parse_override(value)
+        return parsed if parsed is not None else value
+    return value
+
+
+def _parse_override(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _short(failure: dict[str, Any]) -> str:
+    if failure.get("error"):
+        return str(failure["error"])
+    return f"{failure.get('status')} {' '.join(str(failure.get('body', '')).split())[:120]}".strip()

@@ -1,0 +1,192 @@
+"""Readiness gate: every worker healthy, the router ready, the model card listed.
+
+Only answers that mean "can serve now" count (SGLANG_CONTRACT.md): a worker's ``/health`` (503
+until warm-up is done) and the router's ``/readiness`` (503 until a prefill and a decode are
+healthy). The router's ``/health`` and ``/v1/models`` say yes long before that, so they are never
+taken as readiness; ``/v1/models`` is only asked whether the served model name is listed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from dsv4deploy.gates.http import check_url, describe_error, make_client
+from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
+
+GATE = "readiness"
+SUMMARY_BODY_CHARS = 160
+
+
+class WorkerEndpoint(BaseModel):
+    """One sglang server the gate waits for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    role: Literal["prefill", "decode", "combined"]
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_url(value, "worker url")
+
+
+@dataclass
+class _Check:
+    """One URL polled until it answers the way that means ready."""
+
+    label: str
+    url: str
+    kind: Literal["health", "readiness", "model_card"]
+    ready: bool = False
+    seconds_to_ready: float | None = None
+    attempts: int = 0
+    last_status: int | None = None
+    last_body: str = ""
+    last_error: str = ""
+    models_seen: list[str] = field(default_factory=list)
+
+    def evidence(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "check": self.label,
+            "url": self.url,
+            "ready": self.ready,
+            "seconds_to_ready": self.seconds_to_ready,
+            "attempts": self.attempts,
+            "last_status": self.last_status,
+            "last_body": self.last_body,
+        }
+        if self.last_error:
+            data["last_error"] = self.last_error
+        if self.kind == "model_card":
+            data["models_seen"] = self.models_seen
+        return data
+
+
+def check_readiness(
+    workers: list[WorkerEndpoint],
+    router_url: str | None,
+    served_model_name: str,
+    deadline_s: float,
+    poll_interval_s: float = 0.25,
+    api_key: str | None = None,
+    progress: Progress | None = None,
+    request_timeout_s: float = 5.0,
+) -> GateResult:
+    """Poll every readiness signal in parallel until all are ready or ``deadline_s`` passes.
+
+    Checks: each worker's ``GET /health`` is 200; with a router, its ``GET /readiness`` is 200 and
+    its ``/v1/models`` lists ``served_model_name``; without one, each worker's ``/v1/models`` does.
+    Evidence holds, per check, the time to ready, the number of tries, and the last status and body.
+    """
+    if not workers:
+        raise ValueError("check_readiness needs at least one worker endpoint")
+    if not served_model_name:
+        raise ValueError("served_model_name must be the name clients use (--served-model-name)")
+    if deadline_s <= 0 or poll_interval_s <= 0 or request_timeout_s <= 0:
+        raise ValueError("deadline_s, poll_interval_s and request_timeout_s must be positive")
+    router = check_url(router_url, "router_url") if router_url is not None else None
+
+    checks = [_Check(f"{w.name} /health", f"{w.url}/health", "health") for w in workers]
+    if router is not None:
+        checks.append(_Check("router /readiness", f"{router}/readiness", "readiness"))
+        checks.append(_Check("router /v1/models", f"{router}/v1/models", "model_card"))
+    else:
+        checks += [_Check(f"{w.name} /v1/models", f"{w.url}/v1/models", "model_card") for w in workers]
+
+    watch = Stopwatch(deadline_s)
+    lock = threading.Lock()
+    done = [0]
+
+    def on_ready(check: _Check) -> None:
+        with lock:
+            done[0] += 1
+            notify(progress, done[0], len(checks), f"{check.label} ready")
+
+    with make_client(api_key, request_timeout_s) as client, ThreadPoolExecutor(len(checks)) as pool:
+        futures = [
+            pool.submit(_poll, client, check, watch, served_model_name, poll_interval_s, request_timeout_s, on_ready)
+            for check in checks
+        ]
+        for future in futures:
+            future.result()
+
+    evidence: dict[str, Any] = {
+        "served_model_name": served_model_name,
+        "deadline_s": deadline_s,
+        "endpoints": [check.evidence() for check in checks],
+    }
+    pending = [check for check in checks if not check.ready]
+    if not pending:
+        slowest = max(checks, key=lambda c: c.seconds_to_ready or 0.0)
+        summary = (
+            f"ready in {slowest.seconds_to_ready:.1f} s: {len(workers)} worker(s) /health 200"
+            + (", router /readiness 200" if router else "")
+            + f", model {served_model_name!r} listed (last: {slowest.label})"
+        )
+        return make_result(GATE, GateStatus.PASSED, watch, summary, evidence)
+
+    evidence["failures"] = [
+        {"what": check.label, "status": check.last_status, "body": check.last_body, "error": check.last_error}
+        for check in pending
+    ]
+    reasons = "; ".join(_reason(check, served_model_name) for check in pending)
+    summary = f"not ready after {deadline_s:g} s: {reasons}"
+    return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
+
+
+def _poll(
+    client: httpx.Client,
+    check: _Check,
+    watch: Stopwatch,
+    model: str,
+    interval_s: float,
+    request_timeout_s: float,
+    on_ready: Callable[[_Check], None],
+) -> None:
+    """Ask ``check.url`` until it is ready or the deadline passes; always at least once."""
+    while True:
+        check.attempts += 1
+        try:
+            resp = client.get(check.url, timeout=min(request_timeout_s, max(watch.remaining(), 0.2)))
+            check.last_status, check.last_body, check.last_error = resp.status_code, clip(resp.text), ""
+            if resp.status_code == 200 and _satisfied(check, resp.text, model):
+                check.ready = True
+                check.seconds_to_ready = round(watch.elapsed(), 3)
+                on_ready(check)
+                return
+        except httpx.HTTPError as exc:
+            check.last_status, check.last_body, check.last_error = None, "", describe_error(exc)
+        if watch.expired():
+            return
+        time.sleep(min(interval_s, watch.remaining()))
+
+
+def _satisfied(check: _Check, text: str, model: str) -> bool:
+    if check.kind != "model_card":
+        return True
+    try:
+        cards = json.loads(text).get("data", [])
+        check.models_seen = [str(card.get("id")) for card in cards if isinstance(card, dict)]
+    except (ValueError, AttributeError):
+        check.models_seen = []
+    return model in check.models_seen
+
+
+def _reason(check: _Check, model: str) -> str:
+    if check.last_status is None:
+        return f"{check.label} unreachable ({check.last_error})"
+    if check.kind == "model_card" and check.last_status == 200:
+        return f"{check.label} does not list {model!r} (seen: {', '.join(check.models_seen) or 'none'})"
+    body = " ".join(check.last_body.split())[:SUMMARY_BODY_CHARS]
+    return f"{check.label} {check.last_status} {body}".rstrip()

@@ -1,0 +1,232 @@
+"""Deploy reports: ``report.json`` for machines, ``report.md`` for people, and a needle heatmap.
+
+``build_report`` turns gate results and release metadata into one JSON-able mapping;
+``write_report`` writes it into a directory; ``update_latest`` points ``reports/latest`` at it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dsv4deploy.gates.result import GateResult, GateStatus
+from dsv4deploy.report_plot import write_heatmap
+
+VERDICTS = ("promoted", "unchanged", "rolled_back", "failed")
+JSON_NAME, MD_NAME, HEATMAP_NAME = "report.json", "report.md", "needle-heatmap.png"
+LATEST = "latest"
+MARKS = {"recalled": "✓", "missed": "✗", "error": "!", "absent": "·"}
+FAILURES_SHOWN = 20  # per gate in the markdown; report.json keeps them all
+
+
+def build_report(
+    *,
+    release: str,
+    previous_release: str | None,
+    topology: str,
+    verdict: str,
+    endpoint: str | None,
+    gates: Sequence[GateResult],
+    metadata: dict[str, Any] | None = None,
+    generated_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The report as one JSON-able mapping; ``failed_gate`` is the first gate that failed."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
+    if not release:
+        raise ValueError("release must be a release id")
+    failed = next((g for g in gates if g.status is GateStatus.FAILED), None)
+    return {
+        "release": release,
+        "previous_release": previous_release,
+        "topology": topology,
+        "verdict": verdict,
+        "failed_gate": failed.name if failed else None,
+        "endpoint": endpoint,
+        "generated_at": (generated_at or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "gates": [g.model_dump(mode="json") for g in gates],
+        "needle": _needle_section(gates),
+        "metadata": metadata or {},
+    }
+
+
+def _needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
+    needle = next((g for g in gates if g.name == "needle" and "cells" in g.evidence), None)
+    if needle is None:
+        return None
+    keep = ("context_tokens", "prompt_tokens", "depth", "recalled", "error")
+    return {
+        "required_tokens": needle.evidence.get("required_tokens"),
+        "cells": [{k: cell.get(k) for k in keep} for cell in needle.evidence["cells"]],
+        "curve": needle.evidence.get("curve", []),
+    }
+
+
+def write_report(directory: Path | str, data: dict[str, Any]) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and, with matplotlib, the heatmap; return their paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    needle = data.get("needle") or {}
+    heatmap_note: str | None = None
+    if needle.get("cells"):
+        if write_heatmap(out / HEATMAP_NAME, needle["cells"], needle.get("required_tokens")):
+            paths["heatmap"] = out / HEATMAP_NAME
+        else:
+            heatmap_note = "Heatmap skipped: matplotlib is not installed (install the `plot` extra)."
+    paths["json"] = _write(out / JSON_NAME, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    md = render_markdown(data, heatmap=paths.get("heatmap"), heatmap_note=heatmap_note)
+    paths["md"] = _write(out / MD_NAME, md)
+    return paths
+
+
+def update_latest(reports_root: Path | str, release: str) -> Path:
+    """Point ``<reports_root>/latest`` at ``<reports_root>/<release>`` (relative, replaced atomically)."""
+    root = Path(reports_root)
+    if not (root / release).is_dir():
+        raise ValueError(f"no report directory {root / release} to point {LATEST} at")
+    link = root / LATEST
+    if link.exists() and not link.is_symlink():
+        raise ValueError(f"{link} exists and is not a symlink; refusing to replace it")
+    tmp = root / f".{LATEST}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(release)
+    os.replace(tmp, link)  # readers see the old or the new link, never none
+    return link
+
+
+def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_note: str | None = None) -> str:
+    """The report a person reads: a summary line, the gates, the needle grid, raw failure bodies."""
+    lines = [f"# Deploy report: {data['release']}", "", summary_line(data), ""]
+    lines += ["| | |", "|---|---|"]
+    for label, key in (
+        ("release", "release"),
+        ("previous release", "previous_release"),
+        ("topology", "topology"),
+        ("endpoint", "endpoint"),
+        ("generated", "generated_at"),
+    ):
+        lines.append(f"| {label} | {_cell(data.get(key) or '-')} |")
+    lines += ["", "## Gates", "", "| gate | status | seconds | summary |", "|---|---|---:|---|"]
+    for gate in data.get("gates", []):
+        lines.append(
+            f"| {gate['name']} | {_status(gate['status'])} | {gate['seconds']:.1f} | {_cell(gate['summary'])} |"
+        )
+    needle = data.get("needle")
+    if needle and needle.get("cells"):
+        lines += ["", *needle_table(needle)]
+        if heatmap is not None:
+            lines += ["", f"![needle recall heatmap]({heatmap.name})"]
+        elif heatmap_note:
+            lines += ["", f"_{heatmap_note}_"]
+    failures = _failure_sections(data.get("gates", []))
+    if failures:
+        lines += ["", "## Failures (raw answers)", *failures]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    """One line: what happened to the release and, if a gate failed, which and why."""
+    release, verdict = data["release"], data["verdict"]
+    gates = data.get("gates", [])
+    failed = next((g for g in gates if g["name"] == data.get("failed_gate")), None)
+    why = f"gate `{failed['name']}` failed: {failed['summary']}" if failed else ""
+    match verdict:
+        case "promoted":
+            passed = sum(g["status"] == "passed" for g in gates)
+            return f"**PROMOTED** `{release}`: {passed} of {len(gates)} gates passed."
+        case "unchanged":
+            return f"**UNCHANGED** `{release}` was already active and healthy; nothing restarted."
+        case "rolled_back":
+            back = data.get("previous_release") or "the previous release"
+            return f"**ROLLED BACK** from `{release}` to `{back}`: {why or 'see the gates below'}"
+        case _:
+            return f"**FAILED** `{release}`: {why or 'see the gates below'}"
+
+
+def needle_table(needle: dict[str, Any]) -> list[str]:
+    """Markdown table: target context length down, depth across, ✓/✗ per cell, recall per row."""
+    cells = needle["cells"]
+    lengths = sorted({c["context_tokens"] for c in cells})
+    depths = sorted({c["depth"] for c in cells})
+    by_key = {(c["context_tokens"], c["depth"]): c for c in cells}
+    required = needle.get("required_tokens")
+    lines = ["## Needle recall", ""]
+    if required:
+        lines += [f"Every cell up to {required} real tokens must recall; longer rows are the recall curve.", ""]
+    header = " | ".join(f"depth {d:g}" for d in depths)
+    lines.append(f"| context (target) | real tokens | {header} | recall |")
+    lines.append("|---:|---:|" + ":-:|" * len(depths) + "---:|")
+    for n in lengths:
+        row = [by_key.get((n, d)) for d in depths]
+        real = sorted(c["prompt_tokens"] for c in row if c and c.get("prompt_tokens") is not None)
+        present = [c for c in row if c]
+        recalled = sum(bool(c.get("recalled")) for c in present)
+        marks = " | ".join(_mark(c) for c in row)
+        real_text = str(real[len(real) // 2]) if real else "-"
+        lines.append(f"| {n} | {real_text} | {marks} | {recalled}/{len(present)} |")
+    lines += [
+        "",
+        f"{MARKS['recalled']} recalled, {MARKS['missed']} missed, {MARKS['error']} error, "
+        f"{MARKS['absent']} not in the grid; depth 0 is the start of the prompt.",
+    ]
+    return lines
+
+
+def _failure_sections(gates: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for gate in gates:
+        failures = gate.get("evidence", {}).get("failures") or []
+        if not failures:
+            continue
+        label = "failed" if gate["status"] == "failed" else f"{gate['status']}, after retries"
+        lines += ["", f"### {gate['name']} ({label})"]
+        for failure in failures[:FAILURES_SHOWN]:
+            status = failure.get("status")
+            head = f"**{failure.get('what', '?')}**: status {status if status is not None else 'none'}"
+            if failure.get("error"):
+                head += f", {failure['error']}"
+            if failure.get("expected"):
+                head += f", expected `{failure['expected']}`"
+            lines += ["", head]
+            body = str(failure.get("body") or "")
+            if body:
+                lines += ["", *_fenced(body)]
+        if len(failures) > FAILURES_SHOWN:
+            lines += ["", f"... and {len(failures) - FAILURES_SHOWN} more in {JSON_NAME}."]
+    return lines
+
+
+def _mark(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return MARKS["absent"]
+    if cell.get("recalled"):
+        return MARKS["recalled"]
+    return MARKS["error"] if cell.get("error") else MARKS["missed"]
+
+
+def _status(status: str) -> str:
+    return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped"}.get(status, status)
+
+
+def _cell(value: Any) -> str:
+    """Text safe inside a markdown table cell."""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def _fenced(body: str) -> list[str]:
+    fence = "```"
+    while fence in body:  # a body that contains a fence gets a longer one
+        fence += "`"
+    return [fence, body.rstrip("\n"), fence]
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

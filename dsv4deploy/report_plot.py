@@ -1,0 +1,50 @@
+"""The needle heatmap (context length x depth), drawn only when matplotlib is installed (``plot`` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def write_heatmap(path: Path, cells: list[dict[str, Any]], required_tokens: int | None = None) -> bool:
+    """Draw recall per (context, depth) cell to ``path`` as PNG; False when matplotlib is missing.
+
+    The classic view: context length across, depth down (0 = start of the document), green for
+    recalled, red for missed, grey for cells that errored or did not run.
+    """
+    try:
+        from matplotlib.colors import ListedColormap
+        from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+    except ImportError:
+        return False
+    if not cells:
+        return False
+    lengths = sorted({int(c["context_tokens"]) for c in cells})
+    depths = sorted({float(c["depth"]) for c in cells})
+    grid = [[0.0] * len(lengths) for _ in depths]  # 0 = no answer, 1 = missed, 2 = recalled
+    for cell in cells:
+        value = 2.0 if cell.get("recalled") else (0.0 if cell.get("error") else 1.0)
+        grid[depths.index(float(cell["depth"]))][lengths.index(int(cell["context_tokens"]))] = value
+
+    fig = Figure(figsize=(max(5.5, 1.5 + 0.9 * len(lengths)), max(3.5, 1.5 + 0.45 * len(depths))))
+    ax = fig.subplots()
+    ax.imshow(grid, cmap=ListedColormap(["#bdbdbd", "#d73027", "#1a9850"]), vmin=0, vmax=2, aspect="auto")
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=45)
+    ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+    for y, row in enumerate(grid):
+        for x, value in enumerate(row):
+            ax.text(x, y, ("!", "✗", "✓")[int(value)], ha="center", va="center", color="white", fontsize=10)
+    # White lines between cells so neighbouring cells of one colour stay readable as a grid.
+    ax.set_xticks([i - 0.5 for i in range(1, len(lengths))], minor=True)
+    ax.set_yticks([i - 0.5 for i in range(1, len(depths))], minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xlabel("context length (target tokens)")
+    ax.set_ylabel("needle depth (0% = start)")
+    title = "Needle recall: green recalled, red missed, grey error"
+    if required_tokens:
+        title += f"\nrequired: every cell up to {required_tokens} tokens"
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True

@@ -1,0 +1,273 @@
+"""Service definitions: for each process of a deployment, exactly what runs, where and how.
+
+`build_services(spec)` turns a validated `Deployment` into one `ServiceDefinition` per process
+(prefill and decode workers plus the router for `pd`, the single server for `combined`). Templates
+render these and nothing else, so every decision (argv, environment, ports, order) is made and
+unit-tested here.
+
+Secrets: the API key is never part of a definition. `api_key_file` names the file the serve script
+reads at start (`api_key.file`, or `{install_root}/secrets/api_key` that the playbook writes with
+mode 0600 from a vault variable); the script appends `--api-key "$key"` itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from dsv4deploy import flags
+from dsv4deploy.spec import DecodeSpec, Deployment, HostSpec, PrefillSpec, WorkerSpec
+
+Role = Literal["prefill", "decode", "combined", "router"]
+
+BASE_NAME = "sglang-dsv4"
+WORKER_START_ORDER = 10
+ROUTER_START_ORDER = 20
+# Seconds a stopping server gets before SIGKILL: sglang tears down TP ranks and frees GPU memory.
+SERVER_STOP_TIMEOUT_S = 60
+ROUTER_STOP_TIMEOUT_S = 15
+# Where the playbook writes a key given as a vault variable (mode 0600, owned by the service user).
+VAULT_KEY_RELPATH = "secrets/api_key"
+
+
+class ServiceDefinition(BaseModel):
+    """One process of the deployment, as the templates and the playbooks see it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    role: Role
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str
+    # File the process's output goes to under supervisor; None under systemd (the journal).
+    log_path: str | None
+    ports: list[int]
+    gpus: list[int]
+    # User to run as; None = whoever runs the service manager (service_user set to "").
+    user: str | None
+    start_order: int
+    url: str
+    service_manager: Literal["systemd", "supervisor"]
+    install_root: str
+    # The serve script in the active release: what the unit / program executes.
+    exec_path: str
+    description: str
+    # File holding the API key, read by the serve script at start; None = no key.
+    api_key_file: str | None
+    # Units on the same host this one starts after (the router after its local workers).
+    after: list[str]
+    stop_timeout_s: int
+    # sglang version the server is rendered for; None for the router.
+    sglang_version: str | None
+
+
+def build_services(spec: Deployment) -> list[ServiceDefinition]:
+    """Every service of the active topology, workers first (in spec order), then the router."""
+    if spec.topology == "combined":
+        assert spec.combined is not None  # guaranteed by spec validation
+        return [_server(spec, "combined", BASE_NAME, spec.combined)]
+    prefills = [_server(spec, "prefill", _numbered("prefill", i), w) for i, w in enumerate(spec.prefill)]
+    decodes = [_server(spec, "decode", _numbered("decode", i), w) for i, w in enumerate(spec.decode)]
+    return [*prefills, *decodes, _router(spec, prefills, decodes)]
+
+
+def services_on(spec: Deployment, host: str) -> list[ServiceDefinition]:
+    """The services of `host`, in start order."""
+    return sorted((s for s in build_services(spec) if s.host == host), key=lambda s: s.start_order)
+
+
+def _numbered(role: str, index: int) -> str:
+    # The first keeps the plain name (as the seeds' units were called); -2, -3 ... from the second on.
+    return f"{BASE_NAME}-{role}" if index == 0 else f"{BASE_NAME}-{role}-{index + 1}"
+
+
+def url_host(address: str) -> str:
+    """`address` as the host part of a URL (IPv6 literals in brackets)."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+
+
+def reach_address(host: HostSpec, listen: str) -> str:
+    """Where others reach a listener on `host` bound to `listen`.
+
+    A wildcard listener is reached at the host's inventory address; a listener bound to one
+    address (loopback included) only there, whatever the inventory says.
+    """
+    return host.address if listen in WILDCARDS else listen
+
+
+def api_key_file(spec: Deployment, host: HostSpec) -> str | None:
+    """The file a service on `host` reads its API key from, or None without a key."""
+    if spec.api_key is None:
+        return None
+    if spec.api_key.file is not None:
+        return spec.api_key.file
+    return f"{host.install_root}/{VAULT_KEY_RELPATH}"
+
+
+def _common(spec: Deployment, name: str, host: HostSpec) -> dict:
+    return {
+        "name": name,
+        "host": host.name,
+        "workdir": f"{host.install_root}/current",
+        "log_path": f"{host.install_root}/logs/{name}.log" if host.service_manager == "supervisor" else None,
+        "user": host.service_user or None,
+        "service_manager": host.service_manager,
+        "install_root": host.install_root,
+        "exec_path": f"{host.install_root}/current/bin/serve-{name}.sh",
+        "api_key_file": api_key_file(spec, host),
+    }
+
+
+def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"], worker: WorkerSpec) -> list[str]:
+    """The full server command for `worker` (launcher + flags, extra_args last; no API key)."""
+    host = spec.host(worker.host)
+    t = flags.table(host.sglang_version)
+    f = t.flag
+    argv = [
+        *spec.server_launcher,
+        f("model_path"), spec.model.path,
+        f("served_model_name"), spec.model.served_name,
+        f("tp_size"), str(worker.tp_size),
+        # CUDA_VISIBLE_DEVICES narrows the server to its GPUs; counting starts at 0 inside them.
+        f("base_gpu_id"), "0",
+        f("host"), host.listen,
+        f("port"), str(worker.port),
+        f("mem_fraction_static"), _fraction(worker.mem_fraction_static),
+    ]
+    overrides = spec.model_override_args(worker)
+    if overrides:
+        # Compact and key-sorted, so the same spec gives the same bytes (and release hash).
+        argv += [f("json_model_override_args"), json.dumps(overrides, sort_keys=True, separators=(",", ":"))]
+    for setting in ("chat_template", "page_size", "kv_cache_dtype", "context_length"):
+        value = spec.effective(worker, setting)
+        if value is not None:
+            argv += [f(setting), str(value)]
+    if role != "combined":
+        argv += [f("disaggregation_mode"), role]
+    if isinstance(worker, PrefillSpec):
+        argv += [f("disaggregation_bootstrap_port"), str(worker.bootstrap_port)]
+    if isinstance(worker, PrefillSpec | DecodeSpec):
+        if worker.transfer_backend:
+            argv += [f("disaggregation_transfer_backend"), worker.transfer_backend]
+        if worker.ib_device:
+            argv += [f("disaggregation_ib_device"), worker.ib_device]
+    argv += t.cuda_graph_args(role, worker.cuda_graph.enabled, worker.cuda_graph.max_bs)
+    if _is_dsv4(spec):
+        # Without these the chat API returns the raw reasoning and tool-call markup of DeepSeek-V4.
+        # The attention backend is not forced: sglang picks its dsv4 backend for this architecture.
+        argv += [f("reasoning_parser"), t.dsv4_reasoning_parser, f("tool_call_parser"), t.dsv4_tool_call_parser]
+    return [*argv, *worker.extra_args]
+
+
+def _is_dsv4(spec: Deployment) -> bool:
+    return spec.model.profile.startswith("deepseek-v4")
+
+
+def _fraction(value: float) -> str:
+    # repr keeps 0.8 as "0.8" (not "0.80000001"); the exact float round-trips through argparse.
+    return repr(value)
+
+
+def server_env(spec: Deployment, worker: WorkerSpec) -> dict[str, str]:
+    """server_env, then the worker's env (the worker wins), then CUDA_VISIBLE_DEVICES.
+
+    The GPU list is the spec's (preflight checks it against the host), so no env may override it.
+    Keys are sorted so the rendered files do not depend on inventory order.
+    """
+    env = {**spec.server_env, **worker.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, worker.gpus))}
+    return dict(sorted(env.items()))
+
+
+def _server(spec: Deployment, role: Literal["prefill", "decode", "combined"], name: str,
+            worker: WorkerSpec) -> ServiceDefinition:
+    host = spec.host(worker.host)
+    ports = [worker.port]
+    if isinstance(worker, PrefillSpec):
+        ports.append(worker.bootstrap_port)
+    return ServiceDefinition(
+        **_common(spec, name, host),
+        role=role,
+        argv=server_argv(spec, role, worker),
+        env=server_env(spec, worker),
+        ports=ports,
+        gpus=list(worker.gpus),
+        start_order=WORKER_START_ORDER,
+        url=f"http://{url_host(reach_address(host, host.listen))}:{worker.port}",
+        description=f"SGLang {role} server for {spec.model.served_name} (dsv4deploy)",
+        after=[],
+        stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+        sglang_version=host.sglang_version,
+    )
+
+
+def router_argv(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[ServiceDefinition]) -> list[str]:
+    """The sglang-router command (flags of sglang-router 0.3.2; extra_args last; no API key)."""
+    router = spec.router
+    assert router is not None  # guaranteed by spec validation for pd
+    argv = [*spec.router_launcher, "--pd-disaggregation"]
+    for svc, worker in zip(prefills, spec.prefill, strict=True):
+        # The port after the URL is the prefill's bootstrap port, which the router hands to decode.
+        argv += ["--prefill", svc.url, str(worker.bootstrap_port)]
+    for svc in decodes:
+        argv += ["--decode", svc.url]
+    argv += ["--host", router.listen, "--port", str(router.port)]
+    for option, value in (("--policy", router.policy), ("--prefill-policy", router.prefill_policy),
+                          ("--decode-policy", router.decode_policy)):
+        if value:
+            argv += [option, value]
+    retry = router.retry
+    if retry.enabled:
+        argv += ["--retry-max-retries", str(retry.max_retries),
+                 "--retry-initial-backoff-ms", str(retry.initial_backoff_ms),
+                 "--retry-max-backoff-ms", str(retry.max_backoff_ms)]
+    else:
+        argv += ["--disable-retries"]
+    cb = router.circuit_breaker
+    if cb.enabled:
+        # Rendered always: the router's own defaults (10 failures, 60 s open) turn warm-up errors
+        # into a minute of 503s while /readiness says ready.
+        argv += ["--cb-failure-threshold", str(cb.failure_threshold),
+                 "--cb-timeout-duration-secs", str(cb.timeout_s)]
+    else:
+        argv += ["--disable-circuit-breaker"]
+    hc = router.health_check
+    argv += ["--health-check-endpoint", hc.endpoint,
+             "--health-check-interval-secs", str(hc.interval_s),
+             "--health-failure-threshold", str(hc.failure_threshold),
+             "--health-check-timeout-secs", str(hc.timeout_s),
+             "--worker-startup-timeout-secs", str(router.worker_startup_timeout_s),
+             "--worker-startup-check-interval", str(router.worker_startup_check_interval_s)]
+    if router.prometheus_port is not None:
+        # Metrics listen where the router listens: no wider exposure than the API itself.
+        argv += ["--prometheus-port", str(router.prometheus_port), "--prometheus-host", router.listen]
+    return [*argv, *router.extra_args]
+
+
+def _router(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[ServiceDefinition]) -> ServiceDefinition:
+    router = spec.router
+    assert router is not None
+    host = spec.host(router.host)
+    ports = [router.port] + ([router.prometheus_port] if router.prometheus_port is not None else [])
+    # Only workers on the router's own host can be ordered by the service manager.
+    local_workers = [s.name for s in [*prefills, *decodes] if s.host == router.host]
+    return ServiceDefinition(
+        **_common(spec, f"{BASE_NAME}-router", host),
+        role="router",
+        argv=router_argv(spec, prefills, decodes),
+        env=dict(sorted(router.env.items())),
+        ports=ports,
+        gpus=[],
+        start_order=ROUTER_START_ORDER,
+        url=f"http://{url_host(reach_address(host, router.listen))}:{router.port}",
+        description=f"sglang-router (PD) for {spec.model.served_name} (dsv4deploy)",
+        after=local_workers,
+        stop_timeout_s=ROUTER_STOP_TIMEOUT_S,
+        sglang_version=None,
+    )

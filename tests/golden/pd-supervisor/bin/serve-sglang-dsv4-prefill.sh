@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Managed by dsv4deploy — local changes are overwritten
+# SGLang prefill server for deepseek-v4-flash (dsv4deploy): sglang-dsv4-prefill (role prefill) on host gpu1.
+# Prefill worker: computes the KV cache and serves it to decode workers on its bootstrap port.
+# Every value below is shell-quoted; the script execs the server so the service manager
+# supervises (and signals) the server itself, not this shell.
+set -euo pipefail
+
+export CUDA_VISIBLE_DEVICES=0,1,2,3
+export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600
+export SGLANG_DSV4_BF16_INDEX_K=0
+export SGLANG_SM120_MMA_FLASHMLA=1
+export SGLANG_SM120_TRITON_INDEXER=1
+
+cd /opt/dsv4deploy/current
+
+# The API key is read at start from a file (mode 0600) and never written into this script, the
+# unit or the release. It does appear in the server's argv: sglang takes it only as --api-key.
+api_key_file=/etc/dsv4deploy/api_key
+if [[ ! -r "$api_key_file" ]]; then
+  echo 'sglang-dsv4-prefill: cannot read the API key file' "$api_key_file" >&2
+  exit 1
+fi
+api_key="$(<"$api_key_file")"
+if [[ -z "$api_key" ]]; then
+  echo 'sglang-dsv4-prefill: the API key file is empty' "$api_key_file" >&2
+  exit 1
+fi
+
+exec python3 -m sglang.launch_server \
+  --model-path /models/DeepSeek-V4-Flash-NVFP4 \
+  --served-model-name deepseek-v4-flash \
+  --tp-size 4 \
+  --base-gpu-id 0 \
+  --host 0.0.0.0 \
+  --port 30001 \
+  --mem-fraction-static 0.8 \
+  --json-model-override-args '{"index_topk":1024}' \
+  --chat-template /models/DeepSeek-V4-Flash-NVFP4/chat_template.jinja \
+  --disaggregation-mode prefill \
+  --disaggregation-bootstrap-port 8998 \
+  --reasoning-parser deepseek-v4 \
+  --tool-call-parser deepseekv4 \
+  --api-key "$api_key"

@@ -1,0 +1,127 @@
+"""Config gate: the override in the log, effective per server_info, equal on prefill and decode."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsv4deploy.gates import GateStatus, ServerConfigInput, check_config, parse_logged_overrides
+
+from .stubs import always
+
+LOG_0518 = (
+    "[2026-10-01 10:00:00] server_args=ServerArgs(model_path='/models/dsv4', tp_size=4, "
+    "json_model_override_args='{\"index_topk\": 1024}', disaggregation_mode='prefill')\n"
+    "[2026-10-01 10:01:10] The server is fired up and ready to roll!\n"
+)
+LOG_0523 = (
+    "[2026-10-01 10:00:00] server_args={'model_path': '/models/dsv4', 'tp_size': 4, "
+    "'json_model_override_args': '{\"index_topk\": 1024}', 'disaggregation_mode': 'decode'}\n"
+    "[2026-10-01 10:01:10] The server is fired up and ready to roll!\n"
+)
+EXPECTED = {"index_topk": 1024}
+
+
+def info(override: str = '{"index_topk": 1024}', **more) -> tuple[int, dict]:
+    return 200, {
+        "json_model_override_args": override,
+        "model_path": "/models/dsv4",
+        "page_size": 64,
+        "version": "0.5.23",
+        **more,
+    }
+
+
+def server(stub, name, role, log, reply=None, path="/server_info") -> ServerConfigInput:
+    srv = stub({f"GET {path}": always(reply or info())})
+    return ServerConfigInput(name=name, role=role, url=srv.url, log_text=log)
+
+
+def test_parses_both_log_formats():
+    assert parse_logged_overrides(LOG_0518) == ['{"index_topk": 1024}']
+    assert parse_logged_overrides(LOG_0523) == ['{"index_topk": 1024}']
+    assert parse_logged_overrides("no args here") == []
+
+
+def test_pd_pair_that_agrees_passes(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523)]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert result.summary == (
+        'override {"index_topk": 1024} logged and effective on 2 server(s), prefill and decode agree'
+    )
+    assert [row["effective"] for row in result.evidence["servers"]] == ['{"index_topk": 1024}'] * 2
+    assert result.evidence["agreement"]["compared"] == ["json_model_override_args", "model_path", "page_size"]
+    assert "needle gate" in result.evidence["note"]
+
+
+def test_server_info_disagreeing_with_the_log_fails_with_both_values(stub):
+    servers = [
+        server(stub, "prefill", "prefill", LOG_0518),
+        server(stub, "decode", "decode", LOG_0523, reply=info('{"index_topk": 512}')),
+    ]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.FAILED
+    assert (
+        'decode: /server_info says {"index_topk": 512} while the log says {"index_topk": 1024}, '
+        'expected {"index_topk": 1024}'
+    ) in result.summary
+    assert "prefill and decode disagree on json_model_override_args" in result.summary
+    decode_row = result.evidence["servers"][1]
+    assert decode_row["logged"] == '{"index_topk": 1024}' and decode_row["effective"] == '{"index_topk": 512}'
+    assert decode_row["ok"] is False and result.evidence["servers"][0]["ok"] is True
+
+
+def test_prefill_and_decode_unequal_settings_fail(stub):
+    servers = [
+        server(stub, "prefill", "prefill", LOG_0518, reply=info(page_size=64)),
+        server(stub, "decode", "decode", LOG_0523, reply=info(page_size=1)),
+    ]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.FAILED
+    assert result.summary == "prefill and decode disagree on page_size: prefill=64, decode=1"
+    assert result.evidence["agreement"]["values"]["page_size"] == {"prefill": 64, "decode": 1}
+
+
+def test_override_missing_from_log_fails(stub):
+    servers = [server(stub, "combined", "combined", "[x] The server is fired up and ready to roll!\n")]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.FAILED
+    assert result.summary == "combined: no json_model_override_args in its log since this start"
+
+
+def test_last_start_in_the_log_wins(stub):
+    old_start = LOG_0523.replace("1024", "512")
+    servers = [server(stub, "combined", "combined", old_start + LOG_0523)]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert result.evidence["servers"][0]["logged_count"] == 2
+
+
+def test_old_server_info_alias_is_used_when_server_info_is_missing(stub):
+    servers = [server(stub, "combined", "combined", LOG_0518, path="/get_server_info")]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert result.evidence["servers"][0]["server_info_path"] == "/get_server_info"
+
+
+def test_server_info_error_body_is_kept(stub):
+    servers = [server(stub, "combined", "combined", LOG_0518, reply=(500, "scheduler is not responding"))]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.FAILED
+    assert "combined: server_info unreadable (500 scheduler is not responding)" in result.summary
+    [failure] = result.evidence["failures"]
+    assert failure["status"] == 500 and failure["body"] == "scheduler is not responding"
+
+
+def test_unreachable_server_is_reported(dead_url):
+    servers = [ServerConfigInput(name="decode", role="decode", url=dead_url, log_text=LOG_0523)]
+    result = check_config(EXPECTED, servers, timeout_s=1)
+    assert result.status is GateStatus.FAILED
+    assert "decode: server_info unreadable (ConnectError" in result.summary
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="at least one server"):
+        check_config(EXPECTED, [])
+    with pytest.raises(ValueError, match="must be a mapping"):
+        check_config('{"index_topk": 1024}', [])  # type: ignore[arg-type]

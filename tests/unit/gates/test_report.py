@@ -1,0 +1,139 @@
+"""Deploy reports: report.json fields, a readable report.md, the heatmap, and reports/latest."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from dsv4deploy.gates import GateResult, GateStatus, run_needle, run_smoke
+from dsv4deploy.report import build_report, update_latest, write_report
+
+from .stubs import always, model
+
+BREAKER_BODY = "No available prefill workers (all circuits open or unhealthy)"
+
+
+def gate(name: str, status: str, summary: str = "fine", **evidence) -> GateResult:
+    return GateResult(name=name, status=GateStatus(status), seconds=1.25, summary=summary, evidence=evidence)
+
+
+def needle_gate(stub) -> GateResult:
+    server = stub({"POST /v1/chat/completions": model(full_recall_tokens=1500, window_tokens=300)})
+    return run_needle(
+        server.url, "dsv4", context_lengths=[1000, 2000], depths=[0, 1], required_tokens=1200, deadline_s=30
+    )
+
+
+def rolled_back(stub) -> dict:
+    server = stub({"POST /v1/chat/completions": always((503, BREAKER_BODY))})
+    smoke = run_smoke(server.url, "dsv4", deadline_s=0.3, breaker_cooldown_s=60)
+    return build_report(
+        release="20261001T100000Z-abcdef0123",
+        previous_release="20260930T090000Z-0123456789",
+        topology="pd",
+        verdict="rolled_back",
+        endpoint="http://127.0.0.1:8000",
+        gates=[gate("readiness", "passed"), gate("config", "passed"), smoke, needle_gate(stub)],
+        generated_at=datetime(2026, 10, 1, 10, 5, tzinfo=UTC),
+    )
+
+
+def test_report_json_has_the_contract_fields(stub, tmp_path):
+    data = rolled_back(stub)
+    paths = write_report(tmp_path / data["release"], data)
+    saved = json.loads(paths["json"].read_text())
+    assert saved["release"] == "20261001T100000Z-abcdef0123"
+    assert saved["previous_release"] == "20260930T090000Z-0123456789"
+    assert (saved["topology"], saved["verdict"], saved["failed_gate"]) == ("pd", "rolled_back", "smoke")
+    assert saved["endpoint"] == "http://127.0.0.1:8000"
+    assert [(g["name"], g["status"]) for g in saved["gates"]] == [
+        ("readiness", "passed"),
+        ("config", "passed"),
+        ("smoke", "failed"),
+        ("needle", "passed"),
+    ]
+    assert all({"seconds", "evidence"} <= set(g) for g in saved["gates"])
+    cells = {(c["context_tokens"], c["depth"]): c["recalled"] for c in saved["needle"]["cells"]}
+    assert cells == {(1000, 0.0): True, (1000, 1.0): True, (2000, 0.0): False, (2000, 1.0): True}
+
+
+def test_report_md_reads_like_a_report(stub, tmp_path):
+    data = rolled_back(stub)
+    md = write_report(tmp_path, data)["md"].read_text()
+    first = md.splitlines()[2]
+    assert first.startswith("**ROLLED BACK** from `20261001T100000Z-abcdef0123` to `20260930T090000Z-0123456789`")
+    assert "gate `smoke` failed: no good answer" in first
+    assert "| smoke | ❌ failed |" in md and "| readiness | ✅ passed | 1.2 | fine |" in md
+    assert "| 1000 |" in md and "| ✓ | ✓ | 2/2 |" in md and "| ✗ | ✓ | 1/2 |" in md
+    assert "## Failures (raw answers)" in md and "### smoke (failed)" in md
+    assert f"```\n{BREAKER_BODY}\n```" in md
+
+
+def test_heatmap_is_skipped_and_said_so_without_matplotlib(stub, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib...` fail
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.colors", None)
+    data = rolled_back(stub)
+    paths = write_report(tmp_path, data)
+    assert "heatmap" not in paths and not (tmp_path / "needle-heatmap.png").exists()
+    assert "Heatmap skipped: matplotlib is not installed" in paths["md"].read_text()
+
+
+def test_heatmap_is_drawn_with_matplotlib(stub, tmp_path):
+    pytest.importorskip("matplotlib")
+    paths = write_report(tmp_path, rolled_back(stub))
+    assert paths["heatmap"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![needle recall heatmap](needle-heatmap.png)" in paths["md"].read_text()
+
+
+def test_promoted_report_without_needle(tmp_path):
+    data = build_report(
+        release="r2",
+        previous_release="r1",
+        topology="combined",
+        verdict="promoted",
+        endpoint="http://h:30000",
+        gates=[gate("readiness", "passed"), gate("smoke", "passed")],
+    )
+    md = write_report(tmp_path, data)["md"].read_text()
+    assert data["failed_gate"] is None and data["needle"] is None
+    assert "**PROMOTED** `r2`: 2 of 2 gates passed." in md
+    assert "Needle" not in md and "Failures" not in md
+
+
+def test_table_cells_are_escaped_and_fences_lengthened(tmp_path):
+    body = "```\nnested | fence\n```"
+    failing = gate("config", "failed", "a | b\nc", failures=[{"what": "x", "status": 500, "body": body}])
+    data = build_report(
+        release="r", previous_release=None, topology="pd", verdict="failed", endpoint=None, gates=[failing]
+    )
+    md = write_report(tmp_path, data)["md"].read_text()
+    assert "| config | ❌ failed | 1.2 | a \\| b c |" in md
+    assert f"````\n{body}\n````" in md
+
+
+def test_update_latest_points_at_the_release_and_moves(tmp_path):
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r2").mkdir()
+    link = update_latest(tmp_path, "r1")
+    assert link == tmp_path / "latest" and link.readlink().as_posix() == "r1"
+    update_latest(tmp_path, "r2")
+    assert (tmp_path / "latest").readlink().as_posix() == "r2" and (tmp_path / "latest").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "r1", "r2"]
+
+
+def test_update_latest_refuses_bad_targets(tmp_path):
+    with pytest.raises(ValueError, match="no report directory"):
+        update_latest(tmp_path, "missing")
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "latest").mkdir()
+    with pytest.raises(ValueError, match="not a symlink"):
+        update_latest(tmp_path, "r1")
+
+
+def test_unknown_verdict_raises():
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        build_report(release="r", previous_release=None, topology="pd", verdict="green", endpoint=None, gates=[])
