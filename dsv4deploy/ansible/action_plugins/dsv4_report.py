@@ -30,6 +30,15 @@ options:
 display = Display()
 
 
+def _free_name(root: Path, release: str) -> str:
+    """`release`, or `release-N` when that release already has a report (a re-run keeps the first)."""
+    name, n = release, 1
+    while (root / name).exists():
+        n += 1
+        name = f"{release}-{n}"
+    return name
+
+
 class ActionModule(ActionBase):
     """Runs on the controller; use run_once."""
 
@@ -57,9 +66,11 @@ class ActionModule(ActionBase):
         # A failure outside the gates (preflight, switchover) is named by the stage it happened in.
         data["failed_gate"] = args.get("failed_gate") or data["failed_gate"]
         root = Path(args["reports_dir"])
-        paths = list(write_report(root / data["release"], data).values())
-        update_latest(root, data["release"])
+        name = _free_name(root, data["release"])
+        paths = list(write_report(root / name, data).values())
+        update_latest(root, name)
         for path in paths:
             display.display(f"  report: {path}")
-        result.update(changed=True, report=data, paths=[str(p) for p in paths])
+        # The report is a controller-side record, not a change to any host.
+        result.update(changed=False, report=data, paths=[str(p) for p in paths])
         return result

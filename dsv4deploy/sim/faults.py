@@ -1,0 +1,65 @@
+"""Parse ``DSV4_SIM_FAULTS``: comma-separated ``name`` or ``name=value`` switches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# name -> value kind ("flag" takes no value)
+KNOWN_FAULTS: dict[str, str] = {
+    "warmup_s": "float",
+    "first_errors": "int",
+    "crash_on_start": "flag",
+    "never_ready": "flag",
+    "ignore_override": "flag",
+    "pd_transfer_truncate": "flag",
+    "tool_call_corruption": "float",
+    "slow_release": "float",
+}
+
+
+class FaultError(ValueError):
+    """A fault specification that cannot be honoured (unknown name, bad value)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults switched on for one simulated process; all off by default."""
+
+    warmup_s: float = 0.0
+    first_errors: int = 0
+    crash_on_start: bool = False
+    never_ready: bool = False
+    ignore_override: bool = False
+    pd_transfer_truncate: bool = False
+    tool_call_corruption: float = 0.0
+    slow_release: float = 0.0
+
+
+def parse_faults(spec: str | None) -> Faults:
+    """Turn ``"warmup_s=3,ignore_override"`` into :class:`Faults`; raise FaultError if invalid."""
+    values: dict[str, object] = {}
+    for item in (spec or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        kind = KNOWN_FAULTS.get(name)
+        if kind is None:
+            known = ", ".join(sorted(KNOWN_FAULTS))
+            raise FaultError(f"unknown fault {name!r} in DSV4_SIM_FAULTS (known: {known})")
+        if kind == "flag":
+            if sep and raw.strip().lower() not in ("1", "true", "yes", "on"):
+                raise FaultError(f"fault {name!r} takes no value (got {raw!r})")
+            values[name] = True
+            continue
+        if not sep:
+            raise FaultError(f"fault {name!r} needs a value: {name}=<{kind}>")
+        try:
+            value = int(raw) if kind == "int" else float(raw)
+        except ValueError:
+            raise FaultError(f"fault {name!r} needs a {kind} value, got {raw!r}") from None
+        if value < 0 or (name == "tool_call_corruption" and value > 1):
+            raise FaultError(f"fault {name!r} value out of range: {raw!r}")
+        values[name] = value
+    return Faults(**values)  # type: ignore[arg-type]

@@ -1,0 +1,227 @@
+"""Generation requests: OpenAI chat/completions and native /generate, combined or PD."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .model import Answer, corrupt_tool_call, garble, generate
+from .pd import KVTransferError, fetch_kv
+from .recall import PromptKV, compute_kv, truncate_distant_entries, unit_hash
+from .tokenizer import count_tokens, message_text, render_chat, tokenize
+
+if TYPE_CHECKING:
+    from .server import SimServer
+
+FULL_CORRUPTION_BATCH = 16  # concurrency at which tool_call_corruption reaches its full rate
+
+
+class ServingError(Exception):
+    """An error answered to the client: HTTP status and sglang's message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Prompt:
+    """What a request asks: the prompt text, its token count, the last turn, tools, limits."""
+
+    text: str
+    tokens: int
+    last_text: str
+    last_role: str
+    tools: list[dict[str, Any]] | None
+    max_tokens: int | None
+
+
+def parse_prompt(path: str, body: dict[str, Any]) -> Prompt:
+    """Read the prompt of an OpenAI chat/completion or native generate body."""
+    if path == "/v1/chat/completions":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ServingError(400, "messages must be a non-empty list")
+        text, tokens = render_chat(messages)
+        last = messages[-1]
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), last)
+        role = str(last.get("role", "user"))
+        last_text = message_text(last.get("content") if role == "tool" else last_user.get("content"))
+        tools = body.get("tools") if body.get("tool_choice") != "none" else None
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        return Prompt(text, tokens, last_text, role, tools or None, max_tokens)
+    if path == "/v1/completions":
+        prompt = body.get("prompt", "")
+        text = prompt[0] if isinstance(prompt, list) and prompt else prompt
+        if isinstance(text, list):  # token ids
+            return Prompt("", len(text), "", "user", None, body.get("max_tokens"))
+        text = str(text)
+        return Prompt(text, count_tokens(text), text, "user", None, body.get("max_tokens", 16))
+    # /generate
+    params = body.get("sampling_params") or {}
+    if body.get("input_ids") is not None:
+        ids = body["input_ids"]
+        return Prompt("", len(ids), "", "user", None, params.get("max_new_tokens", 128))
+    text = body.get("text", "")
+    text = text[0] if isinstance(text, list) and text else str(text)
+    return Prompt(text, count_tokens(text), text, "user", None, params.get("max_new_tokens", 128))
+
+
+def _limit(answer: Answer, max_tokens: int | None) -> tuple[Answer, int]:
+    """Cut the answer to ``max_tokens`` output tokens; returns it and its token count."""
+    if answer.tool_calls:
+        n = sum(count_tokens(c["function"]["arguments"]) + 3 for c in answer.tool_calls)
+        return answer, n
+    toks = tokenize(answer.text)
+    if max_tokens is not None and len(toks) > int(max_tokens):
+        cut, pos = int(max_tokens), 0
+        for tok in toks[:cut]:
+            pos = answer.text.index(tok, pos) + len(tok)
+        return Answer(text=answer.text[:pos], finish_reason="length"), cut
+    return answer, max(1, len(toks))
+
+
+def _room(body: dict[str, Any]) -> int | None:
+    room = body.get("bootstrap_room")
+    if isinstance(room, list):  # batches carry one room per prompt
+        room = room[0] if room else None
+    return room
+
+
+def run_generation(sim: SimServer, path: str, body: dict[str, Any]) -> tuple[Prompt, Answer, int]:
+    """Do the work of one generation; returns prompt, answer and completion token count."""
+    s = sim.settings
+    room = _room(body)
+    if s.pd and room is None and s.args.get("disaggregation_transfer_backend") != "fake":
+        rid = body.get("rid") or uuid.uuid4().hex
+        raise ServingError(400, "Invalid request: Disaggregated request received without "
+                                f"bootstrap room id. req.rid='{rid}'")
+    if sim.take_first_error():
+        if s.mode == "decode":
+            raise ServingError(500, str(KVTransferError(int(room or 0),
+                                                        "Prefill server not fully registered yet")))
+        raise ServingError(500, "Internal server error: scheduler not ready to serve requests")
+    prompt = parse_prompt(path, body)
+    if prompt.tokens > s.context_length:
+        raise ServingError(400, f"The input ({prompt.tokens} tokens) is longer than the model's "
+                                f"context length ({s.context_length} tokens).")
+    salt = f"{s.index_topk}|{s.mode}|{room}"
+    with sim.engine.request():
+        if s.mode == "decode":
+            kv = _receive_kv(sim, body, int(room or 0))
+        else:
+            sim.engine.prefill(prompt.tokens)
+            kv = compute_kv(prompt.text, prompt.tokens)
+            kv.settings = s.model_affecting()
+            if s.mode == "prefill":
+                if sim.env.faults.pd_transfer_truncate:
+                    kv = truncate_distant_entries(kv)
+                sim.rooms.publish(int(room or 0), kv)
+        answer = generate(kv, prompt.last_text, index_topk=s.index_topk, tools=prompt.tools,
+                          last_role=prompt.last_role, call_id=f"call_{uuid.uuid4().hex[:24]}",
+                          salt=salt)
+        if s.mode == "decode":
+            answer = _decode_side_effects(sim, kv, answer, room)
+        if s.mode == "prefill":
+            answer, out_tokens = _limit(answer, 1)  # prefill emits the first token only
+        else:
+            answer, out_tokens = _limit(answer, prompt.max_tokens)
+            sim.engine.decode(out_tokens)
+    return prompt, answer, out_tokens
+
+
+def _receive_kv(sim: SimServer, body: dict[str, Any], room: int) -> PromptKV:
+    host = str(body.get("bootstrap_host") or "127.0.0.1")
+    port = int(body.get("bootstrap_port") or 8998)
+    timeout = min(sim.env.waiting_timeout_s, sim.env.bootstrap_timeout_s)
+    try:
+        kv = fetch_kv(host, port, room, timeout)
+    except KVTransferError as exc:
+        sim.log.line(f"Decode transfer failed for request rank=0 req.rid=... "
+                     f"bootstrap_room={room} with exception {exc}", "TP0")
+        raise ServingError(500, str(exc)) from None
+    if sim.env.faults.pd_transfer_truncate:
+        kv = truncate_distant_entries(kv)
+    return kv
+
+
+def _decode_side_effects(sim: SimServer, kv: PromptKV, answer: Answer, room: Any) -> Answer:
+    """What can go wrong on a decode: settings unlike the prefill's, tool-call corruption."""
+    theirs = kv.settings
+    mine = sim.settings.model_affecting()
+    if theirs and any(theirs.get(k) != v for k, v in mine.items()):
+        return Answer(text=garble(answer.text or "x", str(room)))
+    rate = sim.env.faults.tool_call_corruption
+    if (answer.tool_calls and rate > 0 and sim.settings.cuda_graph and sim.env.bf16_index_k):
+        effective = rate * min(1.0, sim.engine.running / FULL_CORRUPTION_BATCH)
+        if unit_hash(room, "corrupt") < effective:
+            return corrupt_tool_call(answer.tool_calls[0], str(room))
+    return answer
+
+
+def _usage(prompt: Prompt, out_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt.tokens, "total_tokens": prompt.tokens + out_tokens,
+            "completion_tokens": out_tokens, "prompt_tokens_details": None}
+
+
+def response_body(sim: SimServer, path: str, prompt: Prompt, answer: Answer,
+                  out_tokens: int, started: float) -> dict[str, Any]:
+    """The JSON sglang returns for this endpoint."""
+    rid = uuid.uuid4().hex
+    created = int(time.time())
+    matched = 1 if answer.finish_reason == "stop" else None
+    if path == "/v1/chat/completions":
+        message = {"role": "assistant", "content": answer.text or None, "reasoning_content": None,
+                   "tool_calls": answer.tool_calls or None}
+        return {"id": rid, "object": "chat.completion", "created": created,
+                "model": sim.settings.served_name,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": answer.finish_reason, "matched_stop": matched}],
+                "usage": _usage(prompt, out_tokens), "metadata": {"weight_version": "default"}}
+    if path == "/v1/completions":
+        return {"id": rid, "object": "text_completion", "created": created,
+                "model": sim.settings.served_name,
+                "choices": [{"index": 0, "text": answer.text, "logprobs": None,
+                             "finish_reason": answer.finish_reason, "matched_stop": matched}],
+                "usage": _usage(prompt, out_tokens), "metadata": {"weight_version": "default"}}
+    finish: dict[str, Any] = ({"type": "length", "length": out_tokens}
+                              if answer.finish_reason == "length" else {"type": "stop", "matched": 1})
+    text = answer.text or json.dumps([c["function"] for c in answer.tool_calls])
+    return {"text": text, "output_ids": list(range(1000, 1000 + out_tokens)),
+            "meta_info": {"id": rid, "finish_reason": finish, "prompt_tokens": prompt.tokens,
+                          "weight_version": "default", "completion_tokens": out_tokens,
+                          "cached_tokens": 0, "e2e_latency": round(time.time() - started, 4)}}
+
+
+def stream_chunks(sim: SimServer, path: str, prompt: Prompt, answer: Answer, out_tokens: int,
+                  body: dict[str, Any], started: float) -> list[dict[str, Any]]:
+    """The SSE events (without ``[DONE]``) of a streamed answer, all at once."""
+    full = response_body(sim, path, prompt, answer, out_tokens, started)
+    if path == "/generate":
+        return [full]
+    usage = full["usage"]
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    base = {k: full[k] for k in ("id", "created", "model")}
+    if path == "/v1/chat/completions":
+        msg = full["choices"][0]["message"]
+        delta: dict[str, Any] = {"role": "assistant", "content": msg["content"]}
+        if msg["tool_calls"]:
+            delta["tool_calls"] = [dict(c, index=i) for i, c in enumerate(msg["tool_calls"])]
+        obj = "chat.completion.chunk"
+        first = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        last = {"index": 0, "delta": {}, "logprobs": None,
+                "finish_reason": full["choices"][0]["finish_reason"]}
+    else:
+        obj = "text_completion"
+        first = {"index": 0, "text": answer.text, "logprobs": None, "finish_reason": None}
+        last = {"index": 0, "text": "", "logprobs": None,
+                "finish_reason": full["choices"][0]["finish_reason"]}
+    events = [dict(base, object=obj, choices=[first], usage=None),
+              dict(base, object=obj, choices=[last], usage=None)]
+    if include_usage:
+        events.append(dict(base, object=obj, choices=[], usage=usage))
+    return events

@@ -1,0 +1,138 @@
+"""A private copy of the embedded simulated host for one test module: own ports, install root, reports.
+
+The copy is the real `inventory/local` with only ports and paths changed, so the playbooks run
+exactly as a user runs them; nothing in the tool knows it is under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(os.environ.get("DSV4_VENV_BIN", REPO / ".venv" / "bin"))
+
+
+def free_port_block(size: int = 4) -> int:
+    """A base port with `size` consecutive free ports on loopback."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + size >= 65000:
+            continue
+        if all(_is_free(base + i) for i in range(size)):
+            return base
+    raise RuntimeError("no block of free ports found")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class SimHost:
+    """One simulated host: its inventory, install root and reports folder."""
+
+    root: Path
+    base_port: int
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "inventory"
+
+    @property
+    def install_root(self) -> Path:
+        return self.root / "install"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.base_port}"
+
+    def playbook(self, name: str, *extra: str, check: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
+        """Run playbooks/<name> against this host; returns the finished process (output in .stdout)."""
+        cmd = [str(VENV_BIN / "ansible-playbook"), f"playbooks/{name}", "-i", str(self.inventory),
+               "-e", f"dsv4_report_dir={self.reports}", *extra]
+        env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{name} failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+        return proc
+
+    def report(self) -> dict[str, Any]:
+        """The newest report.json."""
+        return json.loads((self.reports / "latest" / "report.json").read_text())
+
+    def active_release(self) -> str | None:
+        link = self.install_root / "current"
+        return os.path.basename(os.readlink(link)) if link.is_symlink() else None
+
+    def supervisorctl(self, *args: str) -> str:
+        conf = self.install_root / "supervisor" / "supervisord.conf"
+        return subprocess.run([str(VENV_BIN / "supervisorctl"), "-c", str(conf), *args],
+                              capture_output=True, text=True, timeout=60).stdout
+
+    def pids(self) -> dict[str, int]:
+        """Running program -> pid, from supervisord."""
+        out = {}
+        for line in self.supervisorctl("status").splitlines():
+            parts = line.split()
+            if len(parts) > 3 and parts[1] == "RUNNING":
+                out[parts[0]] = int(parts[3].rstrip(","))
+        return out
+
+    def teardown(self) -> None:
+        """Stop everything this host started (by the playbook, then by PID as a last resort)."""
+        try:
+            self.playbook("stop.yml", timeout=300)
+        finally:
+            pidfile = self.install_root / "supervisor" / "supervisord.pid"
+            if pidfile.exists():
+                try:
+                    pid = int(pidfile.read_text().strip())
+                    os.kill(pid, signal.SIGTERM)
+                    for _ in range(100):
+                        os.kill(pid, 0)
+                        time.sleep(0.1)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+
+def make_sim_host(root: Path) -> SimHost:
+    """Copy inventory/local into `root` with fresh ports and paths under `root`."""
+    host = SimHost(root=root, base_port=free_port_block(5))
+    src = REPO / "inventory" / "local"
+    shutil.copytree(src, host.inventory)
+    dep_path = host.inventory / "group_vars" / "all" / "deployment.yml"
+    dep = yaml.safe_load(dep_path.read_text())
+    p = host.base_port
+    dep["router"]["port"] = p
+    dep["combined"]["port"] = p
+    dep["prefill"][0]["port"] = p + 1
+    dep["decode"][0]["port"] = p + 2
+    dep["prefill"][0]["bootstrap_port"] = p + 3
+    dep["router"]["prometheus_port"] = p + 4
+    dep["install_root"] = str(host.install_root)
+    dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
+    (host.inventory / "group_vars" / "all" / "zz_paths.yml").write_text(
+        yaml.safe_dump({"dsv4_repo_root": str(REPO)}))
+    return host

@@ -1,0 +1,195 @@
+"""The gated rollout end to end on the simulated host, behind the real sglang-router and supervisord.
+
+The tests of this module run in order on one host: a good release is promoted first, and every
+failing deploy after it must leave that (or the latest good) release serving and verified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+import pytest
+
+from tests.integration.simhost import SimHost
+
+pytestmark = pytest.mark.integration
+
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+
+
+def chat(host: SimHost, text: str = "Say OK") -> str:
+    body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": text}], "max_tokens": 16}
+    r = httpx.post(f"{host.endpoint}/v1/chat/completions", json=body, timeout=30)
+    r.raise_for_status()
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def assert_serving(host: SimHost, release: str) -> None:
+    """`release` is active and answers through the endpoint clients use."""
+    assert host.active_release() == release
+    assert "OK" in chat(host)
+
+
+def test_pd_deploy_with_index_topk_1024_is_promoted(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=1024", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    assert report["verdict"] == "promoted"
+    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle"]
+    assert all(g["status"] == "passed" for g in report["gates"])
+    assert report["endpoint"] == sim_host.endpoint
+    assert report["needle"]["cells"], "the needle grid is in the report"
+    assert sim_host.active_release() == report["release"]
+    assert set(sim_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
+    assert "OK" in chat(sim_host)
+    md = (sim_host.reports / "latest" / "report.md").read_text()
+    assert "PROMOTED" in md
+
+
+def test_same_deploy_again_changes_nothing(sim_host: SimHost) -> None:
+    before = sim_host.pids()
+    release = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=1024", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert sim_host.report()["verdict"] == "unchanged"
+    assert "changed=0" in proc.stdout.split("PLAY RECAP")[-1]
+    assert sim_host.pids() == before
+    assert sim_host.active_release() == release
+
+
+def test_check_diff_shows_the_change_and_changes_nothing(sim_host: SimHost) -> None:
+    before = sim_host.pids()
+    release = sim_host.active_release()
+    releases = sorted(os.listdir(sim_host.install_root / "releases"))
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", "--check", "--diff", *FAST)
+    assert "index_topk" in proc.stdout and "512" in proc.stdout  # the diff of the serve scripts
+    assert sorted(os.listdir(sim_host.install_root / "releases")) == releases
+    assert sim_host.active_release() == release
+    assert sim_host.pids() == before
+
+
+NEEDLE_5K5 = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [2000, 5500], "needle_depths": [0.25, 0.75]}']
+
+
+def test_ignored_override_is_logged_but_caught_by_recall_and_rolled_back(sim_host: SimHost) -> None:
+    # The servers log index_topk 1024 and report it in /server_info, but compute with 512: only a
+    # functional gate can see it. The config gate passes; the needle gate fails; the deploy rolls back.
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", "sim_faults=ignore_override", *NEEDLE_5K5, *FAST)
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle")
+    config = next(g for g in report["gates"] if g["name"] == "config")
+    assert config["status"] == "passed"
+    assert f"release {good} is serving again and verified" in proc.stdout
+    assert_serving(sim_host, good)
+
+
+def test_override_ignored_by_decode_alone_garbles_and_rolls_back(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", '{"sim_faults_by_role": {"decode": "ignore_override"}}', *FAST)
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "smoke")
+    assert_serving(sim_host, good)
+
+
+def test_first_errors_after_ready_still_promote(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", "-e", "sim_faults=first_errors=3", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    assert report["verdict"] == "promoted"
+    smoke = next(g for g in report["gates"] if g["name"] == "smoke")
+    assert smoke["evidence"]["failures"], "the error bodies of the first tries are kept"
+    assert_serving(sim_host, report["release"])
+
+
+def test_never_ready_rolls_back_at_readiness(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", "sim_faults=never_ready", *FAST[:0],
+                             "-e", "readiness_deadline_s=6", "-e", "smoke_deadline_s=30")
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "readiness")
+    assert_serving(sim_host, good)
+
+
+def test_crash_on_start_rolls_back_at_switchover(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", '{"sim_faults_by_role": {"prefill": "crash_on_start"}}', *FAST)
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "switchover")
+    assert "sglang-dsv4-prefill did not start" in proc.stdout
+    assert_serving(sim_host, good)
+
+
+def test_needle_below_the_required_length_rolls_back(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", *NEEDLE_5K5, *FAST)
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle")
+    assert any(not c["recalled"] for c in report["needle"]["cells"])
+    assert_serving(sim_host, good)
+
+
+def test_out_of_memory_fraction_fails_before_anything_changes(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    pids = sim_host.pids()
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=1024",
+                             "-e", '{"decode": [{"host": "local", "gpus": [4,5,6,7], "tp_size": 4, '
+                                   f'"port": {sim_host.base_port + 2}, "mem_fraction_static": 0.85}}]}}', *FAST)
+    assert proc.returncode != 0
+    assert "decode[0].mem_fraction_static (host local)" in proc.stdout
+    assert "nothing was changed" in proc.stdout
+    assert sim_host.report()["verdict"] == "failed"
+    assert sim_host.pids() == pids
+    assert_serving(sim_host, good)
+
+
+def test_a_second_deploy_fails_fast_on_the_lock(sim_host: SimHost) -> None:
+    lock = sim_host.install_root / "deploy.lock"
+    lock.write_text(json.dumps({"owner": "alice@ops", "run_id": "other", "since": 4102444800.0}))
+    try:
+        proc = sim_host.playbook("deploy.yml", *FAST)
+    finally:
+        lock.unlink()
+    assert proc.returncode != 0
+    assert "another deploy holds" in proc.stdout and "alice@ops" in proc.stdout
+
+
+def test_switch_to_combined_and_back(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=combined", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert sim_host.report()["topology"] == "combined"
+    assert set(sim_host.pids()) == {"sglang-dsv4"}
+    assert "OK" in chat(sim_host)
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert set(sim_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
+    assert "OK" in chat(sim_host)
+
+
+def test_rollback_playbook_to_a_named_release_and_verify(sim_host: SimHost) -> None:
+    releases = sorted(os.listdir(sim_host.install_root / "releases"))
+    active = sim_host.active_release()
+    target = next(r for r in reversed(releases) if r != active)
+    proc = sim_host.playbook("rollback.yml", "-e", f"release={target}", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert f"release {target} is serving and verified" in proc.stdout
+    assert_serving(sim_host, target)
+    proc = sim_host.playbook("verify.yml", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gate needle: passed" in proc.stdout
+    assert sim_host.active_release() == target
+
+
+def test_rollback_to_a_release_that_does_not_exist_is_refused(sim_host: SimHost) -> None:
+    active = sim_host.active_release()
+    proc = sim_host.playbook("rollback.yml", "-e", "release=20000101T000000Z-nope")
+    assert proc.returncode != 0
+    assert "release 20000101T000000Z-nope is not installed on local" in proc.stdout
+    assert sim_host.active_release() == active
