@@ -18,7 +18,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dsv4deploy import flags
-from dsv4deploy.spec import DecodeSpec, Deployment, HostSpec, PrefillSpec, WorkerSpec
+from dsv4deploy.spec import (
+    ROUTER_DEFAULT_PROMETHEUS_PORT,
+    DecodeSpec,
+    Deployment,
+    HostSpec,
+    PrefillSpec,
+    RouterSpec,
+    WorkerSpec,
+)
 
 Role = Literal["prefill", "decode", "combined", "router"]
 
@@ -244,17 +252,22 @@ def router_argv(spec: Deployment, prefills: list[ServiceDefinition], decodes: li
              "--health-check-timeout-secs", str(hc.timeout_s),
              "--worker-startup-timeout-secs", str(router.worker_startup_timeout_s),
              "--worker-startup-check-interval", str(router.worker_startup_check_interval_s)]
-    if router.prometheus_port is not None:
-        # Metrics listen where the router listens: no wider exposure than the API itself.
-        argv += ["--prometheus-port", str(router.prometheus_port), "--prometheus-host", router.listen]
+    # Always explicit: the router otherwise binds 0.0.0.0:29000, exposing metrics on every interface
+    # and clashing with a second deployment on the host. Metrics listen where the router listens.
+    argv += ["--prometheus-port", str(prometheus_port(router)), "--prometheus-host", router.listen]
     return [*argv, *router.extra_args]
+
+
+def prometheus_port(router: RouterSpec) -> int:
+    """The router's metrics port: the spec's, else sglang-router's default."""
+    return router.prometheus_port if router.prometheus_port is not None else ROUTER_DEFAULT_PROMETHEUS_PORT
 
 
 def _router(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[ServiceDefinition]) -> ServiceDefinition:
     router = spec.router
     assert router is not None
     host = spec.host(router.host)
-    ports = [router.port] + ([router.prometheus_port] if router.prometheus_port is not None else [])
+    ports = [router.port, prometheus_port(router)]
     # Only workers on the router's own host can be ordered by the service manager.
     local_workers = [s.name for s in [*prefills, *decodes] if s.host == router.host]
     return ServiceDefinition(

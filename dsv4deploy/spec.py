@@ -10,12 +10,13 @@ are in `check_deployment`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dsv4deploy import versions
+from dsv4deploy import flags, versions
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
@@ -364,6 +365,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_agreement(spec)
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
+    problems += _check_env(spec)
     return _unique(problems)
 
 
@@ -454,14 +456,19 @@ def _check_gpus(spec: Deployment) -> list[Problem]:
     return out
 
 
+# sglang-router 0.3.2 serves Prometheus metrics on this port (on 0.0.0.0) when --prometheus-port is not given.
+ROUTER_DEFAULT_PROMETHEUS_PORT = 29000
+PORT_FIX = "give every listener on a host its own port"
+
+
 def _check_ports(spec: Deployment) -> list[Problem]:
     out = []
     used: dict[tuple[str, int], str] = {}
 
-    def claim(host: str, port: int, field: str) -> None:
+    def claim(host: str, port: int, field: str, fix: str = PORT_FIX) -> None:
         if (host, port) in used:
             out.append(Problem(field=field, host=host, message=f"port {port} is also used by {used[(host, port)]}",
-                               fix="give every listener on a host its own port"))
+                               fix=fix))
         else:
             used[(host, port)] = field
 
@@ -471,8 +478,12 @@ def _check_ports(spec: Deployment) -> list[Problem]:
             claim(w.host, w.bootstrap_port, f"{path}.bootstrap_port")
     if spec.topology == "pd" and spec.router:
         claim(spec.router.host, spec.router.port, "router.port")
-        if spec.router.prometheus_port:
+        if spec.router.prometheus_port is not None:
             claim(spec.router.host, spec.router.prometheus_port, "router.prometheus_port")
+        else:
+            claim(spec.router.host, ROUTER_DEFAULT_PROMETHEUS_PORT, "router.prometheus_port",
+                  f"set router.prometheus_port to a free port (unset, sglang-router serves metrics on "
+                  f"{ROUTER_DEFAULT_PROMETHEUS_PORT})")
     return out
 
 
@@ -526,29 +537,78 @@ RENDERED_SERVER_FLAGS = (
     "--mem-fraction-static", "--json-model-override-args", "--chat-template", "--page-size",
     "--kv-cache-dtype", "--context-length", "--disaggregation-mode", "--disaggregation-bootstrap-port",
     "--disaggregation-transfer-backend", "--disaggregation-ib-device", "--api-key",
+    "--reasoning-parser", "--tool-call-parser",
+    # cuda_graph: {enabled, max_bs}, spelled per sglang version (dsv4deploy.flags).
+    "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill",
+    "--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-prefill-cuda-graph",
 )
-RENDERED_ROUTER_FLAGS = ("--host", "--port", "--pd-disaggregation", "--prefill", "--decode", "--api-key")
+# Everything dsv4deploy.services.router_argv renders (router.{policy, retry, circuit_breaker, ...}).
+RENDERED_ROUTER_FLAGS = (
+    "--host", "--port", "--pd-disaggregation", "--prefill", "--decode", "--api-key",
+    "--policy", "--prefill-policy", "--decode-policy",
+    "--retry-max-retries", "--retry-initial-backoff-ms", "--retry-max-backoff-ms", "--disable-retries",
+    "--cb-failure-threshold", "--cb-timeout-duration-secs", "--disable-circuit-breaker",
+    "--health-check-endpoint", "--health-check-interval-secs", "--health-failure-threshold",
+    "--health-check-timeout-secs", "--worker-startup-timeout-secs", "--worker-startup-check-interval",
+    "--prometheus-port", "--prometheus-host",
+)
+# What to use instead of a flag a sglang version refuses or deprecates (dsv4deploy.flags, `forbidden`).
+FORBIDDEN_FLAG_REPLACEMENTS = {
+    "--cuda-graph-max-bs": "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)",
+    "--cuda-graph-bs": "--cuda-graph-bs-decode or --cuda-graph-bs-prefill",
+    "--disable-cuda-graph": "cuda_graph.enabled: false (rendered as --disable-decode-cuda-graph "
+                            "and/or --disable-prefill-cuda-graph)",
+}
 
 
 def _check_extra_args(spec: Deployment) -> list[Problem]:
     out = []
-    targets: list[tuple[str, str, list[str], tuple[str, ...]]] = [
-        (path, w.host, w.extra_args, RENDERED_SERVER_FLAGS) for path, w in spec.workers()
-    ]
+    for path, w in spec.workers():
+        version = spec.host(w.host).sglang_version
+        forbidden = flags.forbidden_flags_in(version, w.extra_args) if version in versions.RELEASES else []
+        out += [_forbidden_flag(path, w.host, version, arg) for arg in forbidden]
+        out += _rendered_flags(path, w.host, [a for a in w.extra_args if a not in forbidden], RENDERED_SERVER_FLAGS)
     if spec.topology == "pd" and spec.router:
-        targets.append(("router", spec.router.host, spec.router.extra_args, RENDERED_ROUTER_FLAGS))
-    for path, host, args, rendered in targets:
-        for arg in args:
-            flag = arg.split("=", 1)[0]
-            if not flag.startswith("--"):
-                continue
-            hit = [r for r in rendered if r == flag or (len(flag) > 3 and r.startswith(flag))]
-            if hit:
-                out.append(Problem(field=f"{path}.extra_args", host=host,
-                                   message=f"'{flag}' is rendered from the spec already ({hit[0]})",
-                                   fix="remove it from extra_args and set the spec field instead"))
-            if "--api-key" in arg:
-                out.append(Problem(field=f"{path}.extra_args", host=host,
-                                   message="an API key must not be given inline",
-                                   fix="use api_key: {file: PATH} or {vault_var: NAME}"))
+        out += _rendered_flags("router", spec.router.host, spec.router.extra_args, RENDERED_ROUTER_FLAGS)
     return out
+
+
+def _forbidden_flag(path: str, host: str, version: str, arg: str) -> Problem:
+    flag = arg.split("=", 1)[0]
+    replacement = FORBIDDEN_FLAG_REPLACEMENTS.get(flag, "the spelling of this sglang version")
+    return Problem(field=f"{path}.extra_args", host=host,
+                   message=f"sglang {version} has removed or deprecated '{flag}'",
+                   fix=f"remove it and use {replacement}")
+
+
+def _rendered_flags(path: str, host: str, args: list[str], rendered: tuple[str, ...]) -> list[Problem]:
+    """Flags in `args` (or argparse abbreviations of them) that the tool renders itself."""
+    out = []
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--"):
+            continue
+        hit = [flag] if flag in rendered else [r for r in rendered if len(flag) > 3 and r.startswith(flag)]
+        if hit:
+            out.append(Problem(field=f"{path}.extra_args", host=host,
+                               message=f"'{flag}' is rendered from the spec already ({hit[0]})",
+                               fix="remove it from extra_args and set the spec field instead"))
+        if "--api-key" in arg:
+            out.append(Problem(field=f"{path}.extra_args", host=host,
+                               message="an API key must not be given inline",
+                               fix="use api_key: {file: PATH} or {vault_var: NAME}"))
+    return out
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _check_env(spec: Deployment) -> list[Problem]:
+    """Environment names become `export NAME=...` in serve scripts: only shell variable names."""
+    targets: list[tuple[str, str | None, dict[str, str]]] = [("server_env", None, spec.server_env)]
+    targets += [(f"{path}.env", w.host, w.env) for path, w in spec.workers()]
+    if spec.topology == "pd" and spec.router:
+        targets.append(("router.env", spec.router.host, spec.router.env))
+    return [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
+                    fix="use letters, digits and underscores only, not starting with a digit")
+            for field, host, env in targets for name in env if not ENV_NAME.match(name)]

@@ -23,7 +23,9 @@ from fixture_specs import combined_spec, pd_spec, xpyd_spec
 
 pytestmark = pytest.mark.contract
 
-CONTRACT_PYTHON = os.environ.get("DSV4_CONTRACT_PYTHON", "/root/.cache/dsv4deploy/contract-venv/bin/python")
+# scripts/setup.sh builds the venv in a cache and links it here as .contract-venv.
+CONTRACT_PYTHON = os.environ.get(
+    "DSV4_CONTRACT_PYTHON", str(Path(__file__).resolve().parents[2] / ".contract-venv" / "bin" / "python"))
 HARNESS = Path(__file__).with_name("parse_argv.py")
 SERVER_LAUNCHER = ["python3", "-m", "sglang.launch_server"]
 ROUTER_LAUNCHER = ["python3", "-m", "sglang_router.launch_router"]

@@ -68,7 +68,8 @@ class SimHost:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.base_port}"
 
-    def playbook(self, name: str, *extra: str, check: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
+    def playbook(self, name: str, *extra: str, check: bool = False,
+                 timeout: float = 600) -> subprocess.CompletedProcess:
         """Run playbooks/<name> against this host; returns the finished process (output in .stdout)."""
         cmd = [str(VENV_BIN / "ansible-playbook"), f"playbooks/{name}", "-i", str(self.inventory),
                "-e", f"dsv4_report_dir={self.reports}", *extra]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import httpx
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import REPO, VENV_BIN, SimHost
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +49,16 @@ def test_pd_deploy_with_index_topk_1024_is_promoted(sim_host: SimHost) -> None:
     assert "PROMOTED" in md
 
 
+def test_testinfra_suite_passes_on_the_deployed_host(sim_host: SimHost) -> None:
+    proc = subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/testinfra/test_deployed.py",
+         "--hosts=local://", f"--dsv4-install-root={sim_host.install_root}",
+         f"--dsv4-supervisorctl={VENV_BIN / 'supervisorctl'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout
+
+
 def test_same_deploy_again_changes_nothing(sim_host: SimHost) -> None:
     before = sim_host.pids()
     release = sim_host.active_release()
@@ -70,7 +81,8 @@ def test_check_diff_shows_the_change_and_changes_nothing(sim_host: SimHost) -> N
     assert sim_host.pids() == before
 
 
-NEEDLE_5K5 = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [2000, 5500], "needle_depths": [0.25, 0.75]}']
+NEEDLE_5K5 = ["-e", "needle_required_tokens=5500",
+              "-e", '{"needle_lengths": [2000, 5500], "needle_depths": [0.25, 0.75]}']
 
 
 def test_ignored_override_is_logged_but_caught_by_recall_and_rolled_back(sim_host: SimHost) -> None:

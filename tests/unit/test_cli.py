@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,136 @@ def test_subcommands_are_a_registry() -> None:
                                                          lambda a: seen.append(a.name) or 0, reads_inventory=False)}
     args = cli.build_parser(extra).parse_args(["gate", "smoke"])
     assert args._run(args) == 0 and seen == ["smoke"]
+
+
+# -- gate: against the real simulated server ---------------------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A simulated sglang server on a free loopback port: (URL, its log file); stopped by PID.
+
+    tp 4: the simulated DeepSeek-V4-Flash weights do not fit one 96 GiB GPU.
+    """
+    import signal
+    import time
+
+    import httpx
+
+    tmp = tmp_path_factory.mktemp("sim")
+    port = free_port()
+    log = tmp / "server.log"
+    env = {**os.environ, "DSV4_SIM_STATE_DIR": str(tmp / "gpus"), "DSV4_SIM_STARTUP_S": "0.2",
+           "CUDA_VISIBLE_DEVICES": "0,1,2,3", "DSV4_SIM_FAULTS": ""}
+    argv = [sys.executable, "-m", "dsv4deploy.sim.server", "--model-path", "/m", "--served-model-name",
+            "deepseek-v4-flash", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port),
+            "--mem-fraction-static", "0.8", "--json-model-override-args", '{"index_topk":1024}']
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"{url}/health", timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"simulated server did not become healthy:\n{log.read_text()}")
+        yield url, log
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_gate_smoke_passes_against_the_simulated_server(capsys: pytest.CaptureFixture[str],
+                                                        sim_server: tuple[str, Path]) -> None:
+    url, _ = sim_server
+    code, out, _ = run(capsys, "gate", "smoke", "--url", url, "--deadline", "20")
+    assert code == 0
+    assert out.startswith("smoke: passed in ") and out.endswith(": answer 'OK' after 1 try\n")
+
+
+def test_gate_readiness_of_a_combined_server_as_json(capsys: pytest.CaptureFixture[str],
+                                                     sim_server: tuple[str, Path]) -> None:
+    url, _ = sim_server
+    code, out, err = run(capsys, "gate", "readiness", "--url", url, "--deadline", "20", "--json")
+    result = json.loads(out)
+    assert (code, result["name"], result["status"]) == (0, "readiness", "passed")
+    assert [e["check"] for e in result["evidence"]["endpoints"]] == ["combined /health", "combined /v1/models"]
+    assert "readiness: passed in " in err and "readiness: [2/2]" in err
+
+
+def test_gate_readiness_fails_for_a_model_the_server_does_not_serve(capsys: pytest.CaptureFixture[str],
+                                                                    sim_server: tuple[str, Path]) -> None:
+    url, _ = sim_server
+    code, out, _ = run(capsys, "gate", "readiness", "--url", url, "--model", "other", "--deadline", "0.5")
+    assert code == 1
+    assert out.splitlines()[0].endswith(
+        "not ready after 0.5 s: combined /v1/models does not list 'other' (seen: deepseek-v4-flash)")
+
+
+def test_gate_config_reads_the_log_and_server_info(capsys: pytest.CaptureFixture[str],
+                                                   sim_server: tuple[str, Path]) -> None:
+    url, log = sim_server
+    common = ["gate", "config", "--server", f"combined={url}", "--log-file", f"combined={log}"]
+    code, out, _ = run(capsys, *common, "--expected", '{"index_topk": 1024}')
+    assert code == 0 and out.endswith(': override {"index_topk": 1024} logged and effective on 1 server(s)\n')
+    code, out, _ = run(capsys, *common, "--expected", '{"index_topk": 512}')
+    assert code == 1 and out.startswith("config: failed in ")
+
+
+def test_gate_needle_small_grid(capsys: pytest.CaptureFixture[str], sim_server: tuple[str, Path]) -> None:
+    url, _ = sim_server
+    code, out, _ = run(capsys, "gate", "needle", "--url", url, "--lengths", "500,1000", "--depths", "0.5",
+                       "--required-tokens", "1000", "--concurrency", "2", "--deadline", "60")
+    assert code == 0, out
+    assert out.startswith("needle: passed in ")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["smoke"], "--url is required"),
+    (["smoke", "--url", "localhost:1"],
+     "--url must be an http(s) URL such as http://127.0.0.1:30000, got 'localhost:1'"),
+    (["smoke", "--url", "http://127.0.0.1:1", "--deadline", "0"], "--deadline 0: must be positive"),
+    (["readiness", "--url", "http://127.0.0.1:1", "--worker", "http://127.0.0.1:2"],
+     "--worker 'http://127.0.0.1:2': expected ROLE=VALUE with ROLE one of prefill, decode, combined"),
+    (["needle", "--url", "http://127.0.0.1:1", "--lengths", "1k"],
+     "--lengths '1k': expected comma-separated ints such as 1000,2000,4000"),
+    (["needle", "--url", "http://127.0.0.1:1", "--depths", "2"],
+     "depths must be fractions between 0 and 1, got [2.0]"),
+    (["config", "--server", "prefill=http://127.0.0.1:1"],
+     "no --log-file for server prefill (give one per --server, in the same order)"),
+    (["config", "--server", "prefill=http://127.0.0.1:1", "--log-file", "prefill=/nonexistent/x.log",
+      "--expected", "{}"], "--log-file /nonexistent/x.log: cannot read it (No such file or directory)"),
+    (["config", "--server", "prefill=http://127.0.0.1:1", "--log-file", "prefill=/dev/null", "--expected", "[1]"],
+     "--expected '[1]' must be a JSON object"),
+    (["smoke", "--url", "http://127.0.0.1:1", "--api-key-file", "/nonexistent/key"],
+     "--api-key-file /nonexistent/key: cannot read it (No such file or directory)"),
+])
+def test_gate_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                              message: str) -> None:
+    code, out, err = run(capsys, "gate", *argv)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == ["dsv4deploy gate: invalid input", message]
+
+
+def test_gate_unknown_name_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["gate", "soak", "--url", "http://127.0.0.1:1"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'soak'" in capsys.readouterr().err

@@ -126,7 +126,8 @@ def test_control_characters_and_bad_env_names_refused():
     with pytest.raises(RenderError, match="control character"):
         render_release(bad_root, "gpu1")
     with pytest.raises(RenderError, match="not a valid name"):
-        render_release(combined_spec(server_env={"BAD-NAME": "1"}), "gpu1")
+        # The spec refuses such a name first; the renderer must refuse it on its own too.
+        render_release(combined_spec().model_copy(update={"server_env": {"BAD-NAME": "1"}}), "gpu1")
 
 
 def test_spec_json_has_no_key_and_is_stable():

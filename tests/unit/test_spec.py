@@ -245,3 +245,92 @@ def test_every_problem_is_reported_at_once() -> None:
     common["decode"][0]["gpus"] = [3, 4, 5, 6]
     common["decode"][0]["port"] = 30001
     assert [p.split(" ")[0] for p in problems(common)] == ["decode[0].gpus", "decode[0].port"]
+
+
+RENDERED = "is rendered from the spec already"
+RENDERED_FIX = "fix: remove it from extra_args and set the spec field instead"
+
+
+@pytest.mark.parametrize(("args", "flag", "shown"), [
+    (["--reasoning-parser", "deepseek-v3"], "--reasoning-parser", "--reasoning-parser"),
+    (["--tool-call-parser=deepseekv3"], "--tool-call-parser", "--tool-call-parser"),
+    (["--cuda-graph-max-bs-decode", "64"], "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-decode"),
+    (["--disable-prefill-cuda-graph"], "--disable-prefill-cuda-graph", "--disable-prefill-cuda-graph"),
+    (["--disable-decode"], "--disable-decode", "--disable-decode-cuda-graph"),  # an argparse abbreviation
+])
+def test_rendered_parser_and_cuda_graph_flags_in_extra_args(args: list[str], flag: str, shown: str) -> None:
+    assert problems(changed(**{"decode.0.extra_args": args})) == [
+        f"decode[0].extra_args (host gpu1): '{flag}' {RENDERED} ({shown}); {RENDERED_FIX}"]
+
+
+@pytest.mark.parametrize("flag", [
+    "--policy", "--retry-max-retries", "--disable-retries", "--cb-failure-threshold", "--cb-timeout-duration-secs",
+    "--disable-circuit-breaker", "--health-check-endpoint", "--health-check-interval-secs",
+    "--health-failure-threshold", "--health-check-timeout-secs", "--worker-startup-timeout-secs",
+    "--worker-startup-check-interval", "--prometheus-port", "--prometheus-host", "--prefill-policy",
+])
+def test_rendered_router_flags_in_extra_args(flag: str) -> None:
+    assert problems(changed(**{"router.extra_args": [f"{flag}=1"]})) == [
+        f"router.extra_args (host gpu1): '{flag}' {RENDERED} ({flag}); {RENDERED_FIX}"]
+
+
+def test_other_router_and_server_flags_pass() -> None:
+    common = changed(**{"router.extra_args": ["--cb-success-threshold", "2", "--log-level", "debug"],
+                        "decode.0.extra_args": ["--disable-cuda-graph-padding", "--enable-metrics"]})
+    assert load_spec(common, HOSTS).router.extra_args[0] == "--cb-success-threshold"
+
+
+@pytest.mark.parametrize(("arg", "flag", "replacement"), [
+    ("--cuda-graph-max-bs", "--cuda-graph-max-bs",
+     "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)"),
+    ("--cuda-graph-max-bs=64", "--cuda-graph-max-bs",
+     "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)"),
+    ("--disable-cuda-graph", "--disable-cuda-graph",
+     "cuda_graph.enabled: false (rendered as --disable-decode-cuda-graph and/or --disable-prefill-cuda-graph)"),
+    ("--cuda-graph-bs", "--cuda-graph-bs", "--cuda-graph-bs-decode or --cuda-graph-bs-prefill"),
+])
+@pytest.mark.parametrize("version", ["0.5.18", "0.5.23"])
+def test_flags_the_version_removed_are_refused_with_the_replacement(version: str, arg: str, flag: str,
+                                                                    replacement: str) -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": version}}
+    assert problems(changed(**{"prefill.0.extra_args": [arg]}), hosts) == [
+        f"prefill[0].extra_args (host gpu1): sglang {version} has removed or deprecated '{flag}'; "
+        f"fix: remove it and use {replacement}"]
+
+
+def test_old_cuda_graph_flags_on_0_5_12_are_rendered_ones_not_removed() -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": "0.5.12"}}
+    assert problems(changed(**{"prefill.0.extra_args": ["--cuda-graph-max-bs", "8"]}), hosts) == [
+        f"prefill[0].extra_args (host gpu1): '--cuda-graph-max-bs' {RENDERED} (--cuda-graph-max-bs); {RENDERED_FIX}"]
+    assert load_spec(changed(**{"prefill.0.extra_args": ["--cuda-graph-bs", "1", "2"]}), hosts)
+
+
+ENV_FIX = "fix: use letters, digits and underscores only, not starting with a digit"
+
+
+def test_env_names_that_are_not_shell_variables_are_refused() -> None:
+    common = {**changed(**{"decode.0.env": {"1ST": "x", "OK_1": "y"}, "router.env": {"RUST LOG": "info"}}),
+              "server_env": {"A-B": "1"}}
+    assert problems(common) == [
+        f"server_env: 'A-B' is not a valid environment variable name; {ENV_FIX}",
+        f"decode[0].env (host gpu1): '1ST' is not a valid environment variable name; {ENV_FIX}",
+        f"router.env (host gpu1): 'RUST LOG' is not a valid environment variable name; {ENV_FIX}"]
+
+
+def test_the_routers_default_prometheus_port_is_claimed() -> None:
+    assert problems(changed(**{"decode.0.port": 29000})) == [
+        "router.prometheus_port (host gpu1): port 29000 is also used by decode[0].port; "
+        "fix: set router.prometheus_port to a free port (unset, sglang-router serves metrics on 29000)"]
+
+
+def test_an_explicit_prometheus_port_is_claimed_and_frees_the_default() -> None:
+    assert load_spec(changed(**{"decode.0.port": 29000, "router.prometheus_port": 29100}), HOSTS)
+    assert problems(changed(**{"router.prometheus_port": 30000})) == [
+        "router.prometheus_port (host gpu1): port 30000 is also used by router.port; "
+        "fix: give every listener on a host its own port"]
+
+
+def test_prometheus_port_only_counts_where_the_router_runs() -> None:
+    hosts = {**HOSTS, "router1": {"gpu_count": 0}}
+    assert load_spec(changed(**{"decode.0.port": 29000, "router.host": "router1"}), hosts)
+    assert load_spec(changed(topology="combined", **{"combined.port": 29000}), HOSTS)

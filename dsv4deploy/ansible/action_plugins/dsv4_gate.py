@@ -22,6 +22,7 @@ options:
   plan: {description: The dsv4_plan fact, required: true}
   logs: {description: Service name to log text since this start (config gate)}
   api_key: {description: API key for the servers (never logged)}
+  settings: {description: Overrides of the settings for this task}
 """
 
 display = Display()
@@ -41,6 +42,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"dsv4_gate: name must be one of {', '.join(GATES)}, got {name!r}")
             return result
         known = {k: plain(self._templar.template(task_vars[k])) for k in GateSettings.model_fields if k in task_vars}
+        known.update(args.get("settings") or {})
         settings = GateSettings.model_validate(known)
 
         def progress(done: int, total: int, note: str) -> None:

@@ -12,10 +12,12 @@ description:
     name, then renamed) and never changed; C(install_root/current) points at the active one.
   - C(state=present) installs a release unless one with the same content hash exists already
     (then that one is reused and nothing changes). C(state=active) switches the pointer and prunes
-    old releases (never the active or the previous one). C(state=query) changes nothing.
+    old releases (never the active, the previous or the last verified one). C(state=verified) records
+    that a release passed its gates (the rollback target is the last verified release, never one
+    that failed). C(state=query) changes nothing.
 options:
   install_root: {type: path, required: true, description: Root of releases on this host.}
-  state: {type: str, choices: [present, active, query], default: query, description: What to do.}
+  state: {type: str, choices: [present, active, verified, query], default: query, description: What to do.}
   release_id: {type: str, description: Release to install or activate.}
   files: {type: dict, description: Relative path to file content (state=present).}
   keep: {type: int, default: 5, description: Releases kept after activation (active and previous always kept).}
@@ -25,6 +27,8 @@ author: dsv4deploy
 RETURN = r"""
 active: {description: Active release id after the task (or null), returned: always, type: str}
 previous: {description: Release that was active before the last switch, returned: always, type: str}
+last_good: {description: The last release that passed its gates here, returned: always, type: str}
+good: {description: Releases that passed their gates, oldest first, returned: always, type: list}
 release_id: {description: Release installed or reused (state=present), returned: when state=present, type: str}
 releases: {description: Installed release ids, oldest first, returned: always, type: list}
 """
@@ -85,7 +89,16 @@ def _write_atomic(path: str, data: str, mode: int = 0o644) -> None:
 
 
 def _summary(root: str) -> dict:
-    return {"active": _active(root), "previous": _state(root).get("previous"), "releases": _list_releases(root)}
+    state = _state(root)
+    installed = _list_releases(root)
+    good = [r for r in state.get("good", []) if r in installed]
+    return {"active": _active(root), "previous": state.get("previous"), "releases": installed,
+            "good": good, "last_good": good[-1] if good else None}
+
+
+def _save_state(root: str, **changes: object) -> None:
+    state = {**_state(root), **changes}
+    _write_atomic(os.path.join(root, STATE_FILE), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def _file_mode(rel: str) -> int:
@@ -157,9 +170,20 @@ def _activate(module: AnsibleModule, root: str, release_id: str, keep: int) -> d
     os.replace(tmp, link)  # rename over the old link: there is never a moment without one
     state = _state(root)
     history = [r for r in state.get("history", []) if r != release_id] + [release_id]
-    _write_atomic(os.path.join(root, STATE_FILE),
-                  json.dumps({"active": release_id, "previous": active, "history": history}, indent=2) + "\n")
-    _prune(root, keep, {release_id, active})
+    _save_state(root, active=release_id, previous=active, history=history)
+    good = state.get("good", [])
+    _prune(root, keep, {release_id, active, *good[-1:]})
+    return {"changed": True, **_summary(root)}
+
+
+def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
+    if release_id not in _list_releases(root):
+        module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}")
+    good = _state(root).get("good", [])
+    if good and good[-1] == release_id:
+        return {"changed": False, **_summary(root)}
+    if not module.check_mode:
+        _save_state(root, good=[r for r in good if r != release_id] + [release_id])
     return {"changed": True, **_summary(root)}
 
 
@@ -179,12 +203,13 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "active", "query"], "default": "query"},
+            "state": {"type": "str", "choices": ["present", "active", "verified", "query"], "default": "query"},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
         },
-        required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",))],
+        required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
+                     ("state", "verified", ("release_id",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -196,6 +221,8 @@ def main() -> None:
         module.exit_json(**result)
     if p["state"] == "present":
         module.exit_json(**_install(module, root, p["release_id"], p["files"]))
+    if p["state"] == "verified":
+        module.exit_json(**_verified(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"]))
 
 

@@ -149,7 +149,9 @@ class Supervisor:
         pid = None
         if state == "RUNNING" and "pid" in parts:
             pid = int(parts[parts.index("pid") + 1].rstrip(","))
-        return {"name": name, "state": state, "running": state == "RUNNING", "pid": pid, "detail": out}
+        # STARTING/BACKOFF count as active: supervisord is (re)trying them and a stop must end that too.
+        return {"name": name, "state": state, "running": state == "RUNNING",
+                "active": state in ("RUNNING", "STARTING", "BACKOFF", "STOPPING"), "pid": pid, "detail": out}
 
     def shutdown(self) -> bool:
         """Stop supervisord itself (it was started by us, under the install root)."""
@@ -231,6 +233,7 @@ class Systemd:
         pid = int(props.get("MainPID", "0") or 0) or None
         running = props.get("ActiveState") == "active"
         return {"name": name, "state": props.get("ActiveState", "unknown"), "running": running, "pid": pid,
+                "active": props.get("ActiveState") in ("active", "activating", "reloading", "deactivating"),
                 "invocation": props.get("InvocationID", ""), "detail": f"{props.get('SubState', '')}"}
 
     def start(self, name: str) -> tuple[bool, str]:
@@ -249,8 +252,9 @@ class Systemd:
         return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
 
 
-def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.splitlines()[-lines:])
+def _tail(text: str, lines: int = 12, width: int = 300) -> str:
+    """The last lines of a log, each cut to `width` (sglang's server_args line is kilobytes long)."""
+    return "\n".join(line if len(line) <= width else line[:width] + "..." for line in text.splitlines()[-lines:])
 
 
 def _read_from(path: str, offset: int) -> str:
@@ -289,13 +293,12 @@ def main() -> None:
         names = [n for n in names if not n.endswith("router")]
     state = p["state"]
 
+    idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
     if is_sup and (state in ("status", "logs", "stopped", "removed") and not os.path.exists(mgr.conf)):
         # No supervisord was ever set up here: nothing of ours runs.
-        module.exit_json(changed=False, services={n: {"name": n, "running": False, "pid": None} for n in names},
-                         pids=[])
+        module.exit_json(changed=False, services=idle, pids=[])
     if is_sup and state in ("status", "stopped", "removed") and not mgr.running():
-        module.exit_json(changed=False, services={n: {"name": n, "running": False, "pid": None} for n in names},
-                         pids=[])
+        module.exit_json(changed=False, services=idle, pids=[])
 
     if state == "installed":
         if module.check_mode:
@@ -329,7 +332,7 @@ def main() -> None:
     if state in ("stopped", "removed"):
         stopped = []
         for name in names:
-            if not mgr.status(name)["running"]:
+            if not mgr.status(name)["active"]:
                 continue
             if module.check_mode:
                 stopped.append(name)
@@ -363,6 +366,8 @@ def main() -> None:
                 log = _read_from(mgr.log_path(name), offsets.get(name, 0))
             else:
                 log = mgr.logs(name, after.get("invocation"))
+            # Do not leave the service manager retrying a server that cannot start.
+            mgr.stop(name)
             module.fail_json(msg=f"{name} did not start ({after['state']}): {text}\n"
                                  f"--- last log lines ---\n{_tail(log)}", started=started, log_offsets=offsets)
         started.append(name)
