@@ -79,6 +79,10 @@ class SimHost:
             raise AssertionError(f"{name} failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
         return proc
 
+    @property
+    def api_key(self) -> str:
+        return (self.root / "api_key").read_text().strip()
+
     def report(self) -> dict[str, Any]:
         """The newest report.json."""
         return json.loads((self.reports / "latest" / "report.json").read_text())
@@ -134,6 +138,10 @@ def make_sim_host(root: Path) -> SimHost:
     dep["router"]["prometheus_port"] = p + 4
     dep["install_root"] = str(host.install_root)
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
+    # An API key by file, as production uses it: the gates and the router must present it.
+    key_file = root / "api_key"
+    key_file.write_text("sk-integration-" + os.urandom(8).hex() + "\n")
+    key_file.chmod(0o600)
     (host.inventory / "group_vars" / "all" / "zz_paths.yml").write_text(
-        yaml.safe_dump({"dsv4_repo_root": str(REPO)}))
+        yaml.safe_dump({"dsv4_repo_root": str(REPO), "api_key": {"file": str(key_file)}}))
     return host

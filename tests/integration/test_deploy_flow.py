@@ -22,7 +22,8 @@ FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "nee
 
 def chat(host: SimHost, text: str = "Say OK") -> str:
     body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": text}], "max_tokens": 16}
-    r = httpx.post(f"{host.endpoint}/v1/chat/completions", json=body, timeout=30)
+    r = httpx.post(f"{host.endpoint}/v1/chat/completions", json=body, timeout=30,
+                   headers={"Authorization": f"Bearer {host.api_key}"})
     r.raise_for_status()
     return r.json()["choices"][0]["message"]["content"]
 
@@ -45,6 +46,7 @@ def test_pd_deploy_with_index_topk_1024_is_promoted(sim_host: SimHost) -> None:
     assert sim_host.active_release() == report["release"]
     assert set(sim_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
     assert "OK" in chat(sim_host)
+    assert httpx.post(f"{sim_host.endpoint}/v1/chat/completions", json={}, timeout=30).status_code == 401
     md = (sim_host.reports / "latest" / "report.md").read_text()
     assert "PROMOTED" in md
 
