@@ -106,6 +106,8 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
     for label, key in (
         ("release", "release"),
         ("previous release", "previous_release"),
+        ("serving now", "serving_release"),
+        ("failed at", "failed_gate"),
         ("topology", "topology"),
         ("endpoint", "endpoint"),
         ("generated", "generated_at"),
@@ -135,6 +137,9 @@ def summary_line(data: dict[str, Any]) -> str:
     gates = data.get("gates", [])
     failed = next((g for g in gates if g["name"] == data.get("failed_gate")), None)
     why = f"gate `{failed['name']}` failed: {failed['summary']}" if failed else ""
+    if not why and data.get("failure"):
+        # Failures outside the gates (preflight, switchover) carry their own message.
+        why = f"`{data.get('failed_gate') or 'deploy'}` failed: {data['failure']}"
     match verdict:
         case "promoted":
             passed = sum(g["status"] == "passed" for g in gates)
@@ -142,7 +147,7 @@ def summary_line(data: dict[str, Any]) -> str:
         case "unchanged":
             return f"**UNCHANGED** `{release}` was already active and healthy; nothing restarted."
         case "rolled_back":
-            back = data.get("previous_release") or "the previous release"
+            back = data.get("serving_release") or data.get("previous_release") or "the previous release"
             return f"**ROLLED BACK** from `{release}` to `{back}`: {why or 'see the gates below'}"
         case _:
             return f"**FAILED** `{release}`: {why or 'see the gates below'}"

@@ -207,3 +207,28 @@ def test_rollback_to_a_release_that_does_not_exist_is_refused(sim_host: SimHost)
     assert proc.returncode != 0
     assert "release 20000101T000000Z-nope is not installed on local" in proc.stdout
     assert sim_host.active_release() == active
+
+
+def test_pd_only_transfer_fault_fails_in_pd_and_passes_in_combined(sim_host: SimHost) -> None:
+    # The seeds' isolation experiment as two deploys: the same fault, two topologies.
+    good = sim_host.active_release()
+    faults = ["-e", "sim_faults=pd_transfer_truncate", "-e", "needle_required_tokens=2000",
+              "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}']
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *faults, *FAST)
+    assert proc.returncode != 0
+    assert (sim_host.report()["verdict"], sim_host.report()["failed_gate"]) == ("rolled_back", "needle")
+    assert_serving(sim_host, good)
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=combined", *faults, *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert sim_host.report()["verdict"] == "promoted"
+
+
+def test_stop_playbook_stops_everything_and_keeps_the_releases(sim_host: SimHost) -> None:
+    releases = sorted(os.listdir(sim_host.install_root / "releases"))
+    proc = sim_host.playbook("stop.yml")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert sim_host.pids() == {}
+    assert "refused" in sim_host.supervisorctl("pid") or "no such file" in sim_host.supervisorctl("pid").lower()
+    with pytest.raises(httpx.ConnectError):
+        chat(sim_host)
+    assert sorted(os.listdir(sim_host.install_root / "releases")) == releases

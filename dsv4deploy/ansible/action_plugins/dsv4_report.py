@@ -57,14 +57,14 @@ class ActionModule(ActionBase):
             endpoint=plan["endpoint"],
             gates=gates,
             metadata={
-                "serving_release": args.get("serving_release") or None,
-                "failure": args.get("failure") or None,
                 "gate_phases": [g.get("phase", "deploy") for g in args.get("gates") or []],
                 "memory": plan.get("memory", []),
             },
         )
         # A failure outside the gates (preflight, switchover) is named by the stage it happened in.
         data["failed_gate"] = args.get("failed_gate") or data["failed_gate"]
+        data["serving_release"] = args.get("serving_release") or None
+        data["failure"] = args.get("failure") or None
         root = Path(args["reports_dir"])
         name = _free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())
