@@ -20,8 +20,8 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-log "installing dsv4deploy with its test and sim extras into .venv"
-.venv/bin/pip install -q -e '.[test,sim]' 2>&1 | grep -v '^WARNING: Location' || true
+log "installing dsv4deploy with its test, sim and plot extras into .venv"
+.venv/bin/pip install -q -e '.[test,sim,plot]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor' \
   || { log "the .venv install is incomplete"; exit 1; }
 

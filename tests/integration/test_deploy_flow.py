@@ -223,6 +223,16 @@ def test_pd_only_transfer_fault_fails_in_pd_and_passes_in_combined(sim_host: Sim
     assert sim_host.report()["verdict"] == "promoted"
 
 
+def test_switchover_waits_for_gpu_memory_released_late(sim_host: SimHost) -> None:
+    # The old servers keep their GPU memory for 4 s after exit. Starting the new ones at once would
+    # run out of memory on those GPUs; the switchover waits on nvidia-smi instead, and promotes.
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "sim_faults=slow_release=4", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert sim_host.report()["verdict"] == "promoted"
+
+
 def test_stop_playbook_stops_everything_and_keeps_the_releases(sim_host: SimHost) -> None:
     releases = sorted(os.listdir(sim_host.install_root / "releases"))
     proc = sim_host.playbook("stop.yml")
