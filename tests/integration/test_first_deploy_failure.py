@@ -1,12 +1,56 @@
-"""A first deploy that fails has nothing to roll back to: it says so and leaves nothing running."""
+"""Deploys onto a host with nothing of ours yet: preflight refusals, and a first deploy that fails.
+
+A first deploy that fails has nothing to roll back to: it says so and leaves nothing running.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import REPO, SimHost
 
 pytestmark = pytest.mark.integration
+
+
+def test_a_port_held_by_someone_else_is_refused_before_anything_changes(sim_host: SimHost) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", sim_host.base_port + 1))
+        squatter.listen()
+        proc = sim_host.playbook("deploy.yml")
+    assert proc.returncode != 0
+    assert f"port {sim_host.base_port + 1} is taken by {os.getpid()}" in proc.stdout
+    assert "nothing was changed" in proc.stdout
+    assert not (sim_host.install_root / "current").exists()
+
+
+def test_a_gpu_held_by_a_process_that_is_not_ours_is_refused(sim_host: SimHost) -> None:
+    # Someone else's server on GPUs 0-3 of this (simulated) host, started outside any deploy.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+           "DSV4_SIM_STATE_DIR": str(sim_host.install_root / "sim-gpus"), "DSV4_SIM_STARTUP_S": "0"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    other = subprocess.Popen([sys.executable, "-m", "dsv4deploy.sim.server", "--model-path", "/m", "--tp-size", "4",
+                              "--port", str(port), "--mem-fraction-static", "0.5"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (sim_host.install_root / "sim-gpus").exists():
+            time.sleep(0.1)
+        time.sleep(1)
+        proc = sim_host.playbook("deploy.yml")
+    finally:
+        other.terminate()
+        other.wait(timeout=30)
+    assert proc.returncode != 0
+    assert f"process {other.pid}" in proc.stdout and "is not ours and holds" in proc.stdout
+    assert "nothing was changed" in proc.stdout
 
 
 def test_failed_first_deploy_says_there_is_no_previous_release(sim_host: SimHost) -> None:

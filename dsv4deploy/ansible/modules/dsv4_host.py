@@ -102,9 +102,9 @@ def listeners() -> dict[int, list[int]]:
     return owners
 
 
-def check(module: AnsibleModule) -> None:
+def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
+    """GPUs of the new layout that are missing or held by a process that is not ours."""
     p = module.params
-    ours = set(p["our_pids"])
     problems = []
     table = gpu_table(module, p["gpu_query_command"])
     if not table:
@@ -123,6 +123,15 @@ def check(module: AnsibleModule) -> None:
             where = f"GPU {index}" if index is not None else "a GPU"
             problems.append(f"process {app['pid']} ({_proc_name(app['pid'])}) is not ours and holds "
                             f"{app['used']} MiB on {where}: stop it or choose other GPUs")
+    return problems
+
+
+def check(module: AnsibleModule) -> None:
+    p = module.params
+    ours = set(p["our_pids"])
+    problems = []
+    if p["gpus"]:
+        problems += _gpu_problems(module, ours)
     owners = listeners()
     for port in p["ports"]:
         if port in owners:
@@ -130,7 +139,8 @@ def check(module: AnsibleModule) -> None:
             if foreign or not owners[port]:
                 who = ", ".join(f"{pid} ({_proc_name(pid)})" for pid in foreign) or "a process we cannot see"
                 problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
-    result = {"changed": False, "gpus": table, "problems": problems}
+    # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
+    result = {"changed": False, "problems": problems}
     if problems:
         module.fail_json(msg="preflight failed:\n- " + "\n- ".join(problems), **result)
     module.exit_json(**result)
