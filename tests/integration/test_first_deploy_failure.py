@@ -64,3 +64,19 @@ def test_failed_first_deploy_says_there_is_no_previous_release(sim_host: SimHost
     proc = sim_host.playbook("rollback.yml")
     assert proc.returncode != 0
     assert "no earlier verified release on local" in proc.stdout
+
+
+def test_a_rollback_that_fails_is_a_loud_distinct_failure(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", "-e", "readiness_deadline_s=60")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    good = sim_host.active_release()
+    # Someone broke the good release on the host: it can no longer start, so the rollback must fail.
+    script = sim_host.install_root / "releases" / good / "bin" / "serve-sglang-dsv4-prefill.sh"
+    script.write_text("#!/usr/bin/env bash\necho 'broken by hand' >&2\nexit 1\n")
+    proc = sim_host.playbook("deploy.yml", "-e", "sim_faults=never_ready", "-e", "readiness_deadline_s=5")
+    assert proc.returncode != 0
+    assert "ROLLBACK FAILED after readiness failed" in proc.stdout
+    assert f"point {sim_host.install_root}/current at releases/{good}" in proc.stdout
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("failed", "readiness")
+    assert "ROLLBACK FAILED" in report["failure"]
