@@ -28,7 +28,7 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
     problems = memory.problems_from_memory(reports)
     if problems:
         raise SpecError(problems)
-    defs = sorted(services.build_services(spec), key=lambda s: (s.start_order, s.name))
+    defs = _ordered_services(spec)
     rendered = render.render_all(spec)
     hosts: dict[str, Any] = {}
     for name in play_hosts:
@@ -39,8 +39,6 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
             "files": files,
             "content_hash": render.content_hash(files) if files else "",
             "services": [d.name for d in host_defs],
-            "routers": [d.name for d in host_defs if d.role == "router"],
-            "workers": [d.name for d in host_defs if d.role != "router"],
             "gpus": sorted({g for d in host_defs for g in d.gpus}),
             "ports": sorted({p for d in host_defs for p in d.ports}),
             "install_root": settings.install_root if settings else "",
@@ -48,16 +46,24 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
         }
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
-        **gate_targets(spec),
+        **_targets(spec, defs),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
         "spec": spec.model_dump(mode="json"),
     }
 
 
+def _ordered_services(spec: Deployment) -> list[services.ServiceDefinition]:
+    """Every service of the deployment in start order (workers, then the router)."""
+    return sorted(services.build_services(spec), key=lambda s: (s.start_order, s.name))
+
+
 def gate_targets(spec: Deployment) -> dict[str, Any]:
     """What the gates talk to: endpoint, router, workers and the overrides each must show."""
-    defs = sorted(services.build_services(spec), key=lambda s: (s.start_order, s.name))
+    return _targets(spec, _ordered_services(spec))
+
+
+def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[str, Any]:
     by_port = {(w.host, w.port): w for _, w in spec.workers()}
     workers = [d for d in defs if d.role != "router"]
     endpoint = _endpoint(spec, defs)
@@ -83,7 +89,5 @@ def targets_from_release_spec(spec_json: str) -> dict[str, Any]:
 def _endpoint(spec: Deployment, defs: list[services.ServiceDefinition]) -> str:
     """The URL clients use: the router in PD, the combined server otherwise."""
     wanted = "router" if spec.topology == "pd" else "combined"
-    for d in defs:
-        if d.role == wanted:
-            return d.url
-    raise SpecError([])  # unreachable for a validated spec
+    # A validated spec always has one: pd requires a router, combined a combined server.
+    return next(d.url for d in defs if d.role == wanted)

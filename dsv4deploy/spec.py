@@ -14,12 +14,22 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from dsv4deploy import flags, versions
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
+
+
+def _env_as_text(value: Any) -> Any:
+    # Inventory YAML gives 1 or true; the environment only knows strings.
+    if isinstance(value, Mapping):
+        return {str(k): _env_text(v) for k, v in value.items()}
+    return value
+
+
+EnvMap = Annotated[dict[str, str], BeforeValidator(_env_as_text)]
 
 
 class StrictModel(BaseModel):
@@ -87,16 +97,8 @@ class WorkerSpec(ModelSettings):
     port: Port
     mem_fraction_static: Fraction
     cuda_graph: CudaGraphSpec = CudaGraphSpec()
-    env: dict[str, str] = {}
+    env: EnvMap = {}
     extra_args: list[str] = []
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_values_as_text(cls, value: Any) -> Any:
-        # Inventory YAML gives 1 or true; the environment only knows strings.
-        if isinstance(value, Mapping):
-            return {str(k): _env_text(v) for k, v in value.items()}
-        return value
 
 
 class PrefillSpec(WorkerSpec):
@@ -164,7 +166,7 @@ class RouterSpec(StrictModel):
     # The router's default (30 s) delays readiness by up to 30 s after the workers are up.
     worker_startup_check_interval_s: Annotated[int, Field(ge=1)] = 1
     prometheus_port: Port | None = None
-    env: dict[str, str] = {}
+    env: EnvMap = {}
     extra_args: list[str] = []
 
 
@@ -208,7 +210,7 @@ class Deployment(ModelSettings):
     hosts: dict[str, HostSpec]
     server_launcher: list[str] = Field(default=["python3", "-m", "sglang.launch_server"], min_length=1)
     router_launcher: list[str] = Field(default=["python3", "-m", "sglang_router.launch_router"], min_length=1)
-    server_env: dict[str, str] = {}
+    server_env: EnvMap = {}
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
     # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).
     memory_profile: dict[str, Any] = {}
@@ -218,13 +220,6 @@ class Deployment(ModelSettings):
     def _one_or_many(cls, value: Any) -> Any:
         # A single worker may be written as a mapping instead of a list of one.
         return [value] if isinstance(value, Mapping) else value
-
-    @field_validator("server_env", mode="before")
-    @classmethod
-    def _server_env_as_text(cls, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {str(k): _env_text(v) for k, v in value.items()}
-        return value
 
     # -- derived views -------------------------------------------------------------------------
     def workers(self) -> list[tuple[str, WorkerSpec]]:
