@@ -72,12 +72,21 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "served_model_name": spec.model.served_name,
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
+        # How long the router's circuit breaker stays open once tripped (smoke waits one window).
+        "router_breaker_s": _breaker_window(spec),
         "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url} for d in workers],
         # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
         "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
     }
+
+
+def _breaker_window(spec: Deployment) -> int | None:
+    router = spec.router if spec.topology == "pd" else None
+    if router is None or not router.circuit_breaker.enabled:
+        return None
+    return router.circuit_breaker.timeout_s
 
 
 def targets_from_release_spec(spec_json: str) -> dict[str, Any]:
