@@ -6,7 +6,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from dsv4deploy.gate_runner import GateSettingsError, gate_variables, plan_index_topk, settings_from_vars
+from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
@@ -60,8 +60,7 @@ class ActionModule(ActionBase):
                               + "\n- ".join(str(p) for p in exc.problems))
             return result
         try:  # the gates' settings too: a needle grid that cannot prove its requirement is refused now
-            gate_vars = gate_variables(task_vars, lambda v: plain(self._templar.template(v)))
-            settings_from_vars(gate_vars, None, plan_index_topk(plan))
+            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None, plan_index_topk(plan))
         except GateSettingsError as exc:
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
