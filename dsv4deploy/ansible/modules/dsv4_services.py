@@ -30,6 +30,11 @@ options:
   supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
   log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
   invocations: {type: dict, description: systemd invocation ids per service (state=logs).}
+  enabled:
+    type: bool
+    description: With C(state=stopped) and systemd, also disable (false) the stopped units at boot, so a
+      reboot does not start a deployment that was stopped on purpose. C(state=installed) always enables
+      the active release's units.
 author: dsv4deploy
 """
 
@@ -215,7 +220,19 @@ class Systemd:
             proc = self.run("daemon-reload")
             if proc.returncode != 0:
                 self.module.fail_json(msg=f"systemctl daemon-reload failed: {proc.stderr.strip()}")
-        return changed
+        # Enabled, so a rebooted host starts the active release again (WantedBy=multi-user.target).
+        return self.set_enabled(sorted(n[:-len(".service")] for n in wanted), True) or changed
+
+    def set_enabled(self, names: list[str], enabled: bool) -> bool:
+        """Enable (or disable) the named services at boot; True when any changed."""
+        state = "enabled" if enabled else "disabled"
+        todo = [f"{n}.service" for n in names
+                if (self.run("is-enabled", f"{n}.service").stdout.strip() == "enabled") != enabled]
+        if todo:
+            proc = self.run("enable" if enabled else "disable", *todo)
+            if proc.returncode != 0:
+                self.module.fail_json(msg=f"could not make {', '.join(todo)} {state}: {proc.stderr.strip()}")
+        return bool(todo)
 
     def remove(self) -> bool:
         """Take every unit we manage out of systemd (the releases keep their copies)."""
@@ -345,6 +362,7 @@ def main() -> None:
             "supervisor_bin_dir": {"type": "path"},
             "log_offsets": {"type": "dict", "default": {}},
             "invocations": {"type": "dict", "default": {}},
+            "enabled": {"type": "bool"},
         },
         supports_check_mode=True,
     )
@@ -408,6 +426,8 @@ def main() -> None:
                 module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
             stopped.append(name)
         removed = False
+        if state == "stopped" and p["enabled"] is False and not is_sup and not module.check_mode:
+            removed = mgr.set_enabled(names, False)
         if state == "removed" and not module.check_mode:
             removed = mgr.shutdown() if is_sup else mgr.remove()
         module.exit_json(changed=bool(stopped) or removed, stopped=stopped)
