@@ -30,6 +30,11 @@ options:
   supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
   log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
   invocations: {type: dict, description: systemd invocation ids per service (state=logs).}
+  enabled:
+    type: bool
+    description: With C(state=stopped) and systemd, also disable (false) the stopped units at boot, so a
+      reboot does not start a deployment that was stopped on purpose. C(state=installed) always enables
+      the active release's units.
 author: dsv4deploy
 """
 
@@ -45,6 +50,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 MANAGED_MARK = "Managed by dsv4deploy"
 PREFIX = "serve-"
+# install_root goes unquoted into supervisord.conf, which expands % and ends a value at " ;" or
+# " #": the spec allows only these characters, and the module checks again (it may be called alone).
+SAFE_ROOT = re.compile(r"/[A-Za-z0-9_.+@,=:/-]*\Z")
+# Logs hold the servers' start lines and prompts: group-readable at most, in a folder others cannot enter.
+LOG_DIR_MODE = 0o750
+SUPERVISOR_UMASK = "027"
 
 
 def _read(path: str) -> str:
@@ -99,10 +110,11 @@ class Supervisor:
 
     def config_text(self) -> str:
         d, r = self.dir, self.root
+        # umask 027: the program logs supervisord creates are 0640, its own log too.
         return (f"; {MANAGED_MARK}: supervisord for the services under {r}\n"
                 f"[unix_http_server]\nfile={d}/supervisor.sock\nchmod=0700\n\n"
                 f"[supervisord]\nlogfile={d}/supervisord.log\npidfile={d}/supervisord.pid\n"
-                f"childlogdir={r}/logs\nnodaemon=false\n\n"
+                f"childlogdir={r}/logs\nnodaemon=false\numask={SUPERVISOR_UMASK}\n\n"
                 "[rpcinterface:supervisor]\n"
                 "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n\n"
                 f"[supervisorctl]\nserverurl=unix://{d}/supervisor.sock\n\n"
@@ -121,8 +133,14 @@ class Supervisor:
     def ensure(self) -> bool:
         """Write the config and start supervisord when it is not running; True when anything changed."""
         changed = False
-        os.makedirs(self.dir, exist_ok=True)
-        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        for path in (self.dir, os.path.join(self.root, "logs")):
+            os.makedirs(path, mode=LOG_DIR_MODE, exist_ok=True)
+            if os.stat(path).st_mode & 0o777 != LOG_DIR_MODE:
+                os.chmod(path, LOG_DIR_MODE)  # folders made by an older version were 0755
+                changed = True
+        for log in glob.glob(os.path.join(self.root, "logs", "*")) + glob.glob(os.path.join(self.dir, "*.log")):
+            if os.path.isfile(log) and os.stat(log).st_mode & 0o027:
+                os.chmod(log, 0o640)
         text = self.config_text()
         if not os.path.exists(self.conf) or _read(self.conf) != text:
             with open(self.conf, "w", encoding="utf-8") as fh:
@@ -215,7 +233,19 @@ class Systemd:
             proc = self.run("daemon-reload")
             if proc.returncode != 0:
                 self.module.fail_json(msg=f"systemctl daemon-reload failed: {proc.stderr.strip()}")
-        return changed
+        # Enabled, so a rebooted host starts the active release again (WantedBy=multi-user.target).
+        return self.set_enabled(sorted(n[:-len(".service")] for n in wanted), True) or changed
+
+    def set_enabled(self, names: list[str], enabled: bool) -> bool:
+        """Enable (or disable) the named services at boot; True when any changed."""
+        state = "enabled" if enabled else "disabled"
+        todo = [f"{n}.service" for n in names
+                if (self.run("is-enabled", f"{n}.service").stdout.strip() == "enabled") != enabled]
+        if todo:
+            proc = self.run("enable" if enabled else "disable", *todo)
+            if proc.returncode != 0:
+                self.module.fail_json(msg=f"could not make {', '.join(todo)} {state}: {proc.stderr.strip()}")
+        return bool(todo)
 
     def remove(self) -> bool:
         """Take every unit we manage out of systemd (the releases keep their copies)."""
@@ -349,11 +379,15 @@ def main() -> None:
             "supervisor_bin_dir": {"type": "path"},
             "log_offsets": {"type": "dict", "default": {}},
             "invocations": {"type": "dict", "default": {}},
+            "enabled": {"type": "bool"},
         },
         supports_check_mode=True,
     )
     p = module.params
     root = p["install_root"]
+    if not SAFE_ROOT.match(root):
+        module.fail_json(msg=f"install_root {root!r} has characters supervisord and unit files cannot take "
+                             "safely; use letters, digits and . _ - + @ , = : / only")
     is_sup = p["manager"] == "supervisor"
     mgr = Supervisor(module, root, p["supervisor_bin_dir"]) if is_sup else Systemd(module, root, p["unit_dir"])
     names = p["names"] if p["names"] is not None else release_services(root)
@@ -412,6 +446,8 @@ def main() -> None:
                 module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
             stopped.append(name)
         removed = False
+        if state == "stopped" and p["enabled"] is False and not is_sup and not module.check_mode:
+            removed = mgr.set_enabled(names, False)
         if state == "removed" and not module.check_mode:
             removed = mgr.shutdown() if is_sup else mgr.remove()
         module.exit_json(changed=bool(stopped) or removed, stopped=stopped)
