@@ -45,7 +45,7 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
             "service_manager": settings.service_manager if settings else "supervisor",
             # Preflight (dsv4_access): the user the services run as and the paths they need.
             "service_user": settings.service_user if settings else "",
-            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_launcher),
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
         }
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
