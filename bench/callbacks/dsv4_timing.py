@@ -18,8 +18,9 @@ name: dsv4_timing
 type: aggregate
 short_description: Per-task wall times for dsv4deploy's benchmarks
 description:
-  - Appends one JSON line per finished task and host (name, action, status, start, end) to the file
-    named by the environment variable DSV4_BENCH_TIMING; does nothing when it is unset.
+  - Appends one JSON line per finished task and host (name, action, status, start, end; for a gate
+    task also the gate's name, verdict and seconds) to the file named by the environment variable
+    DSV4_BENCH_TIMING; does nothing when it is unset.
 requirements:
   - enable in the callbacks_enabled setting
 """
@@ -54,8 +55,12 @@ class CallbackModule(CallbackBase):
 
     def _done(self, result: Any, status: str) -> None:
         task = result._task
-        self._write({"event": "task", "task": task.get_name(), "action": task.action, "status": status,
-                     "host": result._host.get_name(), "start": self._started.get(task._uuid), "end": time.time()})
+        record = {"event": "task", "task": task.get_name(), "action": task.action, "status": status,
+                  "host": result._host.get_name(), "start": self._started.get(task._uuid), "end": time.time()}
+        gate = result._result.get("gate") if isinstance(result._result, dict) else None
+        if isinstance(gate, dict):
+            record.update(gate=gate.get("name"), passed=gate.get("status") == "passed", seconds=gate.get("seconds"))
+        self._write(record)
 
     def v2_runner_on_ok(self, result: Any) -> None:
         self._done(result, "ok")
