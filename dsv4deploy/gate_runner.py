@@ -188,7 +188,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
                           required_tokens=settings.required_tokens(plan_index_topk(plan)),
                           deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
-                          seed=settings.needle_seed, api_key=api_key, progress=progress)
+                          size_tolerance=settings.needle_size_tolerance, seed=settings.needle_seed,
+                          api_key=api_key, progress=progress)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
                     deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
