@@ -322,7 +322,8 @@ def _gate_config(args: argparse.Namespace, api_key: str | None) -> Any:
     expected = parse_expected(args.expected)
     inputs = [ServerConfigInput(name=name, role=role, url=checked_url(url, "--server"), log_text=_read_log(logs[name]))
               for name, role, url in servers]
-    return check_config(expected, inputs, api_key=api_key, timeout_s=args.deadline or 10.0)
+    return check_config(expected, inputs, api_key=api_key, timeout_s=args.deadline or 10.0,
+                        deadline_s=args.deadline or _gate_defaults().config_deadline_s)
 
 
 def parse_expected(text: str | None) -> dict[str, Any]:

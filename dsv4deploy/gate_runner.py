@@ -60,6 +60,7 @@ class GateSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     readiness_deadline_s: float = Field(600, gt=0)
+    config_deadline_s: float = Field(60, gt=0)
     smoke_deadline_s: float = Field(300, gt=0)
     needle_deadline_s: float = Field(1800, gt=0)
     # None: follow index_topk (REQUIRED_BY_TOPK); 0: report the curve without a requirement.
@@ -179,7 +180,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                                      checked_on=on_host[w["name"]][0] if w["name"] in on_host else None)
                    for w in plan["workers"]]
         expected = next(iter(plan["expected_overrides"].values()), {})
-        return check_config(expected, servers, api_key=api_key)
+        return check_config(expected, servers, expected_settings=plan.get("expected_settings"), api_key=api_key,
+                            deadline_s=settings.config_deadline_s)
     if name == "smoke":
         breaker = plan.get("router_breaker_s")
         return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress,

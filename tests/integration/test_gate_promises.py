@@ -44,6 +44,11 @@ def test_clean_pd_deploy_passes_the_soak_gate(sim_host: SimHost) -> None:
     assert soak["evidence"]["corrupted_sessions"] == 0
     assert soak["evidence"]["tool_calls_checked"] >= soak["evidence"]["sessions"] * soak["evidence"]["turns"]
     assert "[soak] 50/50" in proc.stdout  # progress while it runs
+    assert gate(report, "smoke")["evidence"]["breaker_cooldown_s"] == 10  # the router's rendered window
+    config = gate(report, "config")
+    assert "prefill and decode agree on json_model_override_args, model_path" in config["summary"]
+    needle = gate(report, "needle")
+    assert all(c["sized"] for c in needle["evidence"]["cells"]), "every cell within the size tolerance"
 
 
 def test_a_needle_grid_too_short_for_its_requirement_is_refused_before_any_change(sim_host: SimHost) -> None:
