@@ -94,6 +94,9 @@ def write_files(files: RenderedFiles, out: Path) -> list[Path]:
     """Write `files` as OUT/<host>/<relpath> with the modes a release gets. Returns the paths written."""
     written = []
     for host, by_path in sorted(files.items()):
+        # Validation refuses such host names; this keeps a bad one from writing outside OUT anyway.
+        if not host or Path(host).is_absolute() or len(Path(host).parts) != 1 or host in (".", ".."):
+            raise CliError([f"host name {host!r} cannot name a folder under {out}"])
         for rel, content in sorted(by_path.items()):
             target = out / host / rel
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
