@@ -478,9 +478,10 @@ def main() -> None:
             pids.append(int(mgr.rpc().supervisor.getPID()))
         result = {"changed": False, "services": services, "pids": sorted(set(pids))}
         if state == "logs":
+            # The start line carries the API key: it never leaves the host (the config gate needs the rest).
             result["logs"] = {
-                n: (_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
-                    else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
+                n: redact(_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
+                          else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
                 for n in names
             }
         module.exit_json(**result)
