@@ -56,8 +56,8 @@ class ServiceDefinition(BaseModel):
     log_path: str | None
     ports: list[int]
     gpus: list[int]
-    # User to run as; None = whoever runs the service manager (service_user set to "").
-    user: str | None
+    # User to run as (spec validation refuses an empty one: it would silently mean root).
+    user: str
     start_order: int
     url: str
     service_manager: Literal["systemd", "supervisor"]
@@ -126,7 +126,7 @@ def _common(spec: Deployment, name: str, host: HostSpec) -> dict:
         "host": host.name,
         "workdir": f"{host.install_root}/current",
         "log_path": f"{host.install_root}/logs/{name}.log" if host.service_manager == "supervisor" else None,
-        "user": host.service_user or None,
+        "user": host.service_user,
         "service_manager": host.service_manager,
         "install_root": host.install_root,
         "exec_path": f"{host.install_root}/current/bin/serve-{name}.sh",
@@ -255,8 +255,9 @@ def router_argv(spec: Deployment, prefills: list[ServiceDefinition], decodes: li
              f("worker_startup_timeout_secs"), str(router.worker_startup_timeout_s),
              f("worker_startup_check_interval"), str(router.worker_startup_check_interval_s)]
     # Always explicit: the router otherwise binds 0.0.0.0:29000, exposing metrics on every interface
-    # and clashing with a second deployment on the host. Metrics listen where the router listens.
-    argv += [f("prometheus_port"), str(prometheus_port(router)), f("prometheus_host"), router.listen]
+    # and clashing with a second deployment on the host. Metrics stay on loopback (prometheus_listen)
+    # even when the router itself listens on every interface: they need no key.
+    argv += [f("prometheus_port"), str(prometheus_port(router)), f("prometheus_host"), router.prometheus_listen]
     # On SIGTERM the router refuses new requests and exits once those in flight are done, or at this.
     argv += [f("shutdown_grace_period_secs"), str(spec.drain_deadline_s)]
     return [*argv, *router.extra_args]
