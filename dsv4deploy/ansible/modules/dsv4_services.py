@@ -15,8 +15,10 @@ description:
     first (a router stops taking new requests and lets those in flight finish within its stop timeout,
     the drain deadline), then decode workers, then prefill workers and the combined server (a decode
     still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
-  - C(state=started) starts I(names) in the order given and fails with the log tail of a service that
-    does not stay up.
+  - C(state=started) first does what C(installed) does, then starts I(names) all at once (the service
+    manager's own ordering still applies) and fails with the log tail of a service that dies at once
+    (supervisord: within its C(startsecs)); whether a started server becomes ready is the readiness
+    gate's to judge.
   - C(state=status) and C(state=logs) change nothing.
 options:
   manager: {type: str, choices: [systemd, supervisor], required: true, description: Service manager.}
@@ -47,12 +49,15 @@ author: dsv4deploy
 """
 
 import glob
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
+import xmlrpc.client
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -108,8 +113,31 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over supervisord's unix socket (what supervisorctl speaks, without starting a Python per call)."""
+
+    def __init__(self, path: str, timeout: float = 30):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class _UnixTransport(xmlrpc.client.Transport):
+    def __init__(self, path: str):
+        super().__init__()
+        self._path = path
+
+    def make_connection(self, host: str) -> http.client.HTTPConnection:
+        return _UnixConnection(self._path)
+
+
 class Supervisor:
-    """supervisord under the install root, driven through supervisorctl."""
+    """supervisord under the install root: its XML-RPC socket for queries and starts, supervisorctl for the rest."""
 
     def __init__(self, module: AnsibleModule, root: str, bin_dir: str | None):
         self.module = module
@@ -145,8 +173,15 @@ class Supervisor:
             self.module.fail_json(msg=f"supervisorctl {' '.join(args)} failed: {proc.stdout}{proc.stderr}".strip())
         return proc
 
+    def rpc(self) -> xmlrpc.client.ServerProxy:
+        return xmlrpc.client.ServerProxy("http://localhost/RPC2",
+                                         transport=_UnixTransport(os.path.join(self.dir, "supervisor.sock")))
+
     def running(self) -> bool:
-        return self.ctl("pid").stdout.strip().isdigit()
+        try:
+            return self.rpc().supervisor.getState()["statename"] == "RUNNING"
+        except (OSError, xmlrpc.client.Error):
+            return False
 
     def ensure(self) -> bool:
         """Write the config and start supervisord when it is not running; True when anything changed."""
@@ -181,15 +216,31 @@ class Supervisor:
         return bool(out.strip())
 
     def status(self, name: str) -> dict:
-        out = self.ctl("status", name).stdout.strip()
-        parts = out.split()
-        state = parts[1] if len(parts) > 1 else "UNKNOWN"
-        pid = None
-        if state == "RUNNING" and "pid" in parts:
-            pid = int(parts[parts.index("pid") + 1].rstrip(","))
+        info: dict = {}
+        try:
+            info = self.rpc().supervisor.getProcessInfo(name)
+            state, out = info["statename"], f"{info['statename']} {info['description']}".strip()
+        except xmlrpc.client.Fault as exc:
+            state, out = "UNKNOWN", f"{name}: {exc.faultString}"
+        except OSError as exc:
+            state, out = "UNKNOWN", f"supervisord at {self.dir} did not answer: {exc}"
+        pid = info.get("pid") if state == "RUNNING" else None
         # STARTING/BACKOFF count as active: supervisord is (re)trying them and a stop must end that too.
         return {"name": name, "state": state, "running": state == "RUNNING",
                 "active": state in ("RUNNING", "STARTING", "BACKOFF", "STOPPING"), "pid": pid, "detail": out}
+
+    def start_all(self, names: list[str]) -> dict[str, str]:
+        """Ask supervisord to start every program without waiting; name -> error text for a refused start."""
+        errors = {}
+        for name in names:
+            try:
+                self.rpc().supervisor.startProcess(name, False)
+            except xmlrpc.client.Fault as exc:
+                if "ALREADY_STARTED" not in exc.faultString:
+                    errors[name] = exc.faultString
+            except OSError as exc:
+                errors[name] = f"supervisord did not answer: {exc}"
+        return errors
 
     def shutdown(self) -> bool:
         """Stop supervisord itself (it was started by us, under the install root)."""
@@ -208,10 +259,6 @@ class Supervisor:
         except OSError:
             pass
         return os.path.join(self.root, "logs", f"{name}.log")
-
-    def start(self, name: str) -> tuple[bool, str]:
-        proc = self.ctl("start", name)
-        return proc.returncode == 0 and "ERROR" not in proc.stdout, (proc.stdout + proc.stderr).strip()
 
     def stop(self, name: str) -> tuple[bool, str]:
         proc = self.ctl("stop", name)
@@ -286,9 +333,16 @@ class Systemd:
                 "active": props.get("ActiveState") in ("active", "activating", "reloading", "deactivating"),
                 "invocation": props.get("InvocationID", ""), "detail": f"{props.get('SubState', '')}"}
 
-    def start(self, name: str) -> tuple[bool, str]:
-        proc = self.run("start", f"{name}.service")
-        return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+    def start_all(self, names: list[str]) -> dict[str, str]:
+        """One systemctl call for all units (systemd starts them in parallel, After= still ordering them);
+        name -> error text for each unit that did not start."""
+        if not names:
+            return {}
+        proc = self.run("start", *[f"{n}.service" for n in names])
+        if proc.returncode == 0:
+            return {}
+        text = (proc.stdout + proc.stderr).strip()
+        return {n: text for n in names if not self.status(n)["running"]} or dict.fromkeys(names, text)
 
     def stop(self, name: str) -> tuple[bool, str]:
         proc = self.run("stop", f"{name}.service")
@@ -435,9 +489,7 @@ def main() -> None:
             if svc["pid"]:
                 pids += [svc["pid"], *_children(svc["pid"])]
         if is_sup and mgr.running():
-            sup_pid = mgr.ctl("pid").stdout.strip()
-            if sup_pid.isdigit():
-                pids.append(int(sup_pid))
+            pids.append(int(mgr.rpc().supervisor.getPID()))
         result = {"changed": False, "services": services, "pids": sorted(set(pids))}
         if state == "logs":
             result["logs"] = {
@@ -469,41 +521,59 @@ def main() -> None:
             removed = mgr.shutdown() if is_sup else mgr.remove()
         module.exit_json(changed=bool(stopped) or removed, stopped=stopped, stop_seconds=seconds)
 
-    # started
+    # started: every program at once; only a program that dies at once fails the task.
     if module.check_mode:
         module.exit_json(changed=True)
-    if is_sup:
-        mgr.ensure()
-    started, offsets, invocations = [], {}, {}
-    for name in names:
-        before = mgr.status(name)
-        if before["running"]:
-            continue
-        if is_sup:
-            path = mgr.log_path(name)
-            offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
-        cursor, since = "" if is_sup else mgr.cursor(), time.time()
-        ok, text = mgr.start(name)
-        after = mgr.status(name)
-        if not ok or not after["running"]:
+    installed = (mgr.ensure() | mgr.reload()) if is_sup else mgr.install()
+    todo = [n for n in names if not mgr.status(n)["running"]]
+    offsets: dict[str, int] = {}
+    for name in todo if is_sup else []:
+        path = mgr.log_path(name)
+        offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
+    cursor, since = "" if is_sup else mgr.cursor(), time.time()
+    errors = mgr.start_all(todo)
+    states = _settle(mgr, todo, errors) if is_sup else {n: mgr.status(n) for n in todo}
+    failed = [n for n in todo if n in errors or not states[n]["running"]]
+    if failed:
+        lines, journal = [], []
+        for name in failed:
+            after = states.get(name) or mgr.status(name)
             if is_sup:
                 log, reason = redact(_read_from(mgr.log_path(name), offsets.get(name, 0))), ""
             else:
-                lines = [redact(line) for line in mgr.journal_since(name, cursor, since)]
-                log, reason = "\n".join(lines), start_failure_reason(lines)
-            # Do not leave the service manager retrying a server that cannot start.
-            mgr.stop(name)
+                entries = [redact(line) for line in mgr.journal_since(name, cursor, since)]
+                log, reason = "\n".join(entries), start_failure_reason(entries)
+                journal += entries[-40:]
             # systemd's reason first (the one-line summary of a failed deploy keeps the head).
-            module.fail_json(msg=f"{name} did not start ({after['state']}): {reason or text}\n"
-                                 f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
-                                 f"{_tail(log, lines=20)}",
-                             started=started, log_offsets=offsets, journal=log.splitlines()[-40:])
-        started.append(name)
-        if not is_sup:
-            invocations[name] = after.get("invocation", "")
-    module.exit_json(changed=bool(started), started=started, log_offsets=offsets, invocations=invocations,
+            lines.append(f"{name} did not start ({after['state']}): "
+                         f"{reason or errors.get(name) or after.get('detail', '')}\n"
+                         f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
+                         f"{_tail(log, lines=20)}")
+        # Do not leave the service manager retrying a server that cannot start.
+        for name in failed:
+            mgr.stop(name)
+        module.fail_json(msg="\n".join(lines), started=[n for n in todo if n not in failed], log_offsets=offsets,
+                         journal=journal[-40:])
+    invocations = {} if is_sup else {n: states[n].get("invocation", "") for n in todo}
+    module.exit_json(changed=bool(todo) or installed, started=todo, log_offsets=offsets, invocations=invocations,
                      started_at=time.time())
 
+
+def _settle(mgr: Supervisor, names: list[str], errors: dict[str, str], limit_s: float = 120) -> dict[str, dict]:
+    """Poll supervisord until each program is RUNNING (it outlived its startsecs) or has failed.
+
+    The programs were started together, so this costs one startsecs, not one per program. BACKOFF
+    (died within startsecs) is a failure at once: supervisord's retries would only repeat it.
+    """
+    deadline = time.monotonic() + limit_s
+    states = {n: mgr.status(n) for n in names}
+    while time.monotonic() < deadline:
+        pending = [n for n in names if n not in errors and states[n]["state"] == "STARTING"]
+        if not pending:
+            break
+        time.sleep(0.05)
+        states.update({n: mgr.status(n) for n in pending})
+    return states
 
 if __name__ == "__main__":
     main()
