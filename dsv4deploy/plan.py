@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from dsv4deploy import memory, render, services
+from dsv4deploy import access, memory, render, services
 from dsv4deploy.spec import Deployment, SpecError
 
 
@@ -43,6 +43,9 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
             "ports": sorted({p for d in host_defs for p in d.ports}),
             "install_root": settings.install_root if settings else "",
             "service_manager": settings.service_manager if settings else "supervisor",
+            # Preflight (dsv4_access): the user the services run as and the paths they need.
+            "service_user": settings.service_user if settings else "",
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
         }
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),

@@ -358,15 +358,19 @@ class Systemd:
     def journal_since(self, name: str, cursor: str, since: float) -> list[str]:
         """The unit's journal lines since `cursor` (else since the time `since`), systemd's own
         included ("Failed at step USER ...", "status=203/EXEC"), each as "IDENTIFIER: MESSAGE"."""
-        args = ["journalctl", "--no-pager", "-o", "json", "-u", f"{name}.service"]
+        # Not -u: systemd's forked child logs "Failed to determine user credentials" and "Failed at
+        # step ..." with UNIT= from its own PID, which -u leaves out.
+        args = ["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={name}.service", "+", f"UNIT={name}.service"]
         args += [f"--after-cursor={cursor}"] if cursor else [f"--since=@{int(since) - 1}"]
         deadline = time.monotonic() + 3
         while True:
             lines = journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
-            # journald may still be writing systemd's verdict on the start: wait briefly for it.
             if any(SYSTEMD_VERDICT in line for line in lines) or time.monotonic() > deadline:
-                return lines
-            time.sleep(0.2)
+                break
+            time.sleep(0.2)  # journald may still be writing systemd's verdict on the start
+        # The forked child's lines come through another socket and may trail the verdict a little.
+        time.sleep(0.5)
+        return journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
 
     def logs(self, name: str, invocation: str | None) -> str:
         args = ["journalctl", "--no-pager", "-o", "cat", "-u", f"{name}.service"]
@@ -393,9 +397,9 @@ def journal_lines(json_lines: str) -> list[str]:
         message = entry.get("MESSAGE", "")
         if isinstance(message, list):  # journald gives non-UTF-8 messages as byte arrays
             message = bytes(message).decode(errors="replace")
-        # systemd's own lines come from PID 1, or from its forked child before exec (identifier systemd).
+        # systemd's own lines come from PID 1, or from its forked child before exec (src/core code).
         ident = entry.get("SYSLOG_IDENTIFIER") or entry.get("_COMM") or "?"
-        who = "systemd" if entry.get("_PID") == "1" else ident
+        who = "systemd" if entry.get("_PID") == "1" or entry.get("CODE_FILE", "").startswith("src/core/") else ident
         out.append(f"{who}: {message}")
     return out
 
@@ -492,9 +496,10 @@ def main() -> None:
             pids.append(int(mgr.rpc().supervisor.getPID()))
         result = {"changed": False, "services": services, "pids": sorted(set(pids))}
         if state == "logs":
+            # The start line carries the API key: it never leaves the host (the config gate needs the rest).
             result["logs"] = {
-                n: (_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
-                    else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
+                n: redact(_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
+                          else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
                 for n in names
             }
         module.exit_json(**result)
