@@ -6,6 +6,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from dsv4deploy import reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.plan import make_plan, targets_from_release_spec
@@ -65,7 +66,28 @@ class ActionModule(ActionBase):
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
             return result
+        problem = self._unreachable_endpoint(plan, hostvars)
+        if problem:
+            result.update(failed=True, problems=[problem],
+                          msg=f"the deployment spec is invalid; nothing was changed:\n- {problem}")
+            return result
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
                           f"endpoint {plan['endpoint']}")
         return result
+
+    def _unreachable_endpoint(self, plan: dict[str, Any], hostvars: Any) -> str | None:
+        """Why the gates (and clients) on the controller could never reach the endpoint, or None.
+
+        A host is the controller itself when Ansible reaches it through the local connection or at
+        a loopback address; without ansible_connection in its variables it uses this task's one.
+        """
+        host = plan.get("endpoint_host") or ""
+        if host not in hostvars:
+            return None
+        hv = hostvars[host]
+        connection = str(hv.get("ansible_connection") or self._connection.transport)
+        local = connection.rsplit(".", 1)[-1] == "local" or reach.is_loopback(str(hv.get("ansible_host", host)))
+        what = "router.listen" if plan.get("router_url") else "listen"
+        return reach.endpoint_problem(what, plan["endpoint"], host, local)
+
