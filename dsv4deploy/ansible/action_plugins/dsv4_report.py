@@ -65,7 +65,8 @@ class ActionModule(ActionBase):
         data["failed_gate"] = args.get("failed_gate") or data["failed_gate"]
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
-        root = Path(args["reports_dir"])
+        # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
+        root = Path(args["reports_dir"]).expanduser().absolute()
         name = _free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())
         update_latest(root, name)
