@@ -1,14 +1,23 @@
-"""Run a named gate against a rollout plan: the bridge between the playbooks and `dsv4deploy.gates`."""
+"""Run a named gate against a rollout plan: the bridge between the playbooks and `dsv4deploy.gates`.
+
+Worker checks run where the worker's address is reachable: from the controller, or on the worker's
+own host (``dsv4_worker_probe``), whose answers come in as ``probes``. Whatever the controller
+asks itself is first checked to be reachable from here, so an address that cannot be reached is
+reported within seconds instead of being polled until the deadline.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dsv4deploy import reach
 from dsv4deploy.gates import (
     GateResult,
+    GateStatus,
     Progress,
     ServerConfigInput,
     WorkerEndpoint,
@@ -17,8 +26,11 @@ from dsv4deploy.gates import (
     run_needle,
     run_smoke,
 )
+from dsv4deploy.gates.result import Stopwatch, make_result
 
 GATES = ("readiness", "config", "smoke", "needle")
+# Gates that ask the workers themselves (the others talk to the client-facing endpoint only).
+WORKER_GATES = ("readiness", "config")
 
 
 class GateSettings(BaseModel):
@@ -35,24 +47,107 @@ class GateSettings(BaseModel):
     needle_concurrency: int = Field(4, ge=1)
 
 
+def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], Any],
+                       overrides: Mapping[str, Any] | None = None) -> GateSettings:
+    """GateSettings from play variables of the same names (templated), then `overrides`."""
+    known = {k: template(variables[k]) for k in GateSettings.model_fields if k in variables}
+    known.update(overrides or {})
+    return GateSettings.model_validate(known)
+
+
+def host_checks(plan: Mapping[str, Any], host: str, host_is_local: bool) -> list[dict[str, Any]]:
+    """The workers of `host` whose checks must run on `host` itself (see dsv4deploy.reach)."""
+    endpoint = plan.get("endpoint")
+    return [w for w in plan["workers"]
+            if w["host"] == host and w["url"] != endpoint
+            and reach.checked_on_host(w["url"], w.get("host_address", ""), host_is_local)]
+
+
 def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs: Mapping[str, str] | None = None,
-             api_key: str | None = None, progress: Progress | None = None) -> GateResult:
-    """Run gate `name` against the servers the plan deployed."""
+             api_key: str | None = None, progress: Progress | None = None,
+             probes: Mapping[str, Any] | None = None) -> GateResult:
+    """Run gate `name` against the servers the plan deployed.
+
+    `probes` maps each host to what ``dsv4_worker_probe`` found there: ``{"local": bool, "seconds":
+    float, "workers": {name: answers}}``. Without it every host counts as reachable from here.
+    """
+    if name not in GATES:
+        raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
+    watch = Stopwatch()
+    probes = probes or {}
+    on_host = {w: (host, found) for host, data in probes.items() for w, found in (data.get("workers") or {}).items()}
+    here = _asked_here(name, plan, on_host)
+    unreachable = _unreachable(here, probes) + [
+        {"what": f"{w} ({host})", "url": found.get("url", ""), "host": host, "checked_from": host,
+         "reason": found["unreachable"]}
+        for w, (host, found) in on_host.items() if name in WORKER_GATES and "unreachable" in found
+    ]
+    if unreachable:
+        return _unreachable_result(name, watch, unreachable)
     model = plan["served_model_name"]
     endpoint = plan["endpoint"]
     if name == "readiness":
-        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"]) for w in plan["workers"]]
-        return check_readiness(workers, plan.get("router_url"), model, settings.readiness_deadline_s,
-                               api_key=api_key, progress=progress)
+        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"])
+                   for w in plan["workers"] if w["name"] not in on_host]
+        settled = [{**found["health"], "checked_on": host} for host, found in on_host.values()]
+        # The hosts' checks used part of the deadline already; what remains is the controller's.
+        elapsed = max((float(data.get("seconds") or 0) for data in probes.values()), default=0.0)
+        return check_readiness(workers, plan.get("router_url"), model,
+                               max(settings.readiness_deadline_s - elapsed, 0.5), api_key=api_key,
+                               progress=progress, settled=settled)
     if name == "config":
         servers = [ServerConfigInput(name=w["name"], role=w["role"], url=w["url"],
-                                     log_text=(logs or {}).get(w["name"], "")) for w in plan["workers"]]
+                                     log_text=(logs or {}).get(w["name"], ""),
+                                     server_info=on_host[w["name"]][1]["server_info"] if w["name"] in on_host else None,
+                                     checked_on=on_host[w["name"]][0] if w["name"] in on_host else None)
+                   for w in plan["workers"]]
         expected = next(iter(plan["expected_overrides"].values()), {})
         return check_config(expected, servers, api_key=api_key)
     if name == "smoke":
         return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress)
-    if name == "needle":
-        return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
-                          required_tokens=settings.needle_required_tokens, deadline_s=settings.needle_deadline_s,
-                          concurrency=settings.needle_concurrency, api_key=api_key, progress=progress)
-    raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
+    return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
+                      required_tokens=settings.needle_required_tokens, deadline_s=settings.needle_deadline_s,
+                      concurrency=settings.needle_concurrency, api_key=api_key, progress=progress)
+
+
+def _asked_here(name: str, plan: Mapping[str, Any], on_host: Mapping[str, Any]) -> list[dict[str, str]]:
+    """What the controller itself asks for gate `name`: ``{what, url, host}``."""
+    endpoint = plan["endpoint"]
+    endpoint_host = plan.get("endpoint_host", "")
+    asked = [] if name == "config" else [
+        {"what": "router" if plan.get("router_url") else "endpoint", "url": endpoint, "host": endpoint_host}]
+    if name in WORKER_GATES:
+        asked += [{"what": w["name"], "url": w["url"], "host": w["host"]}
+                  for w in plan["workers"] if w["name"] not in on_host and w["url"] != endpoint]
+    return asked
+
+
+def _unreachable(asked: list[dict[str, str]], probes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every address the controller cannot reach, with why; asked in parallel, a few seconds at most."""
+    # A host the probes did not describe is taken as reachable the ordinary way (local runs, the CLI).
+    remote = {host for host, data in probes.items() if not data.get("local", True)}
+    out: list[dict[str, Any]] = []
+    pending = []
+    for item in asked:
+        address, _ = reach.url_address(item["url"])
+        if item["host"] in remote and reach.is_loopback(address):
+            out.append({**item, "checked_from": "controller",
+                        "reason": f"{address} is a loopback address of host {item['host']}, and the controller, "
+                                  "where this check runs, is another machine; fix: listen on 0.0.0.0 or the "
+                                  f"host's own address (with an api_key)"})
+        else:
+            pending.append(item)
+    if pending:
+        with ThreadPoolExecutor(len(pending)) as pool:
+            for item, why in zip(pending, pool.map(lambda i: reach.controller_reach(i["url"]), pending), strict=True):
+                if why:
+                    out.append({**item, "checked_from": "controller",
+                                "reason": f"unreachable from the controller, where this check runs: {why}"})
+    return out
+
+
+def _unreachable_result(name: str, watch: Stopwatch, unreachable: list[dict[str, Any]]) -> GateResult:
+    lines = [f"{u['what']} at {u['url']} on host {u['host']}: {u['reason']}" for u in unreachable]
+    failures = [{"what": u["what"], "status": None, "body": "", "error": u["reason"]} for u in unreachable]
+    evidence = {"unreachable": unreachable, "failures": failures}
+    return make_result(name, GateStatus.FAILED, watch, "cannot reach " + "; ".join(lines), evidence)

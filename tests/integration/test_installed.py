@@ -23,8 +23,6 @@ from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_
 pytestmark = pytest.mark.integration
 
 FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
-# Every module and action plugin of the collection.
-PLUGINS = ["dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_plan", "dsv4_gate", "dsv4_report"]
 
 
 @dataclass
@@ -88,7 +86,7 @@ def test_init_writes_the_local_example(installed: Installed) -> None:
     proc = _must(installed.run("dsv4deploy", "validate", "-i", "site"), "validate")
     assert "topology pd" in proc.stdout
     refused = installed.run("dsv4deploy", "init", "site", "--example", "2p1d")
-    assert refused.returncode == 2 and "already holds different hosts.yml" in refused.stderr
+    assert refused.returncode == 2 and "already holds different" in refused.stderr
 
 
 def test_collection_deploy_promotes_from_outside_the_repository(installed: Installed) -> None:
@@ -115,14 +113,3 @@ def test_collection_rollback_returns_to_the_previous_release(installed: Installe
 def test_collection_stop_stops_everything(installed: Installed) -> None:
     _must(installed.run("ansible-playbook", "dsv4.deploy.stop", "-i", "site"), "stop")
     assert not (installed.work / "site" / ".state" / "supervisor" / "supervisord.pid").exists()
-
-
-@pytest.mark.parametrize("plugin", PLUGINS)
-def test_ansible_doc_documents_every_module_and_action(installed: Installed, plugin: str) -> None:
-    proc = _must(installed.run("ansible-doc", "--json", f"dsv4.deploy.{plugin}"), f"ansible-doc {plugin}")
-    doc = json.loads(proc.stdout)[f"dsv4.deploy.{plugin}"]
-    assert doc["doc"]["short_description"]
-    assert doc["doc"]["options"], "every option is documented"
-    assert doc["examples"].strip(), "EXAMPLES"
-    assert doc["return"], "RETURN"
-    assert set(doc["doc"]["attributes"]) >= {"check_mode", "diff_mode"}
