@@ -22,6 +22,9 @@ from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_
 
 pytestmark = pytest.mark.integration
 
+# Every module and action plugin of the collection.
+PLUGINS = ["dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
+           "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe"]
 FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
 
 
@@ -113,3 +116,14 @@ def test_collection_rollback_returns_to_the_previous_release(installed: Installe
 def test_collection_stop_stops_everything(installed: Installed) -> None:
     _must(installed.run("ansible-playbook", "dsv4.deploy.stop", "-i", "site"), "stop")
     assert not (installed.work / "site" / ".state" / "supervisor" / "supervisord.pid").exists()
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_ansible_doc_documents_every_module_and_action(installed: Installed, plugin: str) -> None:
+    proc = _must(installed.run("ansible-doc", "--json", f"dsv4.deploy.{plugin}"), f"ansible-doc {plugin}")
+    doc = json.loads(proc.stdout)[f"dsv4.deploy.{plugin}"]
+    assert doc["doc"]["short_description"]
+    assert doc["doc"]["options"], "every option is documented"
+    assert doc["examples"].strip(), "EXAMPLES"
+    assert doc["return"], "RETURN"
+    assert set(doc["doc"]["attributes"]) >= {"check_mode", "diff_mode"}

@@ -7,20 +7,81 @@ DOCUMENTATION = r"""
 module: dsv4_lock
 short_description: Take or release the dsv4deploy deploy lock of a host
 description:
-  - C(state=present) creates I(path) exclusively, recording I(owner), I(run_id) and the time. When
-    the lock is held by another run it fails at once naming the holder; a lock older than
-    I(stale_after_s) is reported as stale with the command that clears it. Taking a lock this run
-    already holds succeeds.
-  - C(state=absent) removes the lock when this run holds it (or when I(force) is set).
+  - O(state=present) creates O(path) exclusively, recording O(owner), O(run_id) and the time. When the
+    lock is held by another run it fails at once naming the holder; a lock older than O(stale_after_s)
+    is reported as stale with the command that clears it. Taking a lock this run already holds succeeds.
+  - O(state=absent) removes the lock when this run holds it (or when O(force) is set).
 options:
-  path: {type: path, required: true, description: Lock file.}
-  state: {type: str, choices: [present, absent], default: present, description: Take or release.}
-  owner: {type: str, default: '', description: Who deploys (user@controller).}
-  run_id: {type: str, required: true, description: Identifies this playbook run.}
-  stale_after_s: {type: int, default: 7200, description: Age after which a lock is called stale.}
-  force: {type: bool, default: false, description: Release even a lock held by another run.}
+  path:
+    type: path
+    required: true
+    description:
+      - Lock file.
+  state:
+    type: str
+    choices: [present, absent]
+    default: present
+    description:
+      - Take or release.
+  owner:
+    type: str
+    default: ""
+    description:
+      - Who deploys (user@controller), shown to a second deploy.
+  run_id:
+    type: str
+    required: true
+    description:
+      - Identifies this playbook run.
+  stale_after_s:
+    type: int
+    default: 7200
+    description:
+      - Age in seconds after which a lock is called stale.
+  force:
+    type: bool
+    default: false
+    description:
+      - Release even a lock held by another run.
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether the lock could be taken or released; writes nothing.
+  diff_mode:
+    support: none
+    description: The lock lives only for the run.
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX host.
 author: dsv4deploy
 """
+
+EXAMPLES = r"""
+- name: Take the deploy lock
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    owner: "ops@controller"
+    run_id: "{{ run_id }}"
+
+- name: Release it
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    run_id: "{{ run_id }}"
+    state: absent
+"""
+
+RETURN = r"""
+holder:
+  description: The lock's record (C(owner), C(run_id), C(since)) - this run's, or the other run's that holds it.
+  returned: when a lock exists or was taken
+  type: dict
+stale:
+  description: Whether the lock held by another run is older than O(stale_after_s).
+  returned: when another run holds the lock
+  type: bool
+"""
+
 
 import json
 import os
