@@ -26,6 +26,8 @@ all:
           ansible_python_interpreter: "{{ ansible_playbook_python }}"
       vars:
         dsv4_local_root: "{{ inventory_dir }}/.state"
+        # smg (-e router_implementation=smg) runs from a venv of its own: pip install smg==1.13.0 there.
+        dsv4_smg_python: "{{ inventory_dir }}/.smg-venv/bin/python"
 """
 
 class StarterError(ValueError):

@@ -214,12 +214,14 @@ class Host:
                 (cg / "cgroup.procs").write_text(str(os.getpid()))
 
         log = open(self.dir / f"console-{self.boots}.log", "w")  # noqa: SIM115 (the launcher keeps it)
+        started = time.monotonic()
         self.launcher = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          preexec_fn=own_cgroup, start_new_session=True)
         log.close()
         self.boots += 1
         self.lab.save()
         self.wait_running()
+        rootfs_mod.log(f"host {self.name} ({self.address}) up in {time.monotonic() - started:.1f} s")
 
     def wait_running(self) -> None:
         deadline = time.monotonic() + BOOT_TIMEOUT_S

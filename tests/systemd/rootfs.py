@@ -72,7 +72,8 @@ def recipe_key() -> str:
     return hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
+    """A progress line on stderr (shown by pytest -s and on failures)."""
     print(f"[hostkit] {msg}", file=sys.stderr, flush=True)
 
 
@@ -110,7 +111,7 @@ def ensure_rootfs(cache: Path = CACHE) -> Rootfs:
             tmp = cache / f".build-{key}-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            _log(f"building the host rootfs {entry} (debootstrap {SUITE}, once per recipe)")
+            log(f"building the host rootfs {entry} (debootstrap {SUITE}, once per recipe)")
             start = time.monotonic()
             try:
                 _build(tmp)
@@ -120,7 +121,7 @@ def ensure_rootfs(cache: Path = CACHE) -> Rootfs:
                 shutil.rmtree(tmp, ignore_errors=True)
             took = time.monotonic() - start
             done.write_text(json.dumps({"recipe": recipe(), "build_s": round(took, 1)}, indent=1))
-            _log(f"rootfs built in {took:.0f} s")
+            log(f"rootfs built in {took:.0f} s")
     return Rootfs(path=entry / "rootfs", router=entry / "router", key=key)
 
 

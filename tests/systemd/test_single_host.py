@@ -2,22 +2,22 @@
 
 The inventory is inventory/examples/pd-single-host as a user would copy it, with the lab's address,
 the simulator standing in for sglang and nvidia-smi, and the operator's API key file on the host.
+The tests run in order on one booted host, like an operator's day: promote, re-run, reboot,
+switch to combined and back, stop.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.systemd import checks
+from tests.systemd.checks import GATES, PD_UNITS, output
 from tests.systemd.hostkit import Lab
 
-UNITS = ["sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"]
-# A needle grid the simulator recalls at index_topk 1024, small enough for CI.
-GATES = {"needle_required_tokens": 4000, "needle_lengths": [1000, 4000], "needle_depths": [0.5],
-         "readiness_deadline_s": 120, "smoke_deadline_s": 60, "needle_deadline_s": 300}
+COMBINED_UNITS = ["sglang-dsv4"]
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +36,75 @@ def inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
                                group_vars=GATES, host_vars={"gpu1": {"listen": "0.0.0.0"}})
 
 
-def _fail_text(proc) -> str:
-    return f"rc {proc.returncode}\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
+@pytest.fixture(scope="module")
+def state() -> dict[str, str]:
+    """What earlier tests of the module found (the promoted release)."""
+    return {}
 
 
-def test_promote_over_ssh(lab: Lab, inventory: Path, tmp_path: Path) -> None:
+def test_promote_over_ssh_runs_as_the_service_user_and_enables_the_units(
+        lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
     proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
-    assert proc.returncode == 0, _fail_text(proc)
-    report = json.loads((tmp_path / "latest" / "report.json").read_text())
+    assert proc.returncode == 0, output(proc)
+    report = checks.report(tmp_path)
     assert report["verdict"] == "promoted"
     gpu1 = lab.hosts["gpu1"]
-    for unit in UNITS:
-        assert gpu1.exec(["systemctl", "is-active", unit], check=False).stdout.strip() == "active", unit
-        user = gpu1.exec(["systemctl", "show", "-p", "User", "--value", unit]).stdout.strip()
-        assert user == "sglang", unit
+    assert checks.active_release(gpu1) == report["release"]
+    for unit in PD_UNITS:
+        assert checks.unit_state(gpu1, unit) == ("active", "enabled"), unit
+        assert gpu1.exec(["systemctl", "show", "-p", "User", "--value", unit]).stdout.strip() == "sglang", unit
+    state["release"] = report["release"]
+
+
+def test_unchanged_rerun_restarts_nothing(lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
+    gpu1 = lab.hosts["gpu1"]
+    pids = {u: gpu1.exec(["systemctl", "show", "-p", "MainPID", "--value", u]).stdout.strip() for u in PD_UNITS}
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
+    assert proc.returncode == 0, output(proc)
+    assert checks.report(tmp_path)["verdict"] == "unchanged"
+    assert {u: gpu1.exec(["systemctl", "show", "-p", "MainPID", "--value", u]).stdout.strip()
+            for u in PD_UNITS} == pids
+
+
+def test_reboot_brings_the_active_release_back_and_it_verifies(
+        lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
+    gpu1 = lab.hosts["gpu1"]
+    gpu1.reboot()
+    assert checks.wait_active(gpu1, PD_UNITS) == {u: "active" for u in PD_UNITS}
+    assert checks.active_release(gpu1) == state["release"]
+    proc = lab.playbook("verify.yml", inventory, reports=tmp_path)
+    assert proc.returncode == 0, output(proc)
+
+
+def test_switch_to_combined_and_back(lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
+    gpu1 = lab.hosts["gpu1"]
+    proc = lab.playbook("deploy.yml", inventory, "-e", "topology=combined", reports=tmp_path / "combined")
+    assert proc.returncode == 0, output(proc)
+    assert checks.report(tmp_path / "combined")["verdict"] == "promoted"
+    # Only the combined unit is installed and enabled: the PD units are gone, so a reboot cannot start them.
+    assert checks.unit_dir_entries(gpu1) == [f"{u}.service" for u in COMBINED_UNITS]
+    assert checks.unit_state(gpu1, COMBINED_UNITS[0]) == ("active", "enabled")
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "pd")
+    assert proc.returncode == 0, output(proc)
+    report = checks.report(tmp_path / "pd")
+    assert report["verdict"] == "promoted"
+    assert checks.unit_dir_entries(gpu1) == sorted(f"{u}.service" for u in PD_UNITS)
+    for unit in PD_UNITS:
+        assert checks.unit_state(gpu1, unit) == ("active", "enabled"), unit
+    state["release"] = report["release"]
+
+
+def test_stop_keeps_the_deployment_stopped_across_a_reboot(lab: Lab, inventory: Path, tmp_path: Path) -> None:
+    gpu1 = lab.hosts["gpu1"]
+    proc = lab.playbook("stop.yml", inventory)
+    assert proc.returncode == 0, output(proc)
+    for unit in PD_UNITS:
+        assert checks.unit_state(gpu1, unit) == ("inactive", "disabled"), unit
+    gpu1.reboot()
+    for unit in PD_UNITS:
+        assert checks.unit_state(gpu1, unit) == ("inactive", "disabled"), unit
+    # A deploy starts it again, enabled.
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
+    assert proc.returncode == 0, output(proc)
+    for unit in PD_UNITS:
+        assert checks.unit_state(gpu1, unit) == ("active", "enabled"), unit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -39,3 +40,13 @@ def test_rewriting_drops_files_that_are_gone(tmp_path: Path) -> None:
     stale.write_text("x")
     write_collection(REPO, tmp_path)
     assert not stale.exists()
+
+
+def test_roles_and_playbooks_use_no_filter_of_our_own() -> None:
+    # Inside a collection, filters resolve by short name only from ansible.builtin: ours would be missing.
+    offenders = [f"{path.relative_to(REPO)}:{n}" for folder in ("roles", "playbooks")
+                 for path in (REPO / folder).rglob("*.yml")
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.search(r"\|\s*dsv4_\w+\s*\(", line)]
+    assert not offenders, f"use builtin filters instead: {offenders}"
+    assert not (REPO / "dsv4deploy" / "ansible" / "filter_plugins").exists()

@@ -54,6 +54,11 @@ def test_action_plugin_has_a_documentation_stub_matching_its_argument_spec(path:
     stub = PLUGINS / "modules" / path.name
     assert stub.is_file(), f"action {path.stem} needs modules/{path.name} with its DOCUMENTATION, EXAMPLES, RETURN"
     options = yaml.safe_load(doc_blocks(stub)["DOCUMENTATION"])["options"]
+    if "def main(" in stub.read_text():
+        # An action in front of a real module of its name (like ansible.builtin.template): the module's
+        # argument spec validates, and the module's documentation is the action's.
+        assert not hasattr(load(path), "ARGUMENT_SPEC"), "one argument spec, the module's"
+        return
     spec = load(path).ARGUMENT_SPEC
     assert set(options) == set(spec)
     for name, arg in spec.items():

@@ -10,7 +10,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from dsv4deploy.gate_runner import GATES, run_gate, settings_from_vars
+from dsv4deploy.gate_runner import GATES, GateSettingsError, plan_index_topk, run_gate, settings_from_vars
 from dsv4deploy.inventory import plain
 
 ARGUMENT_SPEC = {
@@ -35,7 +35,12 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
         name = args["name"]
-        settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"])
+        try:
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
+                                          plan_index_topk(args["plan"]))
+        except GateSettingsError as exc:
+            result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))
+            return result
 
         def progress(done: int, total: int, note: str) -> None:
             display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")

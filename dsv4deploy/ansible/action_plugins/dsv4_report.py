@@ -25,6 +25,7 @@ ARGUMENT_SPEC = {
     "failed_gate": {"type": "str", "default": ""},
     "failure": {"type": "str", "default": ""},
     "gates": {"type": "list", "elements": "dict", "default": []},
+    "failure_logs": {"type": "dict", "default": {}},
 }
 
 display = Display()
@@ -65,6 +66,7 @@ class ActionModule(ActionBase):
         data["failed_gate"] = args.get("failed_gate") or data["failed_gate"]
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
+        data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
         root = Path(args["reports_dir"]).expanduser().absolute()
         name = _free_name(root, data["release"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_gate
-short_description: Run one dsv4deploy verification gate (readiness, config, smoke, needle) from the controller
+short_description: Run one dsv4deploy verification gate (readiness, config, smoke, needle, soak) from the controller
 description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
     a failing server - it returns RV(gate) and RV(passed), so the play decides on every host at once.
@@ -17,7 +17,7 @@ options:
   name:
     type: str
     required: true
-    choices: [readiness, config, smoke, needle]
+    choices: [readiness, config, smoke, needle, soak]
     description:
       - Gate to run.
   plan:

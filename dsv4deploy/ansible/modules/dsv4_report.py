@@ -59,6 +59,11 @@ options:
     default: []
     description:
       - Gate results in order (RV(dsv4.deploy.dsv4_gate#module:gate) of each gate, with its C(phase)).
+  failure_logs:
+    type: dict
+    default: {}
+    description:
+      - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
 attributes:
   action:
     support: full
