@@ -54,6 +54,7 @@ class ActionModule(ActionBase):
             release=args.get("release") or plan["release_id"],
             previous_release=args.get("previous_release") or None,
             topology=plan["topology"],
+            router=plan.get("router"),
             verdict=args["verdict"],
             endpoint=plan["endpoint"],
             gates=gates,
