@@ -1,4 +1,7 @@
-"""Action plugin: validate the spec, check memory and render every host's release, on the controller."""
+"""Action plugin: validate the spec, check memory and render every host's release, on the controller.
+
+Documented in modules/dsv4_plan.py (ansible-doc dsv4.deploy.dsv4_plan); ARGUMENT_SPEC follows it.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +15,10 @@ from dsv4deploy.inventory import plain
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
-DOCUMENTATION = r"""
-action: dsv4_plan
-short_description: Build the dsv4deploy rollout plan from inventory variables
-description:
-  - Reads the spec from the play's variables exactly as `dsv4deploy validate` does, validates it,
-    checks memory feasibility and renders each play host's release. Fails, listing every problem
-    with its field, host and fix, before anything on a host changes. Sets the fact C(dsv4_plan).
-  - With I(release_spec) (the spec.json of an installed release) it sets I(fact) to that release's
-    gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
-options:
-  release_spec: {description: spec.json text of an installed release}
-  fact: {description: Name of the fact to set, default: dsv4_plan}
-"""
+ARGUMENT_SPEC = {
+    "release_spec": {"type": "str"},
+    "fact": {"type": "str", "default": "dsv4_plan"},
+}
 
 
 class ActionModule(ActionBase):
@@ -35,8 +29,8 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = plain(self._task.args)
-        fact = args.get("fact") or "dsv4_plan"
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        fact = args["fact"]
         if args.get("release_spec"):
             try:
                 targets = targets_from_release_spec(args["release_spec"])
