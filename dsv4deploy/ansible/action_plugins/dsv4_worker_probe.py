@@ -7,7 +7,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from dsv4deploy.gate_runner import WORKER_GATES, host_checks, settings_from_vars
+from dsv4deploy.gate_runner import WORKER_GATES, GateSettingsError, host_checks, settings_from_vars
 from dsv4deploy.inventory import plain
 
 DOCUMENTATION = r"""
@@ -46,7 +46,11 @@ class ActionModule(ActionBase):
         if not checks:
             result.update(changed=False, probe=probe)
             return result
-        settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"))
+        try:
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"))
+        except GateSettingsError as exc:
+            result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))
+            return result
         module_args = {
             "checks": [{"name": w["name"], "url": w["url"]} for w in checks],
             "mode": name,
