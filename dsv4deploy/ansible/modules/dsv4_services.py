@@ -11,7 +11,10 @@ description:
   - C(state=installed) makes the service manager see the active release's units or programs
     (systemd units copied to I(unit_dir) and daemon-reload; supervisord started under the install
     root with its socket there, then reread/update).
-  - C(state=stopped) stops I(names) (default all of ours) in the order given, routers first.
+  - C(state=stopped) stops I(names) (default all of ours) in the order given, else in drain order: routers
+    first (a router stops taking new requests and lets those in flight finish within its stop timeout,
+    the drain deadline), then decode workers, then prefill workers and the combined server (a decode
+    still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
   - C(state=started) first does what C(installed) does, then starts I(names) all at once (the service
     manager's own ordering still applies) and fails with the log tail of a service that dies at once
     (supervisord: within its C(startsecs)); whether a started server becomes ready is the readiness
@@ -27,7 +30,12 @@ options:
     description: What to do. C(removed) stops everything and takes our units out of systemd, or shuts
       down our supervisord; the releases stay.
   names: {type: list, elements: str, description: Services to act on, in order (default all of ours).}
-  only: {type: str, choices: [all, router, workers], default: all, description: Narrow I(names) by kind.}
+  only:
+    type: str
+    choices: [all, router, workers, decode, prefill]
+    default: all
+    description: Narrow I(names) by kind. C(decode) is the decode workers; C(prefill) the other workers
+      (prefill and the combined server).
   unit_dir: {type: path, default: /etc/systemd/system, description: Where systemd units are installed.}
   supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
   log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
@@ -68,11 +76,21 @@ def _read(path: str) -> str:
         return fh.read()
 
 
+def kind_of(name: str) -> str:
+    """router, decode or prefill (the combined server counts with prefill: it goes last)."""
+    if name.endswith("router"):
+        return "router"
+    return "decode" if "-decode" in name else "prefill"
+
+
+DRAIN_ORDER = {"router": 0, "decode": 1, "prefill": 2}
+
+
 def release_services(root: str) -> list[str]:
-    """Service names of the active release, from its serve scripts, routers first."""
+    """Service names of the active release, from its serve scripts, in drain order."""
     base = os.path.join(root, "current", "bin")
     names = [os.path.basename(p)[len(PREFIX):-3] for p in glob.glob(os.path.join(base, f"{PREFIX}*.sh"))]
-    return sorted(names, key=lambda n: (0 if n.endswith("router") else 1, n))
+    return sorted(names, key=lambda n: (DRAIN_ORDER[kind_of(n)], n))
 
 
 def _children(pid: int) -> list[int]:
@@ -340,15 +358,19 @@ class Systemd:
     def journal_since(self, name: str, cursor: str, since: float) -> list[str]:
         """The unit's journal lines since `cursor` (else since the time `since`), systemd's own
         included ("Failed at step USER ...", "status=203/EXEC"), each as "IDENTIFIER: MESSAGE"."""
-        args = ["journalctl", "--no-pager", "-o", "json", "-u", f"{name}.service"]
+        # Not -u: systemd's forked child logs "Failed to determine user credentials" and "Failed at
+        # step ..." with UNIT= from its own PID, which -u leaves out.
+        args = ["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={name}.service", "+", f"UNIT={name}.service"]
         args += [f"--after-cursor={cursor}"] if cursor else [f"--since=@{int(since) - 1}"]
         deadline = time.monotonic() + 3
         while True:
             lines = journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
-            # journald may still be writing systemd's verdict on the start: wait briefly for it.
             if any(SYSTEMD_VERDICT in line for line in lines) or time.monotonic() > deadline:
-                return lines
-            time.sleep(0.2)
+                break
+            time.sleep(0.2)  # journald may still be writing systemd's verdict on the start
+        # The forked child's lines come through another socket and may trail the verdict a little.
+        time.sleep(0.5)
+        return journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
 
     def logs(self, name: str, invocation: str | None) -> str:
         args = ["journalctl", "--no-pager", "-o", "cat", "-u", f"{name}.service"]
@@ -375,9 +397,9 @@ def journal_lines(json_lines: str) -> list[str]:
         message = entry.get("MESSAGE", "")
         if isinstance(message, list):  # journald gives non-UTF-8 messages as byte arrays
             message = bytes(message).decode(errors="replace")
-        # systemd's own lines come from PID 1, or from its forked child before exec (identifier systemd).
+        # systemd's own lines come from PID 1, or from its forked child before exec (src/core code).
         ident = entry.get("SYSLOG_IDENTIFIER") or entry.get("_COMM") or "?"
-        who = "systemd" if entry.get("_PID") == "1" else ident
+        who = "systemd" if entry.get("_PID") == "1" or entry.get("CODE_FILE", "").startswith("src/core/") else ident
         out.append(f"{who}: {message}")
     return out
 
@@ -424,7 +446,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["installed", "started", "stopped", "status", "logs", "removed"],
                       "default": "status"},
             "names": {"type": "list", "elements": "str"},
-            "only": {"type": "str", "choices": ["all", "router", "workers"], "default": "all"},
+            "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "supervisor_bin_dir": {"type": "path"},
             "log_offsets": {"type": "dict", "default": {}},
@@ -441,10 +463,10 @@ def main() -> None:
     is_sup = p["manager"] == "supervisor"
     mgr = Supervisor(module, root, p["supervisor_bin_dir"]) if is_sup else Systemd(module, root, p["unit_dir"])
     names = p["names"] if p["names"] is not None else release_services(root)
-    if p["only"] == "router":
-        names = [n for n in names if n.endswith("router")]
-    elif p["only"] == "workers":
-        names = [n for n in names if not n.endswith("router")]
+    if p["only"] == "workers":
+        names = [n for n in names if kind_of(n) != "router"]
+    elif p["only"] != "all":
+        names = [n for n in names if kind_of(n) == p["only"]]
     state = p["state"]
 
     idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
@@ -474,22 +496,26 @@ def main() -> None:
             pids.append(int(mgr.rpc().supervisor.getPID()))
         result = {"changed": False, "services": services, "pids": sorted(set(pids))}
         if state == "logs":
+            # The start line carries the API key: it never leaves the host (the config gate needs the rest).
             result["logs"] = {
-                n: (_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
-                    else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
+                n: redact(_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
+                          else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
                 for n in names
             }
         module.exit_json(**result)
 
     if state in ("stopped", "removed"):
-        stopped = []
+        stopped, seconds = [], {}
         for name in names:
             if not mgr.status(name)["active"]:
                 continue
             if module.check_mode:
                 stopped.append(name)
                 continue
+            # Blocks until the process has exited: for a router, until its in-flight requests are done.
+            t0 = time.monotonic()
             ok, text = mgr.stop(name)
+            seconds[name] = round(time.monotonic() - t0, 2)
             if not ok:
                 module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
             stopped.append(name)
@@ -498,7 +524,7 @@ def main() -> None:
             removed = mgr.set_enabled(names, False)
         if state == "removed" and not module.check_mode:
             removed = mgr.shutdown() if is_sup else mgr.remove()
-        module.exit_json(changed=bool(stopped) or removed, stopped=stopped)
+        module.exit_json(changed=bool(stopped) or removed, stopped=stopped, stop_seconds=seconds)
 
     # started: every program at once; only a program that dies at once fails the task.
     if module.check_mode:
