@@ -44,6 +44,33 @@ REQUIRED_BY_TOPK = {512: 2000, 1024: 5500}
 DEFAULT_INDEX_TOPK = 512  # what DeepSeek-V4 runs with when the spec does not set index_topk
 # Gates that ask the workers themselves (the others talk to the client-facing endpoint only).
 WORKER_GATES = ("readiness", "config")
+# What each gate needs passed before it means anything: every gate needs servers that are ready;
+# the needle and the soak need the first real request through the PD path (smoke) behind them.
+GATE_NEEDS: dict[str, frozenset[str]] = {
+    "readiness": frozenset(),
+    "config": frozenset({"readiness"}),
+    "smoke": frozenset({"readiness"}),
+    "needle": frozenset({"readiness", "smoke"}),
+    "soak": frozenset({"readiness", "smoke"}),
+}
+
+
+def gate_groups(names: list[str]) -> list[list[str]]:
+    """`names` in order, cut into groups that may run at the same time: a gate joins the group
+    before it unless it needs one of that group's gates (GATE_NEEDS); unknown names stand alone.
+
+    >>> gate_groups(["readiness", "config", "smoke", "needle", "soak"])
+    [['readiness'], ['config', 'smoke'], ['needle', 'soak']]
+    """
+    groups: list[list[str]] = []
+    for name in names:
+        needs = GATE_NEEDS.get(name)
+        if groups and needs is not None and all(g in GATE_NEEDS for g in groups[-1]) \
+                and not needs & set(groups[-1]):
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    return groups
 
 
 class GateSettingsError(ValueError):

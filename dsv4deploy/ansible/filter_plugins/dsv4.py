@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dsv4deploy.gate_runner import gate_groups
+
 
 def dsv4_collect(hosts: Iterable[str], hostvars: Mapping[str, Any], var: str, key: str) -> dict[str, Any]:
     """Merge `hostvars[h][var][key]` (a mapping) over `hosts`, skipping hosts where it is absent."""
@@ -35,4 +37,5 @@ class FilterModule:
     """dsv4deploy filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"dsv4_collect": dsv4_collect, "dsv4_per_host": dsv4_per_host, "dsv4_all_true": dsv4_all_true}
+        return {"dsv4_collect": dsv4_collect, "dsv4_per_host": dsv4_per_host, "dsv4_all_true": dsv4_all_true,
+                "dsv4_gate_groups": gate_groups}
