@@ -11,8 +11,10 @@ description:
     programs, the resolved spec and a manifest of content hashes. It is written once (to a temporary
     name, then renamed) and never changed; C(install_root/current) points at the active one.
   - C(state=present) installs a release unless one with the same content hash exists already
-    (then that one is reused and nothing changes). C(state=active) switches the pointer and prunes
-    old releases (never the active, the previous or the last verified one). C(state=verified) records
+    (then that one is reused and nothing changes); it also returns C(before), what C(state=query)
+    says of the host before the install, so a deploy reads and installs in one step.
+    C(state=active) switches the pointer and prunes old releases (never the active, the previous or
+    the last verified one). C(state=verified) records
     that a release passed its gates (the rollback target is the last verified release, never one
     that failed). C(state=query) changes nothing.
 options:
@@ -35,6 +37,7 @@ previous: {description: Release that was active before the last switch, returned
 last_good: {description: The last release that passed its gates here, returned: always, type: str}
 good: {description: Releases that passed their gates, oldest first, returned: always, type: list}
 release_id: {description: Release installed or reused (state=present), returned: when state=present, type: str}
+before: {description: "What state=query returned before the install", returned: when state=present, type: dict}
 releases: {description: Installed release ids, oldest first, returned: always, type: list}
 """
 
@@ -330,6 +333,16 @@ def _purge(module: AnsibleModule, root: str) -> dict:
     return {"changed": bool(removed), "removed": removed, "left": left}
 
 
+def _query(root: str) -> dict:
+    """The host's releases: active (with its content hash), previous, verified ones."""
+    result = _summary(root)
+    if result["active"]:
+        # An edited active release never counts as "this release is running": a deploy reinstalls it.
+        result["active_tampered"] = tampered(root, result["active"])
+        result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -347,16 +360,12 @@ def main() -> None:
     p = module.params
     root = p["install_root"]
     if p["state"] == "query":
-        result = {"changed": False, **_summary(root)}
-        if result["active"]:
-            # An edited active release never counts as "this release is running": a deploy reinstalls it.
-            result["active_tampered"] = tampered(root, result["active"])
-            result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
-        module.exit_json(**result)
+        module.exit_json(changed=False, **_query(root))
     if p["state"] == "purged":
         module.exit_json(**_purge(module, root))
     if p["state"] == "present":
-        module.exit_json(**_install(module, root, p["release_id"], p["files"]))
+        before = _query(root)
+        module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
         module.exit_json(**_verified(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"]))
