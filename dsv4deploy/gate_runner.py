@@ -46,6 +46,7 @@ DEFAULT_INDEX_TOPK = 512  # what DeepSeek-V4 runs with when the spec does not se
 WORKER_GATES = ("readiness", "config")
 # What each gate needs passed before it means anything: every gate needs servers that are ready;
 # the needle and the soak need the first real request through the PD path (smoke) behind them.
+# Gates named together (a group in dsv4_gates_names) run at the same time, so none may need another.
 GATE_NEEDS: dict[str, frozenset[str]] = {
     "readiness": frozenset(),
     "config": frozenset({"readiness"}),
@@ -55,22 +56,16 @@ GATE_NEEDS: dict[str, frozenset[str]] = {
 }
 
 
-def gate_groups(names: list[str]) -> list[list[str]]:
-    """`names` in order, cut into groups that may run at the same time: a gate joins the group
-    before it unless it needs one of that group's gates (GATE_NEEDS); unknown names stand alone.
-
-    >>> gate_groups(["readiness", "config", "smoke", "needle", "soak"])
-    [['readiness'], ['config', 'smoke'], ['needle', 'soak']]
-    """
-    groups: list[list[str]] = []
+def group_problem(names: list[str]) -> str:
+    """Why the gates `names` cannot run at the same time ('' when they can): none may need another."""
+    if not names:
+        return "name a gate to run"
     for name in names:
-        needs = GATE_NEEDS.get(name)
-        if groups and needs is not None and all(g in GATE_NEEDS for g in groups[-1]) \
-                and not needs & set(groups[-1]):
-            groups[-1].append(name)
-        else:
-            groups.append([name])
-    return groups
+        beside = GATE_NEEDS.get(name, frozenset()) & set(names)
+        if beside:
+            return (f"gate {name} needs {', '.join(sorted(beside))} passed first: run them one after the other "
+                    "(separate entries of dsv4_gates_names), not together")
+    return ""
 
 
 class GateSettingsError(ValueError):

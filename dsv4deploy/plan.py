@@ -72,6 +72,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
     endpoint = _endpoint(spec, defs)
     return {
         "topology": spec.topology,
+        # Which router serves a PD deployment (sglang-router or smg); None without one.
+        "router": spec.router_implementation if spec.topology == "pd" else None,
         "served_model_name": spec.model.served_name,
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,

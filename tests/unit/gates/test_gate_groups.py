@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
-from dsv4deploy.gate_runner import GATE_NEEDS, gate_groups
+import pytest
+import yaml
+
+from dsv4deploy.gate_runner import GATE_NEEDS, GATES, group_problem
+from tests.integration.simhost import REPO
 
 
-def test_the_deploy_gates_run_in_three_steps() -> None:
-    assert gate_groups(["readiness", "config", "smoke", "needle", "soak"]) == [
-        ["readiness"], ["config", "smoke"], ["needle", "soak"]]
+def test_independent_gates_may_run_together() -> None:
+    for group in (["readiness"], ["config", "smoke"], ["needle", "soak"], ["config", "needle", "soak"]):
+        assert group_problem(group) == "", group
 
 
-def test_no_gate_runs_beside_or_before_what_it_needs() -> None:
-    names = ["readiness", "smoke", "config", "soak", "needle"]
-    groups = gate_groups(names)
-    assert [n for g in groups for n in g] == names  # order kept
+@pytest.mark.parametrize(("group", "named"), [(["readiness", "config"], "config needs readiness"),
+                                              (["smoke", "needle"], "needle needs smoke"),
+                                              (["soak", "readiness"], "soak needs readiness")])
+def test_a_gate_beside_one_it_needs_is_refused_naming_both(group: list[str], named: str) -> None:
+    assert named in group_problem(group)
+
+
+def test_the_default_gate_order_never_runs_a_gate_before_or_beside_what_it_needs() -> None:
+    names = yaml.safe_load((REPO / "roles" / "dsv4_gates" / "defaults" / "main.yml").read_text())["dsv4_gates_names"]
     done: set[str] = set()
-    for group in groups:
+    for entry in names:
+        group = [entry] if isinstance(entry, str) else entry
+        assert group_problem(group) == ""
         for name in group:
-            assert GATE_NEEDS[name] <= done, f"{name} runs before or beside {GATE_NEEDS[name] - done}"
+            assert GATE_NEEDS[name] <= done, f"{name} runs before {GATE_NEEDS[name] - done}"
         done |= set(group)
-
-
-def test_short_lists_and_unknown_names_stand_alone() -> None:
-    assert gate_groups(["readiness", "smoke"]) == [["readiness"], ["smoke"]]
-    assert gate_groups(["readiness"]) == [["readiness"]]
-    assert gate_groups(["readiness", "mystery", "config"]) == [["readiness"], ["mystery"], ["config"]]
-    assert gate_groups([]) == []
+    assert done == set(GATES)
