@@ -74,3 +74,17 @@ def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, fie
     assert not CANARY.exists(), "a hostile value was executed"
     assert snapshot(host.install_root) == before
     assert host.pids() == pids
+
+
+def test_purge_takes_the_lock_and_removes_only_what_dsv4deploy_created(serving: SimHost) -> None:
+    host = serving
+    keep = host.install_root / "models" / "weights.bin"
+    keep.parent.mkdir()
+    keep.write_text("not ours")
+    proc = host.playbook("stop.yml", "-e", "purge=true")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert host.pids() == {}
+    assert keep.read_text() == "not ours"
+    left = sorted(os.listdir(host.install_root))
+    assert "releases" not in left and "current" not in left and "state.json" not in left and "models" in left
+    assert "what dsv4deploy did not create" in proc.stdout + proc.stderr
