@@ -7,6 +7,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 from dsv4deploy.inventory import plain
+from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
@@ -19,8 +20,18 @@ description:
     with its field, host and fix, before anything on a host changes. Sets the fact C(dsv4_plan).
   - With I(release_spec) (the spec.json of an installed release) it sets I(fact) to that release's
     gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
+  - With I(release_spec) of a PD release and I(derive=combined) it sets I(fact) to the isolation
+    plan (dsv4deploy.isolate.isolation_plan): the original's targets and layout, the plan of a
+    combined server with the same model, overrides, environment and CUDA graphs, the settings side
+    by side, and the I(suite) to run; an invalid suite or combined layout fails before any change.
 options:
   release_spec: {description: spec.json text of an installed release}
+  derive: {description: "C(combined): plan the combined twin of the PD release in I(release_spec)"}
+  release_id: {description: Id of the release in I(release_spec) (derive)}
+  gpus: {description: GPUs of the combined server (default the first prefill's)}
+  port: {description: Port of the combined server (default the router's when on the same host)}
+  env: {description: Environment switches set on purpose on the combined server (reported)}
+  suite: {description: "Suites to run, comma-separated: smoke, needle, soak"}
   fact: {description: Name of the fact to set, default: dsv4_plan}
 """
 
@@ -35,6 +46,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = plain(self._task.args)
         fact = args.get("fact") or "dsv4_plan"
+        if args.get("derive"):
+            return self._derive(result, args, task_vars)
         if args.get("release_spec"):
             try:
                 targets = targets_from_release_spec(args["release_spec"])
@@ -61,4 +74,30 @@ class ActionModule(ActionBase):
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
                           f"endpoint {plan['endpoint']}")
+        return result
+
+    def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """The isolation plan: the serving PD release and its combined twin."""
+        if args["derive"] != "combined" or not args.get("release_spec"):
+            result.update(failed=True, msg="the serving release's spec.json was not found on any host "
+                                           "(derive=combined needs release_spec); nothing was changed")
+            return result
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        try:
+            suite = parse_suite(args.get("suite") or "")
+            plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
+                                  gpus=[int(g) for g in args.get("gpus") or []],
+                                  port=int(args.get("port") or 0) or None, env=args.get("env") or {})
+        except SpecError as exc:
+            result.update(failed=True, problems=[str(p) for p in exc.problems],
+                          msg="the experiment cannot be set up; nothing was changed:\n- "
+                              + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        except (ValueError, KeyError) as exc:
+            result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
+            return result
+        plan["suite"] = suite
+        result.update(changed=False, ansible_facts={args.get("fact") or "dsv4_isolation": plan},
+                      msg=f"combined release {plan['combined']['release_id']} on "
+                          f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")
         return result

@@ -10,7 +10,7 @@ from ansible.utils.display import Display
 
 from dsv4deploy.gates import GateResult
 from dsv4deploy.inventory import plain
-from dsv4deploy.report import build_report, update_latest, write_report
+from dsv4deploy.report import build_report, free_name, update_latest, write_report
 
 DOCUMENTATION = r"""
 action: dsv4_report
@@ -28,15 +28,6 @@ options:
 """
 
 display = Display()
-
-
-def _free_name(root: Path, release: str) -> str:
-    """`release`, or `release-N` when that release already has a report (a re-run keeps the first)."""
-    name, n = release, 1
-    while (root / name).exists():
-        n += 1
-        name = f"{release}-{n}"
-    return name
 
 
 class ActionModule(ActionBase):
@@ -66,7 +57,7 @@ class ActionModule(ActionBase):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         root = Path(args["reports_dir"])
-        name = _free_name(root, data["release"])
+        name = free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())
         update_latest(root, name)
         for path in paths:
