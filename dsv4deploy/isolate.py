@@ -193,7 +193,11 @@ def side_summary(gates: Sequence[Mapping[str, Any]], suite: Sequence[str], error
     readiness = by_name.get("readiness")
     ready = readiness is not None and readiness["status"] == "passed"
     results = [by_name[s] for s in suite if s in by_name]
-    ran = ready and error is None and len(results) == len(suite) and all(g["status"] != "skipped" for g in results)
+    skipped = [g for g in results if g["status"] == "skipped"]
+    if error is None and skipped:
+        # A suite that did not run (e.g. soak_enabled false) cannot take part in the comparison.
+        error = "; ".join(f"{g['name']} was skipped: {g['summary']}" for g in skipped)
+    ran = ready and error is None and len(results) == len(suite)
     needle = by_name.get("needle")
     curve = list((needle or {}).get("evidence", {}).get("curve") or [])
     return {

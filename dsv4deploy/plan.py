@@ -82,12 +82,25 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "served_model_name": spec.model.served_name,
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
-        "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url} for d in workers],
+        # How long the router's circuit breaker stays open once tripped (smoke waits one window).
+        "router_breaker_s": _breaker_window(spec),
+        "endpoint_host": _endpoint_service(spec, defs).host,
+        # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
+        # whether a worker's checks run there or on the host); api_key_file: the key on that host.
+        "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url,
+                     "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file} for d in workers],
         # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
         "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
     }
+
+
+def _breaker_window(spec: Deployment) -> int | None:
+    router = spec.router if spec.topology == "pd" else None
+    if router is None or not router.circuit_breaker.enabled:
+        return None
+    return router.circuit_breaker.timeout_s
 
 
 def targets_from_release_spec(spec_json: str) -> dict[str, Any]:
@@ -96,8 +109,13 @@ def targets_from_release_spec(spec_json: str) -> dict[str, Any]:
     return gate_targets(Deployment.model_validate(data["deployment"]))
 
 
-def _endpoint(spec: Deployment, defs: list[services.ServiceDefinition]) -> str:
-    """The URL clients use: the router in PD, the combined server otherwise."""
+def _endpoint_service(spec: Deployment, defs: list[services.ServiceDefinition]) -> services.ServiceDefinition:
+    """The service clients use: the router in PD, the combined server otherwise."""
     wanted = "router" if spec.topology == "pd" else "combined"
     # A validated spec always has one: pd requires a router, combined a combined server.
-    return next(d.url for d in defs if d.role == wanted)
+    return next(d for d in defs if d.role == wanted)
+
+
+def _endpoint(spec: Deployment, defs: list[services.ServiceDefinition]) -> str:
+    """The URL clients use."""
+    return _endpoint_service(spec, defs).url

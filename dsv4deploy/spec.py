@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from dsv4deploy import flags, versions
+from dsv4deploy import flags, routers, versions
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
@@ -151,7 +151,7 @@ class HealthCheckSpec(StrictModel):
 
 
 class RouterSpec(StrictModel):
-    """sglang-router in front of a PD pair (or several)."""
+    """The router (sglang-router or smg, see `router_implementation`) in front of a PD pair (or several)."""
 
     host: str = Field(min_length=1)
     port: Port = 8000
@@ -209,7 +209,11 @@ class Deployment(ModelSettings):
     api_key: ApiKeyRef | None = None
     hosts: dict[str, HostSpec]
     server_launcher: list[str] = Field(default=["python3", "-m", "sglang.launch_server"], min_length=1)
-    router_launcher: list[str] = Field(default=["python3", "-m", "sglang_router.launch_router"], min_length=1)
+    # Which router runs in front of the PD workers (dsv4deploy.routers).
+    router_implementation: Literal["sglang-router", "smg"] = routers.DEFAULT_ROUTER
+    # The router's launcher: one argv, or one per implementation (so `-e router_implementation=smg`
+    # alone switches); unset = the implementation's default (`python3 -m ...`).
+    router_launcher: list[str] | dict[str, list[str]] | None = None
     server_env: EnvMap = {}
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
     # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).
@@ -243,6 +247,14 @@ class Deployment(ModelSettings):
         if topk is not None:
             merged["index_topk"] = topk
         return dict(sorted(merged.items()))
+
+    def router_command(self) -> list[str]:
+        """The launcher of the chosen router (validated to exist by check_deployment)."""
+        impl = routers.implementation(self.router_implementation)
+        launcher = self.router_launcher
+        if isinstance(launcher, dict):
+            launcher = launcher.get(self.router_implementation)
+        return list(launcher) if launcher else list(impl.launcher)
 
     def host(self, name: str) -> HostSpec:
         """Settings of the inventory host `name`."""
@@ -361,6 +373,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
     problems += _check_env(spec)
+    problems += _check_router_launcher(spec)
     return _unique(problems)
 
 
@@ -538,21 +551,17 @@ RENDERED_SERVER_FLAGS = (
     "--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-prefill-cuda-graph",
 )
 # Everything dsv4deploy.services.router_argv renders (router.{policy, retry, circuit_breaker, ...}).
-RENDERED_ROUTER_FLAGS = (
-    "--host", "--port", "--pd-disaggregation", "--prefill", "--decode", "--api-key",
-    "--policy", "--prefill-policy", "--decode-policy",
-    "--retry-max-retries", "--retry-initial-backoff-ms", "--retry-max-backoff-ms", "--disable-retries",
-    "--cb-failure-threshold", "--cb-timeout-duration-secs", "--disable-circuit-breaker",
-    "--health-check-endpoint", "--health-check-interval-secs", "--health-failure-threshold",
-    "--health-check-timeout-secs", "--worker-startup-timeout-secs", "--worker-startup-check-interval",
-    "--prometheus-port", "--prometheus-host",
-)
+RENDERED_ROUTER_FLAGS = routers.rendered_flags()
 # What to use instead of a flag a sglang version refuses or deprecates (dsv4deploy.flags, `forbidden`).
 FORBIDDEN_FLAG_REPLACEMENTS = {
     "--cuda-graph-max-bs": "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)",
     "--cuda-graph-bs": "--cuda-graph-bs-decode or --cuda-graph-bs-prefill",
     "--disable-cuda-graph": "cuda_graph.enabled: false (rendered as --disable-decode-cuda-graph "
                             "and/or --disable-prefill-cuda-graph)",
+    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill disabled",
+    "--nsa-prefill-backend": "--dsa-prefill-backend",
+    "--nsa-decode-backend": "--dsa-decode-backend",
+    "--enable-dp-attention": "--attn-dp-size N",
 }
 
 
@@ -564,6 +573,11 @@ def _check_extra_args(spec: Deployment) -> list[Problem]:
         out += [_forbidden_flag(path, w.host, version, arg) for arg in forbidden]
         out += _rendered_flags(path, w.host, [a for a in w.extra_args if a not in forbidden], RENDERED_SERVER_FLAGS)
     if spec.topology == "pd" and spec.router:
+        impl = routers.implementation(spec.router_implementation)
+        refused = [a for a in spec.router.extra_args if a.split("=", 1)[0] in impl.forbidden]
+        out += [Problem(field="router.extra_args", host=spec.router.host,
+                        message=f"{impl.title} has no '{a.split('=', 1)[0]}'",
+                        fix="remove it (or set router_implementation to a router that has it)") for a in refused]
         out += _rendered_flags("router", spec.router.host, spec.router.extra_args, RENDERED_ROUTER_FLAGS)
     return out
 
@@ -607,3 +621,17 @@ def _check_env(spec: Deployment) -> list[Problem]:
     return [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
                     fix="use letters, digits and underscores only, not starting with a digit")
             for field, host, env in targets for name in env if not ENV_NAME.match(name)]
+
+
+def _check_router_launcher(spec: Deployment) -> list[Problem]:
+    """A per-implementation launcher mapping must name known routers and hold non-empty argvs."""
+    launcher = spec.router_launcher
+    if not isinstance(launcher, dict):
+        return [] if launcher is None or launcher else [
+            Problem(field="router_launcher", message="is an empty command", fix="give the router's argv or unset it")]
+    out = [Problem(field=f"router_launcher.{name}", message=f"unknown router implementation '{name}'",
+                   fix=f"use the keys {' and '.join(routers.IMPLEMENTATIONS)}")
+           for name in launcher if name not in routers.IMPLEMENTATIONS]
+    out += [Problem(field=f"router_launcher.{name}", message="is an empty command", fix="give the router's argv")
+            for name, argv in launcher.items() if name in routers.IMPLEMENTATIONS and not argv]
+    return out

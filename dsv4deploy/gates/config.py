@@ -44,6 +44,10 @@ class ServerConfigInput(BaseModel):
     role: Literal["prefill", "decode", "combined"]
     url: str
     log_text: str
+    # Answers of server_info already asked on the server's own host ({path, status, body, error}),
+    # when the controller cannot reach its address; None = ask from here.
+    server_info: list[dict[str, Any]] | None = None
+    checked_on: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -123,7 +127,10 @@ def _check_server(
     elif logged != expected:
         problems.append(f"{server.name}: log says {_dump(logged)}, expected {_dump(expected)}")
 
-    info, info_path, info_failure = _server_info(client, server.url)
+    if server.server_info is not None:
+        info, info_path, info_failure = _server_info_from(server.server_info)
+    else:
+        info, info_path, info_failure = _server_info(client, server.url)
     effective_raw: Any = None
     effective: dict[str, Any] | None = None
     if info is None:
@@ -152,28 +159,42 @@ def _check_server(
         "effective": effective_raw,
         "ok": not problems,
     }
+    if server.checked_on:
+        row["checked_on"] = server.checked_on
     return row, info, problems, failures
 
 
 def _server_info(client: httpx.Client, url: str) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
     """``(info, path, failure)``: the first server_info path that answers a JSON object."""
-    failure: dict[str, Any] = {}
+    answers: list[dict[str, Any]] = []
     for path in SERVER_INFO_PATHS:
         try:
             resp = client.get(f"{url}{path}")
         except httpx.HTTPError as exc:
-            return None, None, {"status": None, "body": "", "error": describe_error(exc)}
-        failure = {"status": resp.status_code, "body": clip(resp.text), "path": path}
-        if resp.status_code == 404:
-            continue  # older servers only have the alias
-        if resp.status_code != 200:
+            answers.append({"path": path, "status": None, "body": "", "error": describe_error(exc)})
             break
+        answers.append({"path": path, "status": resp.status_code, "body": resp.text})
+        if resp.status_code != 404:  # older servers only have the alias
+            break
+    return _server_info_from(answers)
+
+
+def _server_info_from(answers: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
+    """``(info, path, failure)`` from the answers of the server_info paths, asked in order."""
+    failure: dict[str, Any] = {}
+    for answer in answers:
+        if answer.get("status") is None:
+            return None, None, {"status": None, "body": "", "error": answer.get("error") or "no answer"}
+        body = str(answer.get("body") or "")
+        failure = {"status": answer["status"], "body": clip(body), "path": answer.get("path")}
+        if answer["status"] != 200:
+            continue
         try:
-            info = resp.json()
+            info = json.loads(body)
         except ValueError:
             break
         if isinstance(info, dict):
-            return info, path, {}
+            return info, answer.get("path"), {}
         break
     return None, None, failure
 

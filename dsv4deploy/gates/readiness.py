@@ -55,6 +55,16 @@ class _Check:
     last_body: str = ""
     last_error: str = ""
     models_seen: list[str] = field(default_factory=list)
+    # Where the check ran: None = here (the controller), else the host that ran it.
+    checked_on: str | None = None
+
+    @classmethod
+    def from_evidence(cls, entry: dict[str, Any]) -> _Check:
+        """A check that ran elsewhere, rebuilt from its evidence entry."""
+        return cls(label=entry["check"], url=entry["url"], kind="health", ready=bool(entry.get("ready")),
+                   seconds_to_ready=entry.get("seconds_to_ready"), attempts=int(entry.get("attempts") or 0),
+                   last_status=entry.get("last_status"), last_body=entry.get("last_body") or "",
+                   last_error=entry.get("last_error") or "", checked_on=entry.get("checked_on"))
 
     def evidence(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -70,6 +80,8 @@ class _Check:
             data["last_error"] = self.last_error
         if self.kind == "model_card":
             data["models_seen"] = self.models_seen
+        if self.checked_on:
+            data["checked_on"] = self.checked_on
         return data
 
 
@@ -82,14 +94,18 @@ def check_readiness(
     api_key: str | None = None,
     progress: Progress | None = None,
     request_timeout_s: float = 5.0,
+    settled: list[dict[str, Any]] | None = None,
 ) -> GateResult:
     """Poll every readiness signal in parallel until all are ready or ``deadline_s`` passes.
 
     Checks: each worker's ``GET /health`` is 200; with a router, its ``GET /readiness`` is 200 and
     its ``/v1/models`` lists ``served_model_name``; without one, each worker's ``/v1/models`` does.
     Evidence holds, per check, the time to ready, the number of tries, and the last status and body.
+    ``settled`` are worker checks already run elsewhere (on a worker's own host), as evidence
+    entries of the same shape: they count as they are and are not asked again.
     """
-    if not workers:
+    settled = settled or []
+    if not workers and not settled:
         raise ValueError("check_readiness needs at least one worker endpoint")
     if not served_model_name:
         raise ValueError("served_model_name must be the name clients use (--served-model-name)")
@@ -104,14 +120,16 @@ def check_readiness(
     else:
         checks += [_Check(f"{w.name} /v1/models", f"{w.url}/v1/models", "model_card") for w in workers]
 
+    done_elsewhere = [_Check.from_evidence(entry) for entry in settled]
     watch = Stopwatch(deadline_s)
     lock = threading.Lock()
-    done = [0]
+    done = [sum(c.ready for c in done_elsewhere)]
+    total = len(checks) + len(done_elsewhere)
 
     def on_ready(check: _Check) -> None:
         with lock:
             done[0] += 1
-            notify(progress, done[0], len(checks), f"{check.label} ready")
+            notify(progress, done[0], total, f"{check.label} ready")
 
     with make_client(api_key, request_timeout_s) as client, ThreadPoolExecutor(len(checks)) as pool:
         futures = [
@@ -120,6 +138,7 @@ def check_readiness(
         ]
         for future in futures:
             future.result()
+    checks = done_elsewhere + checks
 
     evidence: dict[str, Any] = {
         "served_model_name": served_model_name,
@@ -130,7 +149,7 @@ def check_readiness(
     if not pending:
         slowest = max(checks, key=lambda c: c.seconds_to_ready or 0.0)
         summary = (
-            f"ready in {slowest.seconds_to_ready:.1f} s: {len(workers)} worker(s) /health 200"
+            f"ready in {slowest.seconds_to_ready:.1f} s: {len(workers) + len(settled)} worker(s) /health 200"
             + (", router /readiness 200" if router else "")
             + f", model {served_model_name!r} listed (last: {slowest.label})"
         )
@@ -185,7 +204,8 @@ def _satisfied(check: _Check, text: str, model: str) -> bool:
 
 def _reason(check: _Check, model: str) -> str:
     if check.last_status is None:
-        return f"{check.label} unreachable ({check.last_error})"
+        where = f" from {check.checked_on}" if check.checked_on else ""
+        return f"{check.label} unreachable{where} ({check.last_error})"
     if check.kind == "model_card" and check.last_status == 200:
         return f"{check.label} does not list {model!r} (seen: {', '.join(check.models_seen) or 'none'})"
     body = " ".join(check.last_body.split())[:SUMMARY_BODY_CHARS]

@@ -46,7 +46,8 @@ def _used(state_dir: Path) -> list[int]:
 
 def test_endpoints_auth_and_shutdown(launcher: Launcher, state_dir: Path) -> None:
     port = free_port()
-    proc = launcher.sim(_args(port, "--api-key", "sekret", *TOPK_1024), sim_env(state_dir))
+    proc = launcher.sim(_args(port, "--api-key", "sekret", "--tool-call-parser", "deepseekv4", *TOPK_1024),
+                        sim_env(state_dir))
     url, auth = f"http://127.0.0.1:{port}", {"authorization": "Bearer sekret"}
     wait_status(f"{url}/health", 200)
     assert http("GET", f"{url}/ready")[0] == 200
@@ -156,8 +157,10 @@ def test_first_errors_and_ignore_override(launcher: Launcher, state_dir: Path) -
 def _pd_pair(launcher: Launcher, state_dir: Path, faults: str, extra_env: dict[str, str]) -> tuple[str, str, int]:
     pp, pb, dp = free_port(), free_port(), free_port()
     env = sim_env(state_dir, faults, DSV4_SIM_TIME_SCALE="1", **extra_env)
-    launcher.sim(_args(pp, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(pb)), env)
-    launcher.sim(_args(dp, "--disaggregation-mode", "decode", "--base-gpu-id", "4"), env)
+    parser = ("--tool-call-parser", "deepseekv4")
+    launcher.sim(_args(pp, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(pb),
+                       *parser), env)
+    launcher.sim(_args(dp, "--disaggregation-mode", "decode", "--base-gpu-id", "4", *parser), env)
     for p in (pp, dp):
         wait_status(f"http://127.0.0.1:{p}/health", 200)
     return f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{dp}", pb

@@ -88,7 +88,8 @@ def test_isolation_plan_from_spec_json_has_both_layouts_and_settings_side_by_sid
     assert rows["GPUs (tp)"]["same"] is None
 
 
-@pytest.mark.parametrize("text, names", [("needle", ["needle"]), ("smoke, needle,smoke", ["smoke", "needle"])])
+@pytest.mark.parametrize("text, names", [("needle", ["needle"]), ("smoke, needle,smoke", ["smoke", "needle"]),
+                                         ("soak", ["soak"])])
 def test_suites_are_parsed(text, names):
     assert parse_suite(text) == names
 
@@ -135,6 +136,13 @@ def test_a_combined_side_that_never_started_is_inconclusive_saying_why():
     combined = side(error="combined start: sglang-dsv4 did not start: Traceback ...")
     verdict, why = decide(pd, combined)
     assert verdict == "inconclusive" and "combined side could not be tested" in why and "did not start" in why
+
+
+def test_a_skipped_suite_makes_the_side_untested_saying_why():
+    soak = gate("soak", "skipped", "pd", "soak_enabled is false")
+    pd = side_summary([READY, soak], ["soak"])
+    verdict, why = decide(pd, side_summary([READY, gate("soak", "passed", "combined")], ["soak"]))
+    assert verdict == "inconclusive" and "soak was skipped: soak_enabled is false" in why
 
 
 def test_recall_breaks_at_the_first_length_not_fully_recalled():

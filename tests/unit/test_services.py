@@ -190,3 +190,11 @@ def test_missing_key_file_stops_the_script(tmp_path):
     path.write_text(files["bin/serve-sglang-dsv4.sh"].replace("cd /opt/dsv4deploy/current", f"cd {tmp_path}"))
     out = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "cannot read the API key file" in out.stderr
+
+
+def test_smg_router_argv_and_description():
+    sglang_router = by_name(pd_spec())["sglang-dsv4-router"]
+    smg = by_name(pd_spec(router_implementation="smg"))["sglang-dsv4-router"]
+    # Same flags (both wheels spell them alike), the other launcher.
+    assert smg.argv == ["python3", "-m", "smg.launch_router", *sglang_router.argv[3:]]
+    assert smg.description.startswith("smg (PD)") and sglang_router.description.startswith("sglang-router (PD)")

@@ -25,6 +25,7 @@ options:
   failed_gate: {description: Gate or stage that failed}
   failure: {description: One line saying what failed}
   gates: {description: Gate results in order}
+  failure_logs: {description: "Per host, the log lines of a service that did not start ({host: [lines]})"}
 """
 
 display = Display()
@@ -56,6 +57,7 @@ class ActionModule(ActionBase):
         data["failed_gate"] = args.get("failed_gate") or data["failed_gate"]
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
+        data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
         root = Path(args["reports_dir"])
         name = free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())

@@ -30,11 +30,18 @@ options:
   supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
   log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
   invocations: {type: dict, description: systemd invocation ids per service (state=logs).}
+  enabled:
+    type: bool
+    description: With C(state=stopped) and systemd, also disable (false) the stopped units at boot, so a
+      reboot does not start a deployment that was stopped on purpose. C(state=installed) always enables
+      the active release's units.
 author: dsv4deploy
 """
 
 import glob
+import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -213,7 +220,19 @@ class Systemd:
             proc = self.run("daemon-reload")
             if proc.returncode != 0:
                 self.module.fail_json(msg=f"systemctl daemon-reload failed: {proc.stderr.strip()}")
-        return changed
+        # Enabled, so a rebooted host starts the active release again (WantedBy=multi-user.target).
+        return self.set_enabled(sorted(n[:-len(".service")] for n in wanted), True) or changed
+
+    def set_enabled(self, names: list[str], enabled: bool) -> bool:
+        """Enable (or disable) the named services at boot; True when any changed."""
+        state = "enabled" if enabled else "disabled"
+        todo = [f"{n}.service" for n in names
+                if (self.run("is-enabled", f"{n}.service").stdout.strip() == "enabled") != enabled]
+        if todo:
+            proc = self.run("enable" if enabled else "disable", *todo)
+            if proc.returncode != 0:
+                self.module.fail_json(msg=f"could not make {', '.join(todo)} {state}: {proc.stderr.strip()}")
+        return bool(todo)
 
     def remove(self) -> bool:
         """Take every unit we manage out of systemd (the releases keep their copies)."""
@@ -245,11 +264,75 @@ class Systemd:
         ok = proc.returncode == 0 or "not loaded" in proc.stderr
         return ok, (proc.stdout + proc.stderr).strip()
 
+    def cursor(self) -> str:
+        """The journal's position now, so a failed start can show everything logged since."""
+        out = subprocess.run(["journalctl", "-n", "0", "--show-cursor", "--no-pager", "-q"],
+                             capture_output=True, text=True, timeout=60).stdout
+        return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("-- cursor:")), "")
+
+    def journal_since(self, name: str, cursor: str, since: float) -> list[str]:
+        """The unit's journal lines since `cursor` (else since the time `since`), systemd's own
+        included ("Failed at step USER ...", "status=203/EXEC"), each as "IDENTIFIER: MESSAGE"."""
+        args = ["journalctl", "--no-pager", "-o", "json", "-u", f"{name}.service"]
+        args += [f"--after-cursor={cursor}"] if cursor else [f"--since=@{int(since) - 1}"]
+        deadline = time.monotonic() + 3
+        while True:
+            lines = journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
+            # journald may still be writing systemd's verdict on the start: wait briefly for it.
+            if any(SYSTEMD_VERDICT in line for line in lines) or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.2)
+
     def logs(self, name: str, invocation: str | None) -> str:
         args = ["journalctl", "--no-pager", "-o", "cat", "-u", f"{name}.service"]
         if invocation:
             args.append(f"_SYSTEMD_INVOCATION_ID={invocation}")
         return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
+
+
+# systemd's own last word on a failed start ("...: Failed with result 'exit-code'.").
+SYSTEMD_VERDICT = "Failed with result"
+# Lines of systemd's own that say why a unit did not start: exit statuses such as 217/USER or
+# 203/EXEC, "Failed to ..." and "Failed at step ...".
+SYSTEMD_REASON = re.compile(r"status=\d+/\w+|Failed to |Failed at step|code=(?:exited|killed|dumped)")
+
+
+def journal_lines(json_lines: str) -> list[str]:
+    """`journalctl -o json` output as "IDENTIFIER: MESSAGE" lines (systemd's marked "systemd")."""
+    out = []
+    for raw in json_lines.splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE", "")
+        if isinstance(message, list):  # journald gives non-UTF-8 messages as byte arrays
+            message = bytes(message).decode(errors="replace")
+        # systemd's own lines come from PID 1, or from its forked child before exec (identifier systemd).
+        ident = entry.get("SYSLOG_IDENTIFIER") or entry.get("_COMM") or "?"
+        who = "systemd" if entry.get("_PID") == "1" else ident
+        out.append(f"{who}: {message}")
+    return out
+
+
+def start_failure_reason(lines: list[str]) -> str:
+    """systemd's reasons among the journal lines, each once, joined; '' when it gave none."""
+    reasons: list[str] = []
+    for line in lines:
+        text = line.split(": ", 1)[1] if line.startswith("systemd: ") else line
+        # "Failed to start <description>" says that, not why.
+        if SYSTEMD_REASON.search(text) and "Failed to start " not in text and text not in reasons:
+            reasons.append(text)
+    return "; ".join(reasons)
+
+
+# sglang prints its server_args (api_key included) at start, and the key is in the server's argv.
+_SECRET = re.compile(r"""(api[_-]key['"]?\s*[:=]\s*['"]?|--api-key[ =]['"]?)[^'"\s,)]+""", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` with API key values replaced by ***."""
+    return _SECRET.sub(r"\1***", text)
 
 
 def _tail(text: str, lines: int = 12, width: int = 300) -> str:
@@ -279,6 +362,7 @@ def main() -> None:
             "supervisor_bin_dir": {"type": "path"},
             "log_offsets": {"type": "dict", "default": {}},
             "invocations": {"type": "dict", "default": {}},
+            "enabled": {"type": "bool"},
         },
         supports_check_mode=True,
     )
@@ -342,6 +426,8 @@ def main() -> None:
                 module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
             stopped.append(name)
         removed = False
+        if state == "stopped" and p["enabled"] is False and not is_sup and not module.check_mode:
+            removed = mgr.set_enabled(names, False)
         if state == "removed" and not module.check_mode:
             removed = mgr.shutdown() if is_sup else mgr.remove()
         module.exit_json(changed=bool(stopped) or removed, stopped=stopped)
@@ -359,17 +445,22 @@ def main() -> None:
         if is_sup:
             path = mgr.log_path(name)
             offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
+        cursor, since = "" if is_sup else mgr.cursor(), time.time()
         ok, text = mgr.start(name)
         after = mgr.status(name)
         if not ok or not after["running"]:
             if is_sup:
-                log = _read_from(mgr.log_path(name), offsets.get(name, 0))
+                log, reason = redact(_read_from(mgr.log_path(name), offsets.get(name, 0))), ""
             else:
-                log = mgr.logs(name, after.get("invocation"))
+                lines = [redact(line) for line in mgr.journal_since(name, cursor, since)]
+                log, reason = "\n".join(lines), start_failure_reason(lines)
             # Do not leave the service manager retrying a server that cannot start.
             mgr.stop(name)
-            module.fail_json(msg=f"{name} did not start ({after['state']}): {text}\n"
-                                 f"--- last log lines ---\n{_tail(log)}", started=started, log_offsets=offsets)
+            # systemd's reason first (the one-line summary of a failed deploy keeps the head).
+            module.fail_json(msg=f"{name} did not start ({after['state']}): {reason or text}\n"
+                                 f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
+                                 f"{_tail(log, lines=20)}",
+                             started=started, log_offsets=offsets, journal=log.splitlines()[-40:])
         started.append(name)
         if not is_sup:
             invocations[name] = after.get("invocation", "")

@@ -1,0 +1,57 @@
+"""What the systemd tier's tests look at on a host and in a run's output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.systemd.hostkit import Host
+
+PD_UNITS = ["sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"]
+INSTALL_ROOT = "/opt/dsv4deploy"
+# A needle grid the simulator recalls at index_topk 1024, small enough for CI; index_topk 512
+# loses it (the simulator's recall collapses beyond ~4K tokens there).
+GATES = {"needle_required_tokens": 4000, "needle_lengths": [1000, 4000], "needle_depths": [0.5],
+         "needle_concurrency": 2, "readiness_deadline_s": 120, "smoke_deadline_s": 60, "needle_deadline_s": 300}
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    """A failed run's tail, for assertion messages."""
+    return f"rc {proc.returncode}\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
+
+
+def report(reports: Path) -> dict[str, Any]:
+    """The newest report.json of a run."""
+    return json.loads((reports / "latest" / "report.json").read_text())
+
+
+def active_release(host: Host) -> str:
+    """The release `current` points at on `host` ('' when none)."""
+    proc = host.exec(["readlink", f"{INSTALL_ROOT}/current"], check=False)
+    return Path(proc.stdout.strip()).name if proc.returncode == 0 else ""
+
+
+def unit_state(host: Host, unit: str) -> tuple[str, str]:
+    """(is-active, is-enabled) of a unit."""
+    active = host.exec(["systemctl", "is-active", unit], check=False).stdout.strip()
+    enabled = host.exec(["systemctl", "is-enabled", unit], check=False).stdout.strip()
+    return active, enabled
+
+
+def wait_active(host: Host, units: list[str], timeout: float = 120) -> dict[str, str]:
+    """Wait until every unit is active (after a boot); returns the last states seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {u: host.exec(["systemctl", "is-active", u], check=False).stdout.strip() for u in units}
+        if all(s == "active" for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.5)
+
+
+def unit_dir_entries(host: Host) -> list[str]:
+    """Our unit files installed in /etc/systemd/system."""
+    out = host.sh("ls /etc/systemd/system | grep '^sglang-dsv4' || true").stdout
+    return sorted(out.split())
