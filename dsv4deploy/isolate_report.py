@@ -41,6 +41,7 @@ def build_isolate_report(
     gates: Sequence[Mapping[str, Any]],
     settings: Sequence[Mapping[str, Any]] = (),
     notes: Sequence[str] = (),
+    pd_error: str | None = None,
     combined_error: str | None = None,
     restored: bool,
     restore_error: str | None = None,
@@ -51,8 +52,8 @@ def build_isolate_report(
     """The report as one mapping.
 
     `original` and `combined` are plans (release_id, endpoint, topology); `gates` every gate result
-    of the run, each with its `phase`. `combined_error` says why the combined side stopped early (a
-    server that never started); `refused` why the run stopped before changing anything.
+    of the run, each with its `phase`. `pd_error` and `combined_error` say why a side stopped early
+    (e.g. a combined server that never started); `refused` why the run stopped before changing anything.
     """
     by_phase: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
     for gate in gates:
@@ -62,7 +63,7 @@ def build_isolate_report(
     pd_gates = [g for g in health if g["name"] == "readiness"] + by_phase["pd"]
     sides = {
         "pd": {"release": original.get("release_id"), "topology": "pd", "endpoint": original.get("endpoint"),
-               **side_summary(pd_gates, suite, refused)},
+               **side_summary(pd_gates, suite, refused or pd_error)},
         "combined": {"release": combined.get("release_id"), "topology": "combined",
                      "endpoint": combined.get("endpoint"),
                      **side_summary(by_phase["combined"], suite,

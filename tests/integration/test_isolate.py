@@ -18,13 +18,14 @@ from tests.integration.simhost import SimHost
 pytestmark = pytest.mark.integration
 
 FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
-# Requirements leave room above the target: a cell's real size (usage.prompt_tokens) lands near it.
+# The longest length is the requirement (the gate refuses a grid that cannot reach it); a cell's real
+# size (usage.prompt_tokens) lands near its target, so the shorter row is the one surely within it.
 # A weak check a production could have passed: the needle sits inside the sliding window (128 tokens).
-WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100], "needle_depths": [0.5]}']
+WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
 # Far beyond the window and well within what index_topk 1024 recalls (6144 tokens for certain).
-NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000], "needle_depths": [0.5]}']
+NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.5]}']
 # Beyond what index_topk 512 can ever recall (4096 tokens) yet within 1024's certain range.
-NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000], "needle_depths": [0.5]}']
+NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
 
 
@@ -71,7 +72,7 @@ def test_clean_pd_gives_clean_and_is_restored(sim_host: SimHost) -> None:
         assert report["sides"][side]["ran"] and report["sides"][side]["passed"]
         assert [g["name"] for g in report["sides"][side]["gates"] if g["phase"] == side][-2:] == ["smoke", "needle"]
         curve = report["sides"][side]["recall_curve"]
-        assert [(p["context_tokens"], p["fraction"]) for p in curve] == [(2000, 1.0)]
+        assert [(p["context_tokens"], p["fraction"]) for p in curve] == [(2000, 1.0), (2200, 1.0)]
     assert report["sides"]["combined"]["endpoint"] == sim_host.endpoint  # the router's port, kept for clients
     # Same model, overrides, environment switches and CUDA graphs on both sides.
     same = {row["setting"]: row["same"] for row in report["settings"]}
@@ -132,3 +133,45 @@ def test_an_unknown_suite_is_refused_before_anything_changes(sim_host: SimHost) 
     report = isolate_report(sim_host)
     assert (report["status"], report["restored"]) == ("refused", False)
     assert sim_host.pids() == before and sim_host.active_release() == release
+
+
+def test_an_unhealthy_original_is_refused_unless_forced_and_then_comes_back_healthy(sim_host: SimHost) -> None:
+    release = sim_host.active_release() or ""
+    sim_host.supervisorctl("stop", "sglang-dsv4-router")
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST)
+    assert proc.returncode != 0
+    assert f"REFUSED, nothing was changed: the serving release {release} is not healthy" in proc.stdout
+    assert "isolate_force=true" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"], report["verdict"]) == ("refused", False, "inconclusive")
+    assert set(sim_host.pids()) == PD_PROGRAMS - {"sglang-dsv4-router"}, "nothing was started or stopped"
+    assert not (sim_host.install_root / "deploy.lock").exists()
+    # Forced: the experiment runs, and the restore starts the whole original release again.
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, "-e", "isolate_force=true")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "inconclusive" and "PD side could not be tested" in report["why"]
+    assert report["sides"]["combined"]["ran"] is True
+    assert_restored(sim_host, release, report)
+
+
+def test_a_restore_that_fails_is_the_loudest_failure(sim_host: SimHost) -> None:
+    # The combined server's GPU memory is released late, beyond the restore's wait: the original
+    # cannot be started. The run fails with the manual steps and a failed report.
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, "-e", "dsv4_service_gpu_free_timeout_s=6",
+                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "slow_release=30"}}')
+    assert proc.returncode != 0
+    assert f"RESTORE FAILED: release {release} is NOT serving verified" in proc.stdout
+    assert f"point {sim_host.install_root}/current at releases/{release}" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"], report["serving_release"]) == ("failed", False, None)
+    assert "GPU memory not released" in report["restore"]["error"]
+    assert "Manual steps" in report["restore"]["manual_steps"]
+    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
+    assert "**RESTORE FAILED**" in md and "## Manual steps" in md
+    assert not (sim_host.install_root / "deploy.lock").exists()
+    # The operator's way back: roll back to the release by hand, once the memory is free.
+    back = sim_host.playbook("rollback.yml", "-e", f"release={release}", *FAST)
+    assert back.returncode == 0, back.stdout[-5000:]
+    assert sim_host.active_release() == release and set(sim_host.pids()) == PD_PROGRAMS

@@ -27,6 +27,7 @@ options:
   gates: {description: Every gate result of the run, each with its phase (original, pd, combined, restore)}
   settings: {description: What each side runs, side by side}
   notes: {description: How the combined server had to differ}
+  pd_error: {description: Why the PD side stopped early}
   combined_error: {description: Why the combined side stopped early}
   restored: {description: The original release is back and verified, required: true}
   restore_error: {description: Why the restore failed}
@@ -48,6 +49,7 @@ class ActionModule(ActionBase):
         data = build_isolate_report(
             suite=args["suite"], original=args["original"], combined=args.get("combined") or {},
             gates=args.get("gates") or [], settings=args.get("settings") or [], notes=args.get("notes") or [],
+            pd_error=args.get("pd_error") or None,
             combined_error=args.get("combined_error") or None, restored=bool(args["restored"]),
             restore_error=args.get("restore_error") or None, manual_steps=args.get("manual_steps") or None,
             refused=args.get("refused") or None,

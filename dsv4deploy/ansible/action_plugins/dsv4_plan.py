@@ -103,6 +103,13 @@ class ActionModule(ActionBase):
         except (ValueError, KeyError) as exc:
             result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
             return result
+        try:  # the suite's settings, judged by what the serving release runs (its index_topk)
+            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None,
+                               plan_index_topk(plan["original"]))
+        except GateSettingsError as exc:
+            result.update(failed=True, problems=exc.problems,
+                          msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
+            return result
         plan["suite"] = suite
         result.update(changed=False, ansible_facts={args.get("fact") or "dsv4_isolation": plan},
                       msg=f"combined release {plan['combined']['release_id']} on "
