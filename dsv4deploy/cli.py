@@ -94,6 +94,9 @@ def write_files(files: RenderedFiles, out: Path) -> list[Path]:
     """Write `files` as OUT/<host>/<relpath> with the modes a release gets. Returns the paths written."""
     written = []
     for host, by_path in sorted(files.items()):
+        # Validation refuses such host names; this keeps a bad one from writing outside OUT anyway.
+        if not host or Path(host).is_absolute() or len(Path(host).parts) != 1 or host in (".", ".."):
+            raise CliError([f"host name {host!r} cannot name a folder under {out}"])
         for rel, content in sorted(by_path.items()):
             target = out / host / rel
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
@@ -322,7 +325,8 @@ def _gate_config(args: argparse.Namespace, api_key: str | None) -> Any:
     expected = parse_expected(args.expected)
     inputs = [ServerConfigInput(name=name, role=role, url=checked_url(url, "--server"), log_text=_read_log(logs[name]))
               for name, role, url in servers]
-    return check_config(expected, inputs, api_key=api_key, timeout_s=args.deadline or 10.0)
+    return check_config(expected, inputs, api_key=api_key, timeout_s=args.deadline or 10.0,
+                        deadline_s=args.deadline or _gate_defaults().config_deadline_s)
 
 
 def parse_expected(text: str | None) -> dict[str, Any]:
@@ -353,7 +357,10 @@ def _gate_needle(args: argparse.Namespace, api_key: str | None) -> Any:
     defaults = _gate_defaults()
     lengths = parse_numbers(args.lengths, "--lengths", int) if args.lengths else defaults.needle_lengths
     depths = parse_numbers(args.depths, "--depths", float) if args.depths else defaults.needle_depths
-    required = defaults.needle_required_tokens if args.required_tokens is None else args.required_tokens
+    required = defaults.required_tokens(args.index_topk) if args.required_tokens is None else args.required_tokens
+    if required > max(lengths):
+        raise CliError([f"--lengths {lengths} cannot reach the required {required} tokens: add a length of at least "
+                        f"{required} (or lower --required-tokens)"])
     return run_needle(checked_url(args.url, "--url"), args.model, context_lengths=lengths, depths=depths,
                       required_tokens=required, deadline_s=args.deadline or defaults.needle_deadline_s,
                       concurrency=args.concurrency or defaults.needle_concurrency, api_key=api_key,
@@ -364,11 +371,14 @@ def _gate_soak(args: argparse.Namespace, api_key: str | None) -> Any:
     from dsv4deploy.gates import run_soak
 
     d = _gate_defaults()
-    return run_soak(checked_url(args.url, "--url"), args.model, sessions=args.sessions or d.soak_sessions,
-                    turns=args.turns or d.soak_turns, concurrency=args.concurrency or d.soak_concurrency,
-                    max_corruption_rate=d.soak_max_corruption_rate if args.max_corruption_rate is None
-                    else args.max_corruption_rate, deadline_s=args.deadline or d.soak_deadline_s,
-                    api_key=api_key, progress=stderr_progress("soak"))
+
+    def given(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return run_soak(checked_url(args.url, "--url"), args.model, sessions=given(args.sessions, d.soak_sessions),
+                    turns=given(args.turns, d.soak_turns), concurrency=given(args.concurrency, d.soak_concurrency),
+                    max_corruption_rate=given(args.max_corruption_rate, d.soak_max_corruption_rate),
+                    deadline_s=args.deadline or d.soak_deadline_s, api_key=api_key, progress=stderr_progress("soak"))
 
 
 GATE_RUNNERS: dict[str, Callable[[argparse.Namespace, str | None], Any]] = {
@@ -409,7 +419,11 @@ def _add_gate(parser: argparse.ArgumentParser) -> None:
                         help="config: the expected override, e.g. '{\"index_topk\":1024}'")
     parser.add_argument("--lengths", metavar="N,N,...", help="needle: context lengths in tokens")
     parser.add_argument("--depths", metavar="F,F,...", help="needle: needle depths between 0 and 1")
-    parser.add_argument("--required-tokens", type=int, metavar="N", help="needle: every cell up to N must recall")
+    parser.add_argument("--required-tokens", type=int, metavar="N",
+                        help="needle: every cell up to N must recall, and one of at least N at every depth "
+                             "(default: 5500 with --index-topk 1024, 2000 with 512)")
+    parser.add_argument("--index-topk", type=int, metavar="N", help="needle: the server's index_topk, for the "
+                        "default requirement (default 512, DeepSeek-V4's own)")
     parser.add_argument("--concurrency", type=int, metavar="N", help="needle cells / soak sessions at a time")
     parser.add_argument("--sessions", type=int, metavar="N", help="soak: conversations to run")
     parser.add_argument("--turns", type=int, metavar="N", help="soak: tool-call turns per conversation")

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from dsv4deploy import memory, render, services
+from dsv4deploy import access, memory, render, services
 from dsv4deploy.spec import Deployment, SpecError
 
 
@@ -33,7 +33,14 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
     hosts: dict[str, Any] = {}
     for name, layout in _layouts(spec, play_hosts, defs).items():
         files = rendered.get(name, {})
-        hosts[name] = {"files": files, "content_hash": render.content_hash(files) if files else "", **layout}
+        host_defs = [d for d in defs if d.host == name]
+        hosts[name] = {
+            "files": files,
+            "content_hash": render.content_hash(files) if files else "",
+            **layout,
+            # Preflight (dsv4_access): the paths the services need.
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
+        }
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
         **_targets(spec, defs),
@@ -59,6 +66,8 @@ def _layouts(spec: Deployment, play_hosts: list[str], defs: list[services.Servic
             "ports": sorted({p for d in host_defs for p in d.ports}),
             "install_root": settings.install_root if settings else "",
             "service_manager": settings.service_manager if settings else "supervisor",
+            # Preflight (dsv4_access): the user the services run as.
+            "service_user": settings.service_user if settings else "",
         }
     return out
 
@@ -91,9 +100,20 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
                      "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file} for d in workers],
         # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
         "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
+        # What each server's /server_info must report for the settings the spec sets (config gate).
+        "expected_settings": {d.name: _expected_settings(spec, by_port[(d.host, d.ports[0])]) for d in workers},
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
     }
+
+
+def _expected_settings(spec: Deployment, worker: Any) -> dict[str, Any]:
+    wanted = {"model_path": spec.model.path}
+    for key in ("chat_template", "page_size", "kv_cache_dtype", "context_length"):
+        value = spec.effective(worker, key)
+        if value is not None:
+            wanted[key] = value
+    return wanted
 
 
 def _breaker_window(spec: Deployment) -> int | None:

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch,
 
 GATE = "readiness"
 SUMMARY_BODY_CHARS = 160
+HEARTBEAT_S = 10.0  # a load takes minutes on real GPUs: say what each server answers at least this often
 
 
 class WorkerEndpoint(BaseModel):
@@ -95,8 +96,12 @@ def check_readiness(
     progress: Progress | None = None,
     request_timeout_s: float = 5.0,
     settled: list[dict[str, Any]] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> GateResult:
     """Poll every readiness signal in parallel until all are ready or ``deadline_s`` passes.
+
+    ``progress`` hears of each check that becomes ready and, every ``heartbeat_s`` while some are
+    not, what each of those answers now (status and the start of the body, or the error).
 
     Checks: each worker's ``GET /health`` is 200; with a router, its ``GET /readiness`` is 200 and
     its ``/v1/models`` lists ``served_model_name``; without one, each worker's ``/v1/models`` does.
@@ -136,6 +141,10 @@ def check_readiness(
             pool.submit(_poll, client, check, watch, served_model_name, poll_interval_s, request_timeout_s, on_ready)
             for check in checks
         ]
+        while wait(futures, timeout=heartbeat_s).not_done:
+            with lock:
+                waiting = "; ".join(_answers_now(c) for c in checks if not c.ready)
+                notify(progress, done[0], total, f"waiting {watch.elapsed():.0f} s: {waiting}")
         for future in futures:
             future.result()
     checks = done_elsewhere + checks
@@ -189,6 +198,15 @@ def _poll(
         if watch.expired():
             return
         time.sleep(min(interval_s, watch.remaining()))
+
+
+def _answers_now(check: _Check) -> str:
+    if check.attempts == 0:
+        return f"{check.label} not asked yet"
+    if check.last_status is None:
+        return f"{check.label} no answer ({check.last_error or 'waiting'})"
+    body = " ".join(check.last_body.split())[:100]
+    return f"{check.label} {check.last_status}{f' {body}' if body else ''} ({check.attempts} tries)"
 
 
 def _satisfied(check: _Check, text: str, model: str) -> bool:

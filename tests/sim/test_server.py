@@ -89,9 +89,10 @@ def test_endpoints_auth_and_shutdown(launcher: Launcher, state_dir: Path) -> Non
 
 def test_warmup_then_ready_and_never_ready(launcher: Launcher, state_dir: Path) -> None:
     p1, p2 = free_port(), free_port()
-    launcher.sim(_args(p1, "--base-gpu-id", "0"), sim_env(state_dir, "warmup_s=1.0"))
-    launcher.sim(_args(p2, "--base-gpu-id", "4"), sim_env(state_dir, "never_ready"))
+    # A warm-up long enough that a loaded machine still probes inside it.
+    launcher.sim(_args(p1, "--base-gpu-id", "0"), sim_env(state_dir, "warmup_s=3.0"))
     assert http("GET", f"http://127.0.0.1:{p1}/health")[0] == 503
+    launcher.sim(_args(p2, "--base-gpu-id", "4"), sim_env(state_dir, "never_ready"))
     assert wait_status(f"http://127.0.0.1:{p1}/health", 200) > 0.5
     time.sleep(0.5)
     assert http("GET", f"http://127.0.0.1:{p2}/health")[0] == 503

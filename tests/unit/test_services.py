@@ -50,7 +50,8 @@ def test_pd_router_argv_exact():
         "--health-check-endpoint", "/health", "--health-check-interval-secs", "10",
         "--health-failure-threshold", "3", "--health-check-timeout-secs", "5",
         "--worker-startup-timeout-secs", "1800", "--worker-startup-check-interval", "1",
-        "--prometheus-port", "29000", "--prometheus-host", "0.0.0.0"]
+        "--prometheus-port", "29000", "--prometheus-host", "127.0.0.1", "--shutdown-grace-period-secs", "60"]
+    assert router.stop_timeout_s == 60 + 15  # the service manager must not kill it while it drains
     assert router.after == ["sglang-dsv4-prefill", "sglang-dsv4-decode"]
     assert router.start_order == 20 and router.ports == [8000, 29000] and router.gpus == []
 
@@ -171,9 +172,10 @@ def _run_script(tmp_path, spec, name):
 def test_hostile_values_round_trip_through_bash(tmp_path):
     printer = [sys.executable, "-c",
                "import os,sys; sys.stdout.write('\\0'.join(sys.argv[1:] + [os.environ['HOSTILE']]))"]
-    key_file = tmp_path / "key file's"
+    key_file = tmp_path / "key_file"  # a plain path (validated); the key itself is hostile
     key_file.write_text("k'ey $x\n")
-    spec = combined_spec(model={"path": HOSTILE, "served_name": "name with 'quotes'"},
+    # Names and paths must be plain (validation refuses the rest); free text reaches only argv and env.
+    spec = combined_spec(combined={**combined_spec().combined.model_dump(), "extra_args": ["--x", HOSTILE]},
                          server_env={"HOSTILE": HOSTILE + "\nsecond line"}, server_launcher=printer,
                          api_key={"file": str(key_file)})
     (svc,) = build_services(spec)

@@ -7,7 +7,13 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from dsv4deploy.gate_runner import WORKER_GATES, host_checks, settings_from_vars
+from dsv4deploy.gate_runner import (
+    WORKER_GATES,
+    GateSettingsError,
+    host_checks,
+    plan_index_topk,
+    settings_from_vars,
+)
 from dsv4deploy.inventory import plain
 
 DOCUMENTATION = r"""
@@ -46,7 +52,13 @@ class ActionModule(ActionBase):
         if not checks:
             result.update(changed=False, probe=probe)
             return result
-        settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"))
+        try:
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"),
+                                          plan_index_topk(plan))
+        except GateSettingsError:
+            # dsv4_gate, next, refuses the same settings naming each problem; nothing to run here.
+            result.update(changed=False, probe=probe)
+            return result
         module_args = {
             "checks": [{"name": w["name"], "url": w["url"]} for w in checks],
             "mode": name,

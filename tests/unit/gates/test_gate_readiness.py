@@ -76,6 +76,17 @@ def test_router_never_ready_fails_with_its_body(stub):
     }
 
 
+def test_a_heartbeat_says_what_each_waiting_server_answers(stub):
+    rtr = router(stub, not_ready=10**6)
+    seen = []
+    check_readiness(pd(stub, decode_503s=10**6), rtr.url, "dsv4", deadline_s=0.7, poll_interval_s=0.02,
+                    heartbeat_s=0.2, progress=lambda done, total, note: seen.append(note))
+    beats = [note for note in seen if note.startswith("waiting ")]
+    assert beats, seen
+    assert "decode /health 503" in beats[-1] and "router /readiness 503" in beats[-1]
+    assert "insufficient healthy workers" in beats[-1] and "prefill /health" not in beats[-1]
+
+
 def test_missing_model_card_fails_naming_the_model(stub):
     rtr = router(stub, models=(200, {"object": "list", "data": [{"id": "other-model"}]}))
     result = check_readiness(pd(stub), rtr.url, "dsv4", deadline_s=0.3, poll_interval_s=0.02)
