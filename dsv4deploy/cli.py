@@ -450,6 +450,34 @@ def _run_gate(args: argparse.Namespace) -> int:
     return EXIT_OK if result.passed else EXIT_GATE_FAILED
 
 
+# -- init: a starter inventory ---------------------------------------------------------------------
+
+def _add_init(parser: argparse.ArgumentParser) -> None:
+    from dsv4deploy.starter import EXAMPLES
+
+    parser.description = ("Write a starter inventory into DIR (new or empty), to use as -i DIR. `local` is the "
+                          "embedded simulated GPU host (this machine, no GPU needed); the others are real "
+                          "layouts to adapt.")
+    parser.add_argument("dir", type=Path, metavar="DIR", help="folder to create")
+    parser.add_argument("--example", choices=EXAMPLES, default="local", help="which layout (default: local)")
+
+
+def _run_init(args: argparse.Namespace) -> int:
+    from dsv4deploy.starter import StarterError, write_starter
+
+    try:
+        written = write_starter(args.dir, args.example)
+    except StarterError as exc:
+        raise CliError([str(exc)]) from None
+    except OSError as exc:
+        raise CliError([f"cannot write {args.dir}: {exc.strerror or exc}"]) from None
+    for path in written:
+        print(path)
+    print(f"next: dsv4deploy validate -i {args.dir}, then "
+          f"ansible-playbook dsv4.deploy.deploy -i {args.dir} -e topology=pd -e index_topk=1024", file=sys.stderr)
+    return EXIT_OK
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """One `dsv4deploy <name>`: help line, argument setup, runner returning the exit code."""
@@ -466,6 +494,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "render": Subcommand("write the rendered files of every host", _add_render, _run_render),
     "gate": Subcommand("run one gate (readiness, config, smoke, needle, soak) by hand", _add_gate, _run_gate,
                        reads_inventory=False),
+    "init": Subcommand("write a starter inventory (local simulated host or an example layout)", _add_init,
+                       _run_init, reads_inventory=False),
 }
 
 

@@ -165,7 +165,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     model = plan["served_model_name"]
     endpoint = plan["endpoint"]
     if name == "readiness":
-        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"])
+        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"], sglang_version=w.get("sglang_version"))
                    for w in plan["workers"] if w["name"] not in on_host]
         settled = [{**found["health"], "checked_on": host} for host, found in on_host.values()]
         # The hosts' checks used part of the deadline already; what remains is the controller's.

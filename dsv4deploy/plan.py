@@ -88,6 +88,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
     endpoint = _endpoint(spec, defs)
     return {
         "topology": spec.topology,
+        # Which router serves a PD deployment (sglang-router or smg); None without one.
+        "router": spec.router_implementation if spec.topology == "pd" else None,
         "served_model_name": spec.model.served_name,
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
@@ -97,7 +99,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
         # whether a worker's checks run there or on the host); api_key_file: the key on that host.
         "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url,
-                     "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file} for d in workers],
+                     "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file,
+                     "sglang_version": d.sglang_version} for d in workers],
         # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
         "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
         # What each server's /server_info must report for the settings the spec sets (config gate).

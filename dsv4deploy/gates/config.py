@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from dsv4deploy.gates.http import check_url, describe_error, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Stopwatch, clip, make_result
+from dsv4deploy.gates.transfer_log import slower_transfer_lines
 
 GATE = "config"
 
@@ -113,6 +114,10 @@ def check_config(
         "agreement": agreement,
         "note": LIMITS_NOTE,
     }
+    # A warning, not a failure: the transfer works, only slower than configured.
+    warnings = {s.name: lines for s in servers if (lines := slower_transfer_lines(s.log_text))}
+    if warnings:
+        evidence["warnings"] = {"kv_transfer_fallback": warnings}
     if not problems:
         summary = f"override {_dump(expected_overrides)} logged and effective on {len(servers)} server(s)"
         if agreement["compared"]:
@@ -120,6 +125,10 @@ def check_config(
         if agreement.get("unconfirmed"):
             summary += "; could not confirm " + "; ".join(
                 f"{k} (not reported by {', '.join(who)})" for k, who in agreement["unconfirmed"].items())
+        if warnings:
+            name, lines = next(iter(warnings.items()))
+            summary += (f"; warning: KV transfer slower than configured on {', '.join(warnings)} "
+                        f"({name}: {lines[0][-160:]!r})")
         return make_result(GATE, GateStatus.PASSED, watch, summary, evidence)
     evidence["problems"] = problems
     evidence["failures"] = failures

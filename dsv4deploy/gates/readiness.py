@@ -19,6 +19,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from dsv4deploy import versions
 from dsv4deploy.gates.http import check_url, describe_error, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
 
@@ -35,6 +36,8 @@ class WorkerEndpoint(BaseModel):
     name: str
     role: Literal["prefill", "decode", "combined"]
     url: str
+    # The sglang version it runs: from 0.5.23 its /ready is asked too (older ones answer it 404).
+    sglang_version: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -103,7 +106,8 @@ def check_readiness(
     ``progress`` hears of each check that becomes ready and, every ``heartbeat_s`` while some are
     not, what each of those answers now (status and the start of the body, or the error).
 
-    Checks: each worker's ``GET /health`` is 200; with a router, its ``GET /readiness`` is 200 and
+    Checks: each worker's ``GET /health`` is 200, and its ``GET /ready`` where its sglang version has
+    one (0.5.23 on); with a router, its ``GET /readiness`` is 200 and
     its ``/v1/models`` lists ``served_model_name``; without one, each worker's ``/v1/models`` does.
     Evidence holds, per check, the time to ready, the number of tries, and the last status and body.
     ``settled`` are worker checks already run elsewhere (on a worker's own host), as evidence
@@ -119,6 +123,8 @@ def check_readiness(
     router = check_url(router_url, "router_url") if router_url is not None else None
 
     checks = [_Check(f"{w.name} /health", f"{w.url}/health", "health") for w in workers]
+    checks += [_Check(f"{w.name} /ready", f"{w.url}/ready", "health") for w in workers
+               if versions.has_ready_endpoint(w.sglang_version)]
     if router is not None:
         checks.append(_Check("router /readiness", f"{router}/readiness", "readiness"))
         checks.append(_Check("router /v1/models", f"{router}/v1/models", "model_card"))

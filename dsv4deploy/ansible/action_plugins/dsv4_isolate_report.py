@@ -1,4 +1,7 @@
-"""Action plugin: write the isolation report (PD versus combined) on the controller."""
+"""Action plugin: write the isolation report (PD versus combined) on the controller.
+
+Documented in modules/dsv4_isolate_report.py (ansible-doc dsv4.deploy.dsv4_isolate_report); ARGUMENT_SPEC follows it.
+"""
 
 from __future__ import annotations
 
@@ -13,27 +16,21 @@ from dsv4deploy.inventory import plain
 from dsv4deploy.isolate_report import build_isolate_report, headline, write_isolate_report
 from dsv4deploy.report import free_name, update_latest
 
-DOCUMENTATION = r"""
-action: dsv4_isolate_report
-short_description: Write reports/isolate/<timestamp>/report.json and report.md, point reports/isolate/latest at them
-description:
-  - Builds the side-by-side report of playbooks/isolate.yml (dsv4deploy.isolate_report) and returns
-    C(report) (verdict, why, status, restored, serving_release, sides) and C(paths).
-options:
-  reports_dir: {description: The isolation reports folder on the controller, required: true}
-  suite: {description: Suites run on each side, required: true}
-  original: {description: Gate targets of the release that served (release_id, endpoint), required: true}
-  combined: {description: Plan of the temporary combined release (may be empty when refused)}
-  gates: {description: Every gate result of the run, each with its phase (original, pd, combined, restore)}
-  settings: {description: What each side runs, side by side}
-  notes: {description: How the combined server had to differ}
-  pd_error: {description: Why the PD side stopped early}
-  combined_error: {description: Why the combined side stopped early}
-  restored: {description: The original release is back and verified, required: true}
-  restore_error: {description: Why the restore failed}
-  manual_steps: {description: What an operator must do by hand after a failed restore}
-  refused: {description: Why the run stopped before changing anything}
-"""
+ARGUMENT_SPEC = {
+    "reports_dir": {"type": "path", "required": True},
+    "suite": {"type": "list", "elements": "str", "required": True},
+    "original": {"type": "dict", "required": True},
+    "combined": {"type": "dict", "default": {}},
+    "gates": {"type": "list", "elements": "dict", "default": []},
+    "settings": {"type": "list", "elements": "dict", "default": []},
+    "notes": {"type": "list", "elements": "str", "default": []},
+    "pd_error": {"type": "str", "default": ""},
+    "combined_error": {"type": "str", "default": ""},
+    "restored": {"type": "bool", "required": True},
+    "restore_error": {"type": "str", "default": ""},
+    "manual_steps": {"type": "str", "default": ""},
+    "refused": {"type": "str", "default": ""},
+}
 
 display = Display()
 
@@ -45,7 +42,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        args = plain(self._task.args)
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
         data = build_isolate_report(
             suite=args["suite"], original=args["original"], combined=args.get("combined") or {},
             gates=args.get("gates") or [], settings=args.get("settings") or [], notes=args.get("notes") or [],
@@ -54,7 +51,8 @@ class ActionModule(ActionBase):
             restore_error=args.get("restore_error") or None, manual_steps=args.get("manual_steps") or None,
             refused=args.get("refused") or None,
         )
-        root = Path(args["reports_dir"])
+        # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
+        root = Path(args["reports_dir"]).expanduser().absolute()
         root.mkdir(parents=True, exist_ok=True)
         name = free_name(root, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
         paths = list(write_isolate_report(root / name, data).values())

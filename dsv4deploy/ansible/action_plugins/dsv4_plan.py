@@ -1,4 +1,7 @@
-"""Action plugin: validate the spec, check memory and render every host's release, on the controller."""
+"""Action plugin: validate the spec, check memory and render every host's release, on the controller.
+
+Documented in modules/dsv4_plan.py (ansible-doc dsv4.deploy.dsv4_plan); ARGUMENT_SPEC follows it.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +9,24 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from dsv4deploy import reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
-DOCUMENTATION = r"""
-action: dsv4_plan
-short_description: Build the dsv4deploy rollout plan from inventory variables
-description:
-  - Reads the spec from the play's variables exactly as `dsv4deploy validate` does, validates it,
-    checks memory feasibility and renders each play host's release. Fails, listing every problem
-    with its field, host and fix, before anything on a host changes. Sets the fact C(dsv4_plan).
-  - With I(release_spec) (the spec.json of an installed release) it sets I(fact) to that release's
-    gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
-  - With I(release_spec) of a PD release and I(derive=combined) it sets I(fact) to the isolation
-    plan (dsv4deploy.isolate.isolation_plan): the original's targets and layout, the plan of a
-    combined server with the same model, overrides, environment and CUDA graphs, the settings side
-    by side, and the I(suite) to run; an invalid suite or combined layout fails before any change.
-options:
-  release_spec: {description: spec.json text of an installed release}
-  derive: {description: "C(combined): plan the combined twin of the PD release in I(release_spec)"}
-  release_id: {description: Id of the release in I(release_spec) (derive)}
-  gpus: {description: GPUs of the combined server (default the first prefill's)}
-  port: {description: Port of the combined server (default the router's when on the same host)}
-  env: {description: Environment switches set on purpose on the combined server (reported)}
-  suite: {description: "Suites to run, comma-separated: smoke, needle, soak"}
-  fact: {description: Name of the fact to set, default: dsv4_plan}
-"""
+ARGUMENT_SPEC = {
+    "release_spec": {"type": "str"},
+    "fact": {"type": "str", "default": "dsv4_plan"},
+    # derive=combined: the isolation plan of the PD release in release_spec (playbooks/isolate.yml).
+    "derive": {"type": "str", "choices": ["combined"]},
+    "release_id": {"type": "str", "default": ""},
+    "gpus": {"type": "list", "elements": "int", "default": []},
+    "port": {"type": "int", "default": 0},
+    "env": {"type": "dict", "default": {}},
+    "suite": {"type": "raw", "default": ""},
+}
 
 
 class ActionModule(ActionBase):
@@ -45,8 +37,8 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = plain(self._task.args)
-        fact = args.get("fact") or "dsv4_plan"
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        fact = args["fact"]
         if args.get("derive"):
             return self._derive(result, args, task_vars)
         if args.get("release_spec"):
@@ -77,6 +69,11 @@ class ActionModule(ActionBase):
         except GateSettingsError as exc:
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
+            return result
+        problem = self._unreachable_endpoint(plan, hostvars)
+        if problem:
+            result.update(failed=True, problems=[problem],
+                          msg=f"the deployment spec is invalid; nothing was changed:\n- {problem}")
             return result
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
@@ -110,8 +107,31 @@ class ActionModule(ActionBase):
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
             return result
+        problem = self._unreachable_endpoint(plan["combined"], task_vars["hostvars"])
+        if problem:  # the suite talks to the combined server from here, like a client
+            result.update(failed=True, problems=[problem],
+                          msg=f"the combined server could not be tested; nothing was changed:\n- {problem} "
+                              "(isolate_port, or the host's listen address)")
+            return result
         plan["suite"] = suite
-        result.update(changed=False, ansible_facts={args.get("fact") or "dsv4_isolation": plan},
+        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_isolation"
+        result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"combined release {plan['combined']['release_id']} on "
                           f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")
         return result
+
+    def _unreachable_endpoint(self, plan: dict[str, Any], hostvars: Any) -> str | None:
+        """Why the gates (and clients) on the controller could never reach the endpoint, or None.
+
+        A host is the controller itself when Ansible reaches it through the local connection or at
+        a loopback address; without ansible_connection in its variables it uses this task's one.
+        """
+        host = plan.get("endpoint_host") or ""
+        if host not in hostvars:
+            return None
+        hv = hostvars[host]
+        connection = str(hv.get("ansible_connection") or self._connection.transport)
+        local = connection.rsplit(".", 1)[-1] == "local" or reach.is_loopback(str(hv.get("ansible_host", host)))
+        what = "router.listen" if plan.get("router_url") else "listen"
+        return reach.endpoint_problem(what, plan["endpoint"], host, local)
+

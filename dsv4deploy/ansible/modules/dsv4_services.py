@@ -5,48 +5,154 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_services
-short_description: Install, start, stop and inspect dsv4deploy services (systemd or supervisord)
+short_description: Install, start, stop and inspect dsv4deploy services under systemd or supervisord
 description:
-  - The services are those of the release C(install_root/current) (C(bin/serve-NAME.sh)).
-  - C(state=installed) makes the service manager see the active release's units or programs
-    (systemd units copied to I(unit_dir) and daemon-reload; supervisord started under the install
-    root with its socket there, then reread/update).
-  - C(state=stopped) stops I(names) (default all of ours) in the order given, else in drain order: routers
-    first (a router stops taking new requests and lets those in flight finish within its stop timeout,
-    the drain deadline), then decode workers, then prefill workers and the combined server (a decode
-    still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
-  - C(state=started) first does what C(installed) does, then starts I(names) all at once (the service
-    manager's own ordering still applies) and fails with the log tail of a service that dies at once
-    (supervisord: within its C(startsecs)); whether a started server becomes ready is the readiness
-    gate's to judge.
-  - C(state=status) and C(state=logs) change nothing.
+  - The services are those of the active release C(install_root/current) (its C(bin/serve-NAME.sh)).
+  - O(state=installed) makes the service manager see the active release's units or programs (systemd
+    units copied to O(unit_dir) and a daemon-reload; supervisord started under the install root with
+    its socket there, then reread and update).
+  - O(state=stopped) stops O(names) (default all of ours) in the order given, else in drain order -
+    routers first (a router stops taking new requests and lets those in flight finish within its stop
+    timeout, the drain deadline), then decode workers, then prefill workers and the combined server (a
+    decode still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
+  - O(state=started) first does what O(state=installed) does, then starts O(names) all at once (the
+    service manager's own ordering still applies) and fails with the log tail of a service that dies at
+    once (supervisord - within its C(startsecs)); whether a started server becomes ready is the
+    readiness gate's to judge.
+  - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
+    supervisord; the releases stay.
+  - O(state=status) and O(state=logs) change nothing.
 options:
-  manager: {type: str, choices: [systemd, supervisor], required: true, description: Service manager.}
-  install_root: {type: path, required: true, description: Root of releases on this host.}
+  manager:
+    type: str
+    choices: [systemd, supervisor]
+    required: true
+    description:
+      - Service manager.
+  install_root:
+    type: path
+    required: true
+    description:
+      - Root of the releases on this host.
   state:
     type: str
     choices: [installed, started, stopped, status, logs, removed]
     default: status
-    description: What to do. C(removed) stops everything and takes our units out of systemd, or shuts
-      down our supervisord; the releases stay.
-  names: {type: list, elements: str, description: Services to act on, in order (default all of ours).}
+    description:
+      - What to do.
+  names:
+    type: list
+    elements: str
+    description:
+      - Services to act on, in order (default all of the active release's).
   only:
     type: str
     choices: [all, router, workers, decode, prefill]
     default: all
-    description: Narrow I(names) by kind. C(decode) is the decode workers; C(prefill) the other workers
-      (prefill and the combined server).
-  unit_dir: {type: path, default: /etc/systemd/system, description: Where systemd units are installed.}
-  supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
-  log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
-  invocations: {type: dict, description: systemd invocation ids per service (state=logs).}
+    description:
+      - Narrow O(names) by kind. V(decode) is the decode workers; V(prefill) the other workers (prefill
+        and the combined server).
+  unit_dir:
+    type: path
+    default: /etc/systemd/system
+    description:
+      - Where systemd units are installed.
+  supervisor_bin_dir:
+    type: path
+    description:
+      - Folder holding C(supervisord) and C(supervisorctl) (default the PATH).
+  log_offsets:
+    type: dict
+    default: {}
+    description:
+      - Byte offsets per service, as O(state=started) returned them (O(state=logs) under supervisord).
+  invocations:
+    type: dict
+    default: {}
+    description:
+      - systemd invocation ids per service, as O(state=started) returned them (O(state=logs) under systemd).
   enabled:
     type: bool
-    description: With C(state=stopped) and systemd, also disable (false) the stopped units at boot, so a
-      reboot does not start a deployment that was stopped on purpose. C(state=installed) always enables
-      the active release's units.
+    description:
+      - With O(state=stopped) and systemd, also disable (V(false)) the stopped units at boot, so a reboot
+        does not start a deployment that was stopped on purpose. O(state=installed) always enables the
+        active release's units.
+attributes:
+  check_mode:
+    support: full
+    description: Says what would be started, stopped or installed; touches no service.
+  diff_mode:
+    support: none
+    description: Services have no file content to diff (the release's files are diffed by M(dsv4.deploy.dsv4_release)).
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host with systemd, or with supervisor installed.
 author: dsv4deploy
 """
+
+EXAMPLES = r"""
+- name: Stop the router first
+  dsv4.deploy.dsv4_services:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    state: stopped
+    only: router
+
+- name: Start the workers of the active release
+  dsv4.deploy.dsv4_services:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    state: started
+    only: workers
+  register: started
+
+- name: Which of our services run, with their PIDs
+  dsv4.deploy.dsv4_services:
+    manager: supervisor
+    install_root: "{{ playbook_dir }}/.state"
+    supervisor_bin_dir: "{{ ansible_playbook_python | dirname }}"
+  register: status
+"""
+
+RETURN = r"""
+services:
+  description: Service name to C(name), C(running), C(active) and C(pid).
+  returned: O(state=status) and O(state=logs)
+  type: dict
+pids:
+  description: PIDs of our services and all their children.
+  returned: O(state=status) and O(state=logs)
+  type: list
+  elements: int
+started:
+  description: Services started, in order.
+  returned: O(state=started)
+  type: list
+  elements: str
+stopped:
+  description: Services stopped, in order.
+  returned: O(state=stopped) and O(state=removed)
+  type: list
+  elements: str
+stop_seconds:
+  description: How long each service took to stop.
+  returned: O(state=stopped) and O(state=removed)
+  type: dict
+log_offsets:
+  description: Byte offset of each started service's log at its start (supervisord), for O(state=logs).
+  returned: O(state=started)
+  type: dict
+invocations:
+  description: systemd invocation id of each started service, for O(state=logs).
+  returned: O(state=started)
+  type: dict
+logs:
+  description: Service name to the text it logged since its start.
+  returned: O(state=logs)
+  type: dict
+"""
+
 
 import glob
 import http.client

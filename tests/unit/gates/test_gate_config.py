@@ -149,3 +149,28 @@ def test_bad_arguments_raise():
         check_config(EXPECTED, [])
     with pytest.raises(ValueError, match="must be a mapping"):
         check_config('{"index_topk": 1024}', [])  # type: ignore[arg-type]
+
+
+# Warnings as sglang 0.5.23 writes them (disaggregation/mooncake/conn.py, nixl/conn.py).
+STAGING_FALLBACK = ("[2026-10-01 10:02:00 TP0] Decode staging too small: need 268435456 bytes for 43 layers, "
+                    "have 134217728, falling back\n")
+NIXL_FALLBACK = ("[2026-10-01 10:00:30 TP0] Installed NIXL does not support strided descriptors, "
+                 "falling back to per-block descriptors.\n")
+
+
+def test_a_slower_kv_transfer_path_in_a_log_is_a_warning_not_a_failure(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518 + NIXL_FALLBACK),
+               server(stub, "decode", "decode", LOG_0523 + STAGING_FALLBACK * 5)]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert "warning: KV transfer slower than configured on prefill, decode" in result.summary
+    assert "per-block descriptors" in result.summary
+    found = result.evidence["warnings"]["kv_transfer_fallback"]
+    assert found["prefill"] == [NIXL_FALLBACK.strip()]
+    assert len(found["decode"]) == 3 and found["decode"][0] == STAGING_FALLBACK.strip()
+
+
+def test_no_fallback_no_warning(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523)]
+    result = check_config(EXPECTED, servers)
+    assert "warnings" not in result.evidence and "warning" not in result.summary
