@@ -94,6 +94,9 @@ def write_files(files: RenderedFiles, out: Path) -> list[Path]:
     """Write `files` as OUT/<host>/<relpath> with the modes a release gets. Returns the paths written."""
     written = []
     for host, by_path in sorted(files.items()):
+        # Validation refuses such host names; this keeps a bad one from writing outside OUT anyway.
+        if not host or Path(host).is_absolute() or len(Path(host).parts) != 1 or host in (".", ".."):
+            raise CliError([f"host name {host!r} cannot name a folder under {out}"])
         for rel, content in sorted(by_path.items()):
             target = out / host / rel
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
@@ -360,11 +363,23 @@ def _gate_needle(args: argparse.Namespace, api_key: str | None) -> Any:
                       progress=stderr_progress("needle"))
 
 
+def _gate_soak(args: argparse.Namespace, api_key: str | None) -> Any:
+    from dsv4deploy.gates import run_soak
+
+    d = _gate_defaults()
+    return run_soak(checked_url(args.url, "--url"), args.model, sessions=args.sessions or d.soak_sessions,
+                    turns=args.turns or d.soak_turns, concurrency=args.concurrency or d.soak_concurrency,
+                    max_corruption_rate=d.soak_max_corruption_rate if args.max_corruption_rate is None
+                    else args.max_corruption_rate, deadline_s=args.deadline or d.soak_deadline_s,
+                    api_key=api_key, progress=stderr_progress("soak"))
+
+
 GATE_RUNNERS: dict[str, Callable[[argparse.Namespace, str | None], Any]] = {
     "readiness": _gate_readiness,
     "config": _gate_config,
     "smoke": _gate_smoke,
     "needle": _gate_needle,
+    "soak": _gate_soak,
 }
 
 
@@ -398,7 +413,11 @@ def _add_gate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", metavar="N,N,...", help="needle: context lengths in tokens")
     parser.add_argument("--depths", metavar="F,F,...", help="needle: needle depths between 0 and 1")
     parser.add_argument("--required-tokens", type=int, metavar="N", help="needle: every cell up to N must recall")
-    parser.add_argument("--concurrency", type=int, metavar="N", help="needle: cells at a time")
+    parser.add_argument("--concurrency", type=int, metavar="N", help="needle cells / soak sessions at a time")
+    parser.add_argument("--sessions", type=int, metavar="N", help="soak: conversations to run")
+    parser.add_argument("--turns", type=int, metavar="N", help="soak: tool-call turns per conversation")
+    parser.add_argument("--max-corruption-rate", type=float, metavar="RATE",
+                        help="soak: highest corrupted-session rate that passes (0 to 1)")
 
 
 def _run_gate(args: argparse.Namespace) -> int:
@@ -434,7 +453,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "validate": Subcommand("check a deployment spec", _add_validate, _run_validate),
     "plan": Subcommand("memory report and the files that would be rendered", _add_plan, _run_plan),
     "render": Subcommand("write the rendered files of every host", _add_render, _run_render),
-    "gate": Subcommand("run one gate (readiness, config, smoke, needle) by hand", _add_gate, _run_gate,
+    "gate": Subcommand("run one gate (readiness, config, smoke, needle, soak) by hand", _add_gate, _run_gate,
                        reads_inventory=False),
 }
 

@@ -1,15 +1,18 @@
 """Per-version sglang flag tables: logical server settings -> the command-line flags of that release.
 
-Every flag here was read from the release's own `sglang/srt/server_args.py` (the PyPI wheels of
-0.5.12, 0.5.18 and 0.5.23) and, for 0.5.23, checked with its real argument parser
-(tests/contract). A version without a table is refused by spec validation: we never guess flags.
+Every flag here is checked against the real argument parser of its release (the PyPI wheels of
+0.5.12, 0.5.18 and 0.5.23, tests/contract): what we render must exist and not be deprecated, what we
+refuse must really be gone or deprecated. A version without a table is refused by spec validation:
+we never guess flags.
 
 What changed between releases (the traps this table exists for):
 - 0.5.12: `--cuda-graph-max-bs N` and `--disable-cuda-graph` (one graph setting per server).
 - 0.5.18: per-phase settings `--cuda-graph-max-bs-{decode,prefill}`, `--disable-{decode,prefill}-cuda-graph`;
-  the old spellings are deprecated aliases, so we render the new ones.
-- 0.5.23: `--cuda-graph-max-bs` is gone (argparse calls it ambiguous and exits 2) and
-  `--disable-cuda-graph` is deprecated: both must never be rendered.
+  the old spellings are deprecated aliases, so we render the new ones. Also deprecated: the
+  `--nsa-{prefill,decode}-backend` flags (now `--dsa-*`) and `--disable-piecewise-cuda-graph` (now
+  `--cuda-graph-backend-prefill disabled`).
+- 0.5.23: those are gone (`--cuda-graph-max-bs` makes argparse exit 2 as ambiguous);
+  `--disable-cuda-graph` and `--enable-dp-attention` (now `--attn-dp-size`) are deprecated.
 """
 
 from __future__ import annotations
@@ -109,13 +112,14 @@ _PER_PHASE_CUDA_GRAPH = CudaGraphFlags(
     },
 )
 
-# Removed or deprecated spellings of the per-phase releases.
-_PER_PHASE_FORBIDDEN = ("--cuda-graph-max-bs", "--cuda-graph-bs", "--disable-cuda-graph")
+# Spellings 0.5.18 deprecates (and 0.5.23 removes).
+_FORBIDDEN_0518 = ("--cuda-graph-max-bs", "--cuda-graph-bs", "--disable-cuda-graph", "--disable-piecewise-cuda-graph",
+                   "--nsa-prefill-backend", "--nsa-decode-backend")
 
 TABLES: Mapping[str, FlagTable] = {
     "0.5.12": FlagTable("0.5.12", _OLD_CUDA_GRAPH),
-    "0.5.18": FlagTable("0.5.18", _PER_PHASE_CUDA_GRAPH, forbidden=_PER_PHASE_FORBIDDEN),
-    "0.5.23": FlagTable("0.5.23", _PER_PHASE_CUDA_GRAPH, forbidden=_PER_PHASE_FORBIDDEN),
+    "0.5.18": FlagTable("0.5.18", _PER_PHASE_CUDA_GRAPH, forbidden=_FORBIDDEN_0518),
+    "0.5.23": FlagTable("0.5.23", _PER_PHASE_CUDA_GRAPH, forbidden=(*_FORBIDDEN_0518, "--enable-dp-attention")),
 }
 
 

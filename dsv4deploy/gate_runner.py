@@ -4,15 +4,21 @@ Worker checks run where the worker's address is reachable: from the controller, 
 own host (``dsv4_worker_probe``), whose answers come in as ``probes``. Whatever the controller
 asks itself is first checked to be reachable from here, so an address that cannot be reached is
 reported within seconds instead of being polled until the deadline.
+
+Gate settings are inventory variables of the names of :class:`GateSettings`' fields. A variable
+that looks like a gate setting (``readiness_``, ``config_``, ``smoke_``, ``needle_``, ``soak_``)
+but is not one is an error naming it, so a typo cannot silently weaken a gate. The needle's
+required length follows the deployment's ``index_topk`` unless set (:data:`REQUIRED_BY_TOPK`).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dsv4deploy import reach
 from dsv4deploy.gates import (
@@ -25,34 +31,103 @@ from dsv4deploy.gates import (
     check_readiness,
     run_needle,
     run_smoke,
+    run_soak,
+    skipped,
 )
 from dsv4deploy.gates.result import Stopwatch, make_result
 
-GATES = ("readiness", "config", "smoke", "needle")
+GATES = ("readiness", "config", "smoke", "needle", "soak")
+GATE_VAR_PREFIXES = tuple(f"{g}_" for g in GATES)
+# What the needle must recall per index_topk, as in the seeds: 1024 flipped the 5.5K-token needle
+# from lost to found; 512 (the model's default) is reliable only up to about 2K tokens.
+REQUIRED_BY_TOPK = {512: 2000, 1024: 5500}
+DEFAULT_INDEX_TOPK = 512  # what DeepSeek-V4 runs with when the spec does not set index_topk
 # Gates that ask the workers themselves (the others talk to the client-facing endpoint only).
 WORKER_GATES = ("readiness", "config")
 
 
-class GateSettings(BaseModel):
-    """Deadlines and needle grid, from inventory variables of the same names."""
+class GateSettingsError(ValueError):
+    """Gate variables that cannot be used; ``problems`` are one line each, naming the variable."""
 
-    model_config = ConfigDict(extra="ignore")
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class GateSettings(BaseModel):
+    """Deadlines, the needle grid and the soak load, from inventory variables of the same names."""
+
+    model_config = ConfigDict(extra="forbid")
 
     readiness_deadline_s: float = Field(600, gt=0)
     smoke_deadline_s: float = Field(300, gt=0)
     needle_deadline_s: float = Field(1800, gt=0)
-    needle_required_tokens: int = Field(4000, ge=0)
-    needle_lengths: list[int] = [1000, 2000, 4000, 8000]
+    # None: follow index_topk (REQUIRED_BY_TOPK); 0: report the curve without a requirement.
+    needle_required_tokens: int | None = Field(None, ge=0)
+    needle_lengths: list[int] = [1000, 2000, 4000, 5500, 8000, 12000]
     needle_depths: list[float] = [0.1, 0.5, 0.9]
     needle_concurrency: int = Field(4, ge=1)
+    needle_size_tolerance: float = Field(0.02, gt=0, lt=0.5)
+    needle_seed: int = 0
+    soak_enabled: bool = True
+    soak_sessions: int = Field(50, ge=1)
+    soak_turns: int = Field(4, ge=1)
+    soak_concurrency: int = Field(16, ge=1)
+    soak_max_corruption_rate: float = Field(0.02, ge=0, le=1)
+    soak_deadline_s: float = Field(600, gt=0)
+    soak_seed: int = 0
+
+    def required_tokens(self, index_topk: int | None) -> int:
+        """The needle requirement: as set, else what ``index_topk`` must recall."""
+        if self.needle_required_tokens is not None:
+            return self.needle_required_tokens
+        topk = index_topk or DEFAULT_INDEX_TOPK
+        return REQUIRED_BY_TOPK.get(topk, round(REQUIRED_BY_TOPK[512] * topk / 512))
 
 
 def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], Any],
-                       overrides: Mapping[str, Any] | None = None) -> GateSettings:
-    """GateSettings from play variables of the same names (templated), then `overrides`."""
-    known = {k: template(variables[k]) for k in GateSettings.model_fields if k in variables}
-    known.update(overrides or {})
-    return GateSettings.model_validate(known)
+                       overrides: Mapping[str, Any] | None = None, index_topk: int | None = None) -> GateSettings:
+    """GateSettings from play variables with a gate's prefix (templated), then ``overrides``.
+
+    Raises GateSettingsError naming every unknown or invalid one. Checks too that the needle grid
+    can prove the requirement (a length at least the required one), so a deploy is refused before
+    anything changes rather than promoted on a grid too short.
+
+    """
+    fields = GateSettings.model_fields
+    unknown = [k for k in variables if k.startswith(GATE_VAR_PREFIXES) and k not in fields]
+    unknown += [k for k in (overrides or {}) if k not in fields]
+    problems = [_unknown(k) for k in sorted(set(unknown))]
+    data = {k: template(v) for k, v in variables.items() if k in fields}
+    data.update({k: v for k, v in (overrides or {}).items() if k in fields})
+    try:
+        settings = GateSettings.model_validate(data)
+    except ValidationError as exc:
+        problems += [f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()]
+        raise GateSettingsError(problems) from None
+    required = settings.required_tokens(index_topk)
+    if required > 0 and max(settings.needle_lengths, default=0) < required:
+        source = "needle_required_tokens" if settings.needle_required_tokens is not None else (
+            f"the default for index_topk {index_topk or DEFAULT_INDEX_TOPK}")
+        problems.append(f"needle_lengths {settings.needle_lengths} cannot reach the required {required} tokens "
+                        f"({source}): add a length of at least {required}, e.g. "
+                        f"{sorted({*settings.needle_lengths, required})}")
+    if problems:
+        raise GateSettingsError(problems)
+    return settings
+
+
+def _unknown(key: str) -> str:
+    close = difflib.get_close_matches(key, GateSettings.model_fields, n=1)
+    hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(GateSettings.model_fields)}"
+    return f"unknown gate variable {key}{hint}"
+
+
+def plan_index_topk(plan: Mapping[str, Any]) -> int | None:
+    """The smallest index_topk any server of the plan runs with (None when none sets it)."""
+    values = [o["index_topk"] for o in (plan.get("expected_overrides") or {}).values()
+              if isinstance(o, Mapping) and isinstance(o.get("index_topk"), int)]
+    return min(values) if values else None
 
 
 def host_checks(plan: Mapping[str, Any], host: str, host_is_local: bool) -> list[dict[str, Any]]:
@@ -73,6 +148,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     """
     if name not in GATES:
         raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
+    if name == "soak" and not settings.soak_enabled:
+        return skipped("soak", "soak_enabled is false")
     watch = Stopwatch()
     probes = probes or {}
     on_host = {w: (host, found) for host, data in probes.items() for w, found in (data.get("workers") or {}).items()}
@@ -104,10 +181,18 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         expected = next(iter(plan["expected_overrides"].values()), {})
         return check_config(expected, servers, api_key=api_key)
     if name == "smoke":
-        return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress)
-    return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
-                      required_tokens=settings.needle_required_tokens, deadline_s=settings.needle_deadline_s,
-                      concurrency=settings.needle_concurrency, api_key=api_key, progress=progress)
+        breaker = plan.get("router_breaker_s")
+        return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress,
+                         **({"breaker_cooldown_s": float(breaker)} if breaker else {}))
+    if name == "needle":
+        return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
+                          required_tokens=settings.required_tokens(plan_index_topk(plan)),
+                          deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
+                          seed=settings.needle_seed, api_key=api_key, progress=progress)
+    return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
+                    concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
+                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
+                    progress=progress)
 
 
 def _asked_here(name: str, plan: Mapping[str, Any], on_host: Mapping[str, Any]) -> list[dict[str, str]]:

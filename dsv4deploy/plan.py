@@ -72,6 +72,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "served_model_name": spec.model.served_name,
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
+        # How long the router's circuit breaker stays open once tripped (smoke waits one window).
+        "router_breaker_s": _breaker_window(spec),
         "endpoint_host": _endpoint_service(spec, defs).host,
         # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
         # whether a worker's checks run there or on the host); api_key_file: the key on that host.
@@ -82,6 +84,13 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
     }
+
+
+def _breaker_window(spec: Deployment) -> int | None:
+    router = spec.router if spec.topology == "pd" else None
+    if router is None or not router.circuit_breaker.enabled:
+        return None
+    return router.circuit_breaker.timeout_s
 
 
 def targets_from_release_spec(spec_json: str) -> dict[str, Any]:

@@ -79,12 +79,33 @@ def unit_exec(path: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
 
 
-def supervisor_escape(value: object) -> str:
-    """A supervisord value: `%` starts an expansion, so it is doubled; no control characters."""
+def comment(value: object) -> str:
+    """Text for a comment line (shell, unit or supervisord): a newline would end the comment."""
     text = str(value)
     if _CONTROL.search(text):
-        raise RenderError(f"supervisor value {text!r} contains a control character")
+        raise RenderError(f"comment text {text!r} contains a control character")
+    return text
+
+
+# supervisord reads its files with inline comments on: whitespace then ';' or '#' ends a value.
+_SUPERVISOR_INLINE_COMMENT = re.compile(r"\s[;#]")
+
+
+def supervisor_escape(value: object) -> str:
+    """A supervisord value: `%` starts an expansion, so it is doubled; no control characters, and no
+    whitespace before ';' or '#' (supervisord would cut the value there: there is no escape for it)."""
+    text = comment(value)
+    if _SUPERVISOR_INLINE_COMMENT.search(text):
+        raise RenderError(f"supervisor value {text!r} has ' ;' or ' #', which supervisord reads as a comment")
     return text.replace("%", "%%")
+
+
+def supervisor_path(value: object) -> str:
+    """A supervisord log path: supervisord expands it twice (`%%` would come back as `%`), so no `%`."""
+    text = str(value)
+    if "%" in text:
+        raise RenderError(f"supervisor log path {text!r} contains '%', which supervisord expands twice")
+    return supervisor_escape(text)
 
 
 def environment() -> jinja2.Environment:
@@ -101,7 +122,8 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(shquote=shquote, argv_groups=argv_groups, unit_escape=unit_escape,
-                       unit_exec=unit_exec, supervisor_escape=supervisor_escape)
+                       unit_exec=unit_exec, supervisor_escape=supervisor_escape,
+                       supervisor_path=supervisor_path, comment=comment)
     return env
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dsv4deploy import flags
+from dsv4deploy import flags, routers
 from dsv4deploy.spec import (
     ROUTER_DEFAULT_PROMETHEUS_PORT,
     DecodeSpec,
@@ -55,8 +55,8 @@ class ServiceDefinition(BaseModel):
     log_path: str | None
     ports: list[int]
     gpus: list[int]
-    # User to run as; None = whoever runs the service manager (service_user set to "").
-    user: str | None
+    # User to run as (spec validation refuses an empty one: it would silently mean root).
+    user: str
     start_order: int
     url: str
     service_manager: Literal["systemd", "supervisor"]
@@ -125,7 +125,7 @@ def _common(spec: Deployment, name: str, host: HostSpec) -> dict:
         "host": host.name,
         "workdir": f"{host.install_root}/current",
         "log_path": f"{host.install_root}/logs/{name}.log" if host.service_manager == "supervisor" else None,
-        "user": host.service_user or None,
+        "user": host.service_user,
         "service_manager": host.service_manager,
         "install_root": host.install_root,
         "exec_path": f"{host.install_root}/current/bin/serve-{name}.sh",
@@ -216,45 +216,47 @@ def _server(spec: Deployment, role: Literal["prefill", "decode", "combined"], na
 
 
 def router_argv(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[ServiceDefinition]) -> list[str]:
-    """The sglang-router command (flags of sglang-router 0.3.2; extra_args last; no API key)."""
+    """The router command in the chosen router's flags (dsv4deploy.routers; extra_args last; no API key)."""
     router = spec.router
     assert router is not None  # guaranteed by spec validation for pd
-    argv = [*spec.router_launcher, "--pd-disaggregation"]
+    f = routers.implementation(spec.router_implementation).flag
+    argv = [*spec.router_command(), f("pd_disaggregation")]
     for svc, worker in zip(prefills, spec.prefill, strict=True):
         # The port after the URL is the prefill's bootstrap port, which the router hands to decode.
-        argv += ["--prefill", svc.url, str(worker.bootstrap_port)]
+        argv += [f("prefill"), svc.url, str(worker.bootstrap_port)]
     for svc in decodes:
-        argv += ["--decode", svc.url]
-    argv += ["--host", router.listen, "--port", str(router.port)]
-    for option, value in (("--policy", router.policy), ("--prefill-policy", router.prefill_policy),
-                          ("--decode-policy", router.decode_policy)):
+        argv += [f("decode"), svc.url]
+    argv += [f("host"), router.listen, f("port"), str(router.port)]
+    for setting in ("policy", "prefill_policy", "decode_policy"):
+        value = getattr(router, setting)
         if value:
-            argv += [option, value]
+            argv += [f(setting), value]
     retry = router.retry
     if retry.enabled:
-        argv += ["--retry-max-retries", str(retry.max_retries),
-                 "--retry-initial-backoff-ms", str(retry.initial_backoff_ms),
-                 "--retry-max-backoff-ms", str(retry.max_backoff_ms)]
+        argv += [f("retry_max_retries"), str(retry.max_retries),
+                 f("retry_initial_backoff_ms"), str(retry.initial_backoff_ms),
+                 f("retry_max_backoff_ms"), str(retry.max_backoff_ms)]
     else:
-        argv += ["--disable-retries"]
+        argv += [f("disable_retries")]
     cb = router.circuit_breaker
     if cb.enabled:
         # Rendered always: the router's own defaults (10 failures, 60 s open) turn warm-up errors
         # into a minute of 503s while /readiness says ready.
-        argv += ["--cb-failure-threshold", str(cb.failure_threshold),
-                 "--cb-timeout-duration-secs", str(cb.timeout_s)]
+        argv += [f("cb_failure_threshold"), str(cb.failure_threshold),
+                 f("cb_timeout_duration_secs"), str(cb.timeout_s)]
     else:
-        argv += ["--disable-circuit-breaker"]
+        argv += [f("disable_circuit_breaker")]
     hc = router.health_check
-    argv += ["--health-check-endpoint", hc.endpoint,
-             "--health-check-interval-secs", str(hc.interval_s),
-             "--health-failure-threshold", str(hc.failure_threshold),
-             "--health-check-timeout-secs", str(hc.timeout_s),
-             "--worker-startup-timeout-secs", str(router.worker_startup_timeout_s),
-             "--worker-startup-check-interval", str(router.worker_startup_check_interval_s)]
+    argv += [f("health_check_endpoint"), hc.endpoint,
+             f("health_check_interval_secs"), str(hc.interval_s),
+             f("health_failure_threshold"), str(hc.failure_threshold),
+             f("health_check_timeout_secs"), str(hc.timeout_s),
+             f("worker_startup_timeout_secs"), str(router.worker_startup_timeout_s),
+             f("worker_startup_check_interval"), str(router.worker_startup_check_interval_s)]
     # Always explicit: the router otherwise binds 0.0.0.0:29000, exposing metrics on every interface
-    # and clashing with a second deployment on the host. Metrics listen where the router listens.
-    argv += ["--prometheus-port", str(prometheus_port(router)), "--prometheus-host", router.listen]
+    # and clashing with a second deployment on the host. Metrics stay on loopback (prometheus_listen)
+    # even when the router itself listens on every interface: they need no key.
+    argv += [f("prometheus_port"), str(prometheus_port(router)), f("prometheus_host"), router.prometheus_listen]
     return [*argv, *router.extra_args]
 
 
@@ -279,7 +281,7 @@ def _router(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[S
         gpus=[],
         start_order=ROUTER_START_ORDER,
         url=f"http://{url_host(reach_address(host, router.listen))}:{router.port}",
-        description=f"sglang-router (PD) for {spec.model.served_name} (dsv4deploy)",
+        description=f"{spec.router_implementation} (PD) for {spec.model.served_name} (dsv4deploy)",
         after=local_workers,
         stop_timeout_s=ROUTER_STOP_TIMEOUT_S,
         sglang_version=None,

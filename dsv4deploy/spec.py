@@ -9,14 +9,16 @@ are in `check_deployment`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from dsv4deploy import flags, versions
+from dsv4deploy import flags, routers, versions
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
@@ -151,7 +153,7 @@ class HealthCheckSpec(StrictModel):
 
 
 class RouterSpec(StrictModel):
-    """sglang-router in front of a PD pair (or several)."""
+    """The router (sglang-router or smg, see `router_implementation`) in front of a PD pair (or several)."""
 
     host: str = Field(min_length=1)
     port: Port = 8000
@@ -166,6 +168,8 @@ class RouterSpec(StrictModel):
     # The router's default (30 s) delays readiness by up to 30 s after the workers are up.
     worker_startup_check_interval_s: Annotated[int, Field(ge=1)] = 1
     prometheus_port: Port | None = None
+    # Metrics stay on loopback unless asked: they name every worker and need no key.
+    prometheus_listen: str = "127.0.0.1"
     env: EnvMap = {}
     extra_args: list[str] = []
 
@@ -209,7 +213,11 @@ class Deployment(ModelSettings):
     api_key: ApiKeyRef | None = None
     hosts: dict[str, HostSpec]
     server_launcher: list[str] = Field(default=["python3", "-m", "sglang.launch_server"], min_length=1)
-    router_launcher: list[str] = Field(default=["python3", "-m", "sglang_router.launch_router"], min_length=1)
+    # Which router runs in front of the PD workers (dsv4deploy.routers).
+    router_implementation: Literal["sglang-router", "smg"] = routers.DEFAULT_ROUTER
+    # The router's launcher: one argv, or one per implementation (so `-e router_implementation=smg`
+    # alone switches); unset = the implementation's default (`python3 -m ...`).
+    router_launcher: list[str] | dict[str, list[str]] | None = None
     server_env: EnvMap = {}
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
     # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).
@@ -243,6 +251,14 @@ class Deployment(ModelSettings):
         if topk is not None:
             merged["index_topk"] = topk
         return dict(sorted(merged.items()))
+
+    def router_command(self) -> list[str]:
+        """The launcher of the chosen router (validated to exist by check_deployment)."""
+        impl = routers.implementation(self.router_implementation)
+        launcher = self.router_launcher
+        if isinstance(launcher, dict):
+            launcher = launcher.get(self.router_implementation)
+        return list(launcher) if launcher else list(impl.launcher)
 
     def host(self, name: str) -> HostSpec:
         """Settings of the inventory host `name`."""
@@ -297,8 +313,9 @@ def _looks_like_ip(name: str) -> bool:
 
 def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> Problem:
     loc = err["loc"]
-    field = _field_path(loc)
     host = _host_of(loc, data)
+    # Host settings are host variables: name them as the user writes them (install_root, not hosts.gpu1...).
+    field = _field_path(loc[2:] if loc[0] == "hosts" and len(loc) > 2 else loc)
     kind = err["type"]
     if kind == "extra_forbidden":
         parent = _field_path(loc[:-1]) or "the spec"
@@ -361,6 +378,11 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
     problems += _check_env(spec)
+    problems += _check_text(spec)
+    problems += _check_host_settings(spec)
+    problems += _check_listeners(spec)
+    problems += _check_api_key(spec)
+    problems += _check_router_launcher(spec)
     return _unique(problems)
 
 
@@ -538,21 +560,17 @@ RENDERED_SERVER_FLAGS = (
     "--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-prefill-cuda-graph",
 )
 # Everything dsv4deploy.services.router_argv renders (router.{policy, retry, circuit_breaker, ...}).
-RENDERED_ROUTER_FLAGS = (
-    "--host", "--port", "--pd-disaggregation", "--prefill", "--decode", "--api-key",
-    "--policy", "--prefill-policy", "--decode-policy",
-    "--retry-max-retries", "--retry-initial-backoff-ms", "--retry-max-backoff-ms", "--disable-retries",
-    "--cb-failure-threshold", "--cb-timeout-duration-secs", "--disable-circuit-breaker",
-    "--health-check-endpoint", "--health-check-interval-secs", "--health-failure-threshold",
-    "--health-check-timeout-secs", "--worker-startup-timeout-secs", "--worker-startup-check-interval",
-    "--prometheus-port", "--prometheus-host",
-)
+RENDERED_ROUTER_FLAGS = routers.rendered_flags()
 # What to use instead of a flag a sglang version refuses or deprecates (dsv4deploy.flags, `forbidden`).
 FORBIDDEN_FLAG_REPLACEMENTS = {
     "--cuda-graph-max-bs": "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)",
     "--cuda-graph-bs": "--cuda-graph-bs-decode or --cuda-graph-bs-prefill",
     "--disable-cuda-graph": "cuda_graph.enabled: false (rendered as --disable-decode-cuda-graph "
                             "and/or --disable-prefill-cuda-graph)",
+    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill disabled",
+    "--nsa-prefill-backend": "--dsa-prefill-backend",
+    "--nsa-decode-backend": "--dsa-decode-backend",
+    "--enable-dp-attention": "--attn-dp-size N",
 }
 
 
@@ -564,6 +582,11 @@ def _check_extra_args(spec: Deployment) -> list[Problem]:
         out += [_forbidden_flag(path, w.host, version, arg) for arg in forbidden]
         out += _rendered_flags(path, w.host, [a for a in w.extra_args if a not in forbidden], RENDERED_SERVER_FLAGS)
     if spec.topology == "pd" and spec.router:
+        impl = routers.implementation(spec.router_implementation)
+        refused = [a for a in spec.router.extra_args if a.split("=", 1)[0] in impl.forbidden]
+        out += [Problem(field="router.extra_args", host=spec.router.host,
+                        message=f"{impl.title} has no '{a.split('=', 1)[0]}'",
+                        fix="remove it (or set router_implementation to a router that has it)") for a in refused]
         out += _rendered_flags("router", spec.router.host, spec.router.extra_args, RENDERED_ROUTER_FLAGS)
     return out
 
@@ -607,3 +630,169 @@ def _check_env(spec: Deployment) -> list[Problem]:
     return [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
                     fix="use letters, digits and underscores only, not starting with a digit")
             for field, host, env in targets for name in env if not ENV_NAME.match(name)]
+
+
+# -- values written into scripts, unit files, supervisord programs and paths --------------------
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Inventory host names become file names (render --out DIR/<host>) and comments in scripts.
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}\Z")
+# install_root lands unquoted in supervisord.conf (which expands %, and ends a value at " ;" or
+# " #"), in unit paths and in rm -rf on purge: only plain path characters.
+INSTALL_ROOT = re.compile(r"/[A-Za-z0-9_.+@,=:/-]*\Z")
+# Directories whose removal (stop.yml -e purge=true) would wreck the host.
+SYSTEM_DIRS = frozenset({
+    "/usr/local", "/usr/lib", "/usr/share", "/usr/bin", "/usr/sbin", "/usr/src", "/var/lib", "/var/log",
+    "/var/tmp", "/var/cache", "/var/spool", "/var/mail", "/var/run", "/etc/systemd", "/etc/ssh",
+})
+# Top-level folders of the operating system: an install root never lives under them.
+SYSTEM_TOPS = frozenset({"etc", "proc", "sys", "dev", "boot", "bin", "sbin", "lib", "lib32", "lib64", "usr", "run"})
+# A Unix socket path holds at most 107 bytes; supervisord's lives under the install root.
+SOCKET_PATH_MAX = 107
+SUPERVISOR_SOCKET = "/supervisor/supervisor.sock"
+# POSIX portable user names (useradd's default check), as systemd's User= and supervisord take them.
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _walk_text(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    """Every string in `value` (keys included) with its field path."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield f"{path}.{k}" if path else str(k), str(k)
+            yield from _walk_text(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _walk_text(v, f"{path}[{i}]")
+
+
+# Values that only ever reach a serve script, shell-quoted (a newline there is data, not syntax).
+SHELL_ONLY = re.compile(r"(^|\.)(env|server_env)\.[A-Za-z0-9_]+\Z|extra_args\[\d+\]\Z")
+
+
+# Names (they also reach unit descriptions, comments and the report) and paths: plain characters only.
+NAME_FIELDS = re.compile(r"^model\.(served_name|profile)\Z|(^|\.)(kv_cache_dtype|transfer_backend|ib_device)\Z"
+                         r"|^router\.(policy|prefill_policy|decode_policy)\Z")
+PATH_FIELDS = re.compile(r"^model\.path\Z|(^|\.)chat_template\Z|^api_key\.file\Z|^router\.health_check\.endpoint\Z")
+PLAIN_TEXT = re.compile(r"[A-Za-z0-9_.:@+/=,~-]+\Z")
+
+
+def _check_text(spec: Deployment) -> list[Problem]:
+    """No control characters (a newline would end a comment or a unit line); names and paths plain."""
+    out = []
+    data = spec.model_dump(mode="json", exclude={"hosts"})
+    for field, text in _walk_text(data, ""):
+        if (NAME_FIELDS.search(field) or PATH_FIELDS.search(field)) and not PLAIN_TEXT.match(text):
+            out.append(Problem(field=field, message=f"{text!r} has characters other than letters, digits and "
+                                                    "_ . : @ + / = , ~ -",
+                               fix=f"use a plain {'path' if PATH_FIELDS.search(field) else 'name'}"))
+        elif "\x00" in text or (CONTROL.search(text) and not SHELL_ONLY.search(field)):
+            out.append(Problem(field=field, message=f"{text!r} contains a control character (newline, tab, ...)",
+                               fix="remove it; values are written into scripts and unit files"))
+    for name, host in spec.hosts.items():
+        for key in ("sglang_version", "address"):
+            text = getattr(host, key)
+            if CONTROL.search(text):
+                out.append(Problem(field=key, host=name, message=f"{text!r} contains a control character",
+                                   fix=f"correct {key}"))
+    return out
+
+
+def _check_host_settings(spec: Deployment) -> list[Problem]:
+    out = []
+    for name in spec.hosts_in_use():
+        host = spec.host(name)
+        if not HOST_NAME.match(name) or ".." in name:
+            out.append(Problem(field="inventory host name", host=repr(name),
+                               message="is not a plain host name (letters, digits, '.', '-', '_'; it names files "
+                                       "and is written into scripts)",
+                               fix="rename the inventory host and set ansible_host to its address"))
+        out += _install_root_problems(name, host)
+        if not USER_NAME.match(host.service_user):
+            out.append(Problem(field="service_user", host=name,
+                               message=f"{host.service_user!r} is not a user name"
+                                       + (" (an empty user would run the servers as root)"
+                                          if not host.service_user else ""),
+                               fix="name the user the servers run as (e.g. sglang; root only if you mean it)"))
+    return out
+
+
+def _install_root_problems(name: str, host: HostSpec) -> list[Problem]:
+    root = host.install_root
+
+    def problem(message: str, fix: str = "use an absolute path of its own, e.g. /opt/dsv4deploy") -> Problem:
+        return Problem(field="install_root", host=name, message=f"{root!r} {message}", fix=fix)
+
+    if not INSTALL_ROOT.match(root):
+        return [problem("must be an absolute path of letters, digits and . _ - + @ , = : / only "
+                        "(it is written unquoted into supervisord.conf, which expands % and cuts at ' ;')")]
+    parts = [p for p in root.split("/") if p]
+    if posixpath.normpath(root) != root or any(p in (".", "..") for p in parts):
+        return [problem("is not a normalised path ('..', '.', '//' or a trailing '/')")]
+    if len(parts) < 2 or root in SYSTEM_DIRS or (parts[0] in SYSTEM_TOPS and root[:11] != "/usr/local/"):
+        return [problem("is a system directory (stop.yml -e purge=true removes the install root)")]
+    if host.service_manager == "supervisor" and len((root + SUPERVISOR_SOCKET).encode()) > SOCKET_PATH_MAX:
+        return [problem(f"is too long: supervisord's socket {root}{SUPERVISOR_SOCKET} exceeds "
+                        f"{SOCKET_PATH_MAX} bytes", fix="use a shorter install_root")]
+    return []
+
+
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.strip("[]")).is_loopback
+
+
+def _listen_problem(field: str, host: str | None, address: str) -> Problem | None:
+    try:
+        ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return Problem(field=field, host=host, message=f"{address!r} is not an IP address",
+                       fix="listen on 127.0.0.1, on one address of the host, or on 0.0.0.0 with an api_key")
+    return None
+
+
+def _check_listeners(spec: Deployment) -> list[Problem]:
+    """Bind addresses are IP literals; anything but loopback needs an API key."""
+    out = []
+    listeners = [("listen", name, spec.host(name).listen) for name in spec.hosts_in_use()
+                 if any(w.host == name for _, w in spec.workers())]
+    if spec.topology == "pd" and spec.router:
+        listeners += [("router.listen", spec.router.host, spec.router.listen),
+                      ("router.prometheus_listen", spec.router.host, spec.router.prometheus_listen)]
+    for field, host, address in listeners:
+        bad = _listen_problem(field, host, address)
+        if bad:
+            out.append(bad)
+        elif spec.api_key is None and not _is_loopback(address) and field != "router.prometheus_listen":
+            out.append(Problem(field=field, host=host,
+                               message=f"{address} is reachable from other machines but no api_key is set",
+                               fix="set api_key: {file: PATH} or {vault_var: NAME}, or listen on 127.0.0.1"))
+    return out
+
+
+def _check_api_key(spec: Deployment) -> list[Problem]:
+    key = spec.api_key
+    if key is None:
+        return []
+    if key.file is not None and (not key.file.startswith("/") or ".." in key.file.split("/")):
+        return [Problem(field="api_key.file", message=f"{key.file!r} is not an absolute path",
+                        fix="give the key file's absolute path on the hosts, e.g. /etc/dsv4deploy/api_key")]
+    if key.vault_var is not None and not VAR_NAME.match(key.vault_var):
+        return [Problem(field="api_key.vault_var", message=f"{key.vault_var!r} is not a variable name",
+                        fix="name the (vaulted) Ansible variable that holds the key")]
+    return []
+
+
+def _check_router_launcher(spec: Deployment) -> list[Problem]:
+    """A per-implementation launcher mapping must name known routers and hold non-empty argvs."""
+    launcher = spec.router_launcher
+    if not isinstance(launcher, dict):
+        return [] if launcher is None or launcher else [
+            Problem(field="router_launcher", message="is an empty command", fix="give the router's argv or unset it")]
+    out = [Problem(field=f"router_launcher.{name}", message=f"unknown router implementation '{name}'",
+                   fix=f"use the keys {' and '.join(routers.IMPLEMENTATIONS)}")
+           for name in launcher if name not in routers.IMPLEMENTATIONS]
+    out += [Problem(field=f"router_launcher.{name}", message="is an empty command", fix="give the router's argv")
+            for name, argv in launcher.items() if name in routers.IMPLEMENTATIONS and not argv]
+    return out

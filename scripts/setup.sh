@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Sets up everything dsv4deploy and its tests need on a fresh Debian/Ubuntu machine with Python 3.11+:
 #   .venv/                 the tool, ansible-core, the real sglang-router and supervisord, test tools
-#   contract venv (cached) the real sglang 0.5.23 and sglang-router 0.3.2 argument parsers, CPU-only
-# Idempotent: a second run only checks. Set DSV4_SKIP_CONTRACT=1 to skip the large contract venv.
+#   .smg-venv (cached)     the Shepherd Model Gateway (smg 1.13.0), the other router; its own venv,
+#                          because the sglang-router wheel also installs an `smg` command
+#   contract envs (cached) the real argument parsers, CPU-only: sglang 0.5.23 and sglang-router 0.3.2
+#                          (a venv), sglang 0.5.12 and 0.5.18 (package folders beside its torch)
+# Idempotent: a second run only checks. Set DSV4_SKIP_CONTRACT=1 to skip the large contract envs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -25,6 +28,23 @@ log "installing dsv4deploy with its test, sim and plot extras into .venv"
 .venv/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor' \
   || { log "the .venv install is incomplete"; exit 1; }
 
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/dsv4deploy
+key_of() { cat "$@" | sha256sum | cut -c1-12; }
+
+# smg (~150 MB, seconds to build) is always set up: `-e router_implementation=smg` on the embedded
+# host runs it. Pinned without dependency resolution, so every machine gets the same set.
+req=scripts/requirements-smg.txt
+smg=${DSV4_SMG_VENV:-$cache/smg-venv-$(key_of "$req")}
+if [ ! -f "$smg/.complete" ]; then
+  log "building the smg venv in $smg (once per machine)"
+  rm -rf "$smg"
+  "$PY" -m venv "$smg"
+  "$smg/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
+  "$smg/bin/python" -c 'import smg.launch_router' || { log "the smg venv does not import smg"; exit 1; }
+  touch "$smg/.complete"
+fi
+ln -sfn "$smg" .smg-venv
+
 if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
   # The contract venv holds torch (CPU) and sglang without its GPU dependency tree: ~2.4 GB, so it
   # lives in a cache keyed by the pinned requirements and is built once per machine.
@@ -40,5 +60,20 @@ if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
     "$dir/bin/python" -c 'import sglang.srt.server_args, sglang_router.router_args'
   fi
   ln -sfn "$dir" .contract-venv
+  # Older sglang parsers: sglang without dependencies plus the light packages they import, in a
+  # folder the harness puts first on PYTHONPATH of the 0.5.23 venv's python (its torch is reused).
+  for version in 0.5.12 0.5.18; do
+    req=tests/contract/requirements-sglang-$version.txt
+    pkgs=$cache/contract-sglang-$version-$(key_of "$req")
+    if [ ! -f "$pkgs/.complete" ]; then
+      log "building the sglang $version parser folder in $pkgs (once per machine)"
+      rm -rf "$pkgs"
+      "$dir/bin/pip" install -q --no-deps --target "$pkgs" -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
+      PYTHONPATH="$pkgs:tests/contract/stubs" "$dir/bin/python" -c 'import sglang.srt.server_args' \
+        || { log "sglang $version's parser does not import from $pkgs"; exit 1; }
+      touch "$pkgs/.complete"
+    fi
+    ln -sfn "$pkgs" ".contract-sglang-$version"
+  done
 fi
 log "ready"

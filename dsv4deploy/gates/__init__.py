@@ -1,7 +1,7 @@
 """Verification gates run on the controller against live sglang servers and the router.
 
 Each gate returns a :class:`GateResult`; none raises for a failing server. Bad arguments raise
-ValueError. The order of a deploy: readiness, config, smoke, needle.
+ValueError. The order of a deploy: readiness, config, smoke, needle, soak.
 """
 
 from dsv4deploy.gates.config import ServerConfigInput, check_config, parse_logged_overrides
@@ -10,6 +10,7 @@ from dsv4deploy.gates.needle import NeedleCell, recall_curve, run_needle
 from dsv4deploy.gates.readiness import WorkerEndpoint, check_readiness
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, skipped
 from dsv4deploy.gates.smoke import run_smoke
+from dsv4deploy.gates.soak import run_soak, wilson_interval
 
 __all__ = [
     "GateResult",
@@ -26,5 +27,7 @@ __all__ = [
     "recall_curve",
     "run_needle",
     "run_smoke",
+    "run_soak",
     "skipped",
+    "wilson_interval",
 ]

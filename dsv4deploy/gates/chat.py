@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import httpx
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential, wait_random
 
 from dsv4deploy.gates.http import describe_error
-from dsv4deploy.gates.result import clip
+from dsv4deploy.gates.result import Stopwatch, clip
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -41,6 +43,9 @@ class ChatReply:
     reasoning: str = ""
     prompt_tokens: int | None = None
     error: str = ""
+    tool_calls: tuple[dict[str, Any], ...] = ()  # choices[0].message.tool_calls, as sent
+    finish_reason: str | None = None
+    message: dict[str, Any] | None = None  # choices[0].message verbatim (OK replies only)
 
     def failure(self, what: str) -> dict[str, Any]:
         """This reply as an evidence ``failures`` entry (raw status and body)."""
@@ -53,6 +58,35 @@ class ChatReply:
 def is_breaker_open(status: int | None, body: str) -> bool:
     """True for the router's 503 that means its circuit breaker is open."""
     return status == 503 and any(marker in body for marker in BREAKER_MARKERS)
+
+
+def is_transient(reply: ChatReply) -> bool:
+    """True for outcomes a retry can fix: no status, no choices, open breaker, 429 or 5xx."""
+    if reply.kind in (ReplyKind.TRANSPORT, ReplyKind.NO_CHOICES, ReplyKind.BREAKER_OPEN):
+        return True
+    return reply.kind is ReplyKind.HTTP_ERROR and (reply.status or 0) in {429} | set(range(500, 600))
+
+
+def with_retries(
+    send: Callable[[], ChatReply], retries: int, watch: Stopwatch, sleep: Callable[[float], None]
+) -> tuple[ChatReply, int]:
+    """Call ``send`` until a non-transient reply, ``retries`` retries, or the deadline: (last reply, attempts)."""
+    attempts = [0]
+    backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.5)
+
+    def attempt() -> ChatReply:
+        attempts[0] += 1
+        return send()
+
+    reply: ChatReply = Retrying(
+        retry=retry_if_result(is_transient),
+        stop=stop_after_attempt(retries + 1) | (lambda _s: watch.expired()),
+        # Short, jittered back-off, never sleeping past the gate's deadline.
+        wait=lambda state: min(backoff(state), watch.remaining()),
+        sleep=sleep,
+        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+    )(attempt)
+    return reply, attempts[0]
 
 
 def chat(
@@ -73,6 +107,11 @@ def chat(
         "temperature": 0,
         **(extra_body or {}),
     }
+    return post_chat(client, base_url, payload, timeout_s=timeout_s)
+
+
+def post_chat(client: httpx.Client, base_url: str, payload: dict[str, Any], *, timeout_s: float) -> ChatReply:
+    """POST a full chat completion body (messages, tools, ...) and classify the answer."""
     started = time.monotonic()
     try:
         resp = client.post(f"{base_url}{CHAT_PATH}", json=payload, timeout=max(timeout_s, 0.001))
@@ -109,6 +148,8 @@ def classify(status: int, text: str, seconds: float = 0.0) -> ChatReply:
         )
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     tokens = usage.get("prompt_tokens")
+    calls = message.get("tool_calls")
+    finish = data["choices"][0].get("finish_reason") if isinstance(data["choices"][0], dict) else None
     return ChatReply(
         kind=ReplyKind.OK,
         status=status,
@@ -117,6 +158,9 @@ def classify(status: int, text: str, seconds: float = 0.0) -> ChatReply:
         content=_text(message.get("content")),
         reasoning=_text(message.get("reasoning_content")),
         prompt_tokens=tokens if isinstance(tokens, int) else None,
+        tool_calls=tuple(calls) if isinstance(calls, list) else (),
+        finish_reason=finish if isinstance(finish, str) else None,
+        message=message,
     )
 
 

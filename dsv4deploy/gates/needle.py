@@ -16,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel
-from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential, wait_random
 
-from dsv4deploy.gates.chat import ChatReply, ReplyKind, chat
+from dsv4deploy.gates.chat import ChatReply, ReplyKind, chat, with_retries
 from dsv4deploy.gates.haystack import DEFAULT_CHARS_PER_TOKEN, build_haystack
 from dsv4deploy.gates.http import check_url, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
@@ -195,23 +194,7 @@ def _ask_cell(
         cell.error = "not run: gate deadline reached"
         return cell
     started = time.monotonic()
-    replies: list[ChatReply] = []
-    backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.5)
-
-    def attempt() -> ChatReply:
-        reply = ask(hay.content, max_tokens)
-        replies.append(reply)
-        return reply
-
-    reply: ChatReply = Retrying(
-        retry=retry_if_result(_transient),
-        stop=stop_after_attempt(retries + 1) | (lambda _s: watch.expired()),
-        # Short, jittered back-off, never sleeping past the grid's deadline.
-        wait=lambda state: min(backoff(state), watch.remaining()),
-        sleep=sleep,
-        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
-    )(attempt)
-    cell.attempts = len(replies)
+    reply, cell.attempts = with_retries(lambda: ask(hay.content, max_tokens), retries, watch, sleep)
     cell.seconds = round(time.monotonic() - started, 3)
     cell.status = reply.status
     if reply.kind is not ReplyKind.OK:
@@ -223,12 +206,6 @@ def _ask_cell(
     cell.answer = reply.content.strip()[:ANSWER_CHARS] or f"[reasoning] {reply.reasoning.strip()[:ANSWER_CHARS]}"
     cell.recalled = hay.code.upper() in f"{reply.content}\n{reply.reasoning}".upper()
     return cell
-
-
-def _transient(reply: ChatReply) -> bool:
-    if reply.kind in (ReplyKind.TRANSPORT, ReplyKind.NO_CHOICES, ReplyKind.BREAKER_OPEN):
-        return True
-    return reply.kind is ReplyKind.HTTP_ERROR and (reply.status or 0) in {429} | set(range(500, 600))
 
 
 def recall_curve(cells: list[NeedleCell]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._flag_tables import OVERLAYS, TABLES
+from ._flag_tables import TABLES
 
 PROG = "sglang serve"
 
@@ -42,12 +42,7 @@ def logs_server_args_as_dict(version: str) -> bool:
 
 
 def _rows(version: str) -> list[tuple]:
-    name = table_version(version)
-    if name in TABLES:
-        return list(TABLES[name])
-    base, overlay = OVERLAYS[name]
-    taken = {opt for row in overlay for opt in row[0]}
-    return [row for row in TABLES[base] if not taken & set(row[0])] + list(overlay)
+    return list(TABLES[table_version(version)])
 
 
 def _warn_deprecated(option: str, new_flag: str | None) -> None:

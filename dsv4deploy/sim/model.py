@@ -51,26 +51,63 @@ def answer_question(kv: PromptKV, question: str, index_topk: int, salt: str = ""
     return f"I don't have any information about the {key} in the provided context."
 
 
+_VALUE = r"\"([^\"]{1,80})\"|'([^']{1,80})'|(-?\d+(?:\.\d+)?)|(true|false)\b|([\w./:@-]+)"
+_LINK = r"\s*(?:[:=]|\bis\b|\bof\b|\bto\b|\bas\b)?\s*"
+
+
+def _mentioned_value(name: str, text: str) -> str | None:
+    """The value written right after the parameter's name (``city "Oslo"``, ``days: 3``, ``guests=4``)."""
+    spelled = re.escape(name).replace("_", "[_ ]")
+    match = re.search(rf"\b{spelled}\b{_LINK}(?:{_VALUE})", text, re.IGNORECASE)
+    if not match:
+        return None
+    return next(g for g in match.groups() if g is not None)
+
+
+def _typed(raw: str, schema: dict[str, Any]) -> Any:
+    kind = schema.get("type", "string")
+    try:
+        if kind == "integer":
+            return int(float(raw))
+        if kind == "number":
+            number = float(raw)
+            return int(number) if number.is_integer() and "." not in raw else number
+    except ValueError:
+        return raw
+    if kind == "boolean":
+        return raw.lower() == "true"
+    return raw
+
+
 def _tool_arguments(tool: dict[str, Any], text: str) -> dict[str, Any]:
+    """Arguments as a model reads them off the request: each parameter's value where the text names it.
+
+    A required parameter the text does not name takes the next unused quoted string (strings),
+    number (numbers) or the schema's first enum value, as a model guessing from context would.
+    """
     params = (tool.get("function") or {}).get("parameters") or {}
     props: dict[str, Any] = params.get("properties") or {}
-    quoted = re.findall(r"\"([^\"]{1,80})\"|'([^']{1,80})'", text)
-    words = re.findall(r"[A-Za-z0-9_./-]{3,}", text)
+    required = params.get("required") or []
+    quoted = [a or b for a, b in re.findall(r"\"([^\"]{1,80})\"|'([^']{1,80})'", text)]
+    numbers = re.findall(r"(?<![\w.-])-?\d+(?:\.\d+)?(?![\w.-])", text)
     args: dict[str, Any] = {}
-    for i, (name, schema) in enumerate(props.items()):
-        if name not in (params.get("required") or list(props)):
+    for name, schema in props.items():
+        schema = schema or {}
+        raw = _mentioned_value(name, text)
+        if raw is not None:
+            args[name] = _typed(raw, schema)
             continue
-        kind = (schema or {}).get("type", "string")
-        if kind in ("integer", "number"):
-            args[name] = 1 + i
-        elif kind == "boolean":
-            args[name] = True
-        elif (schema or {}).get("enum"):
+        if name not in required:
+            continue
+        if schema.get("enum"):
             args[name] = schema["enum"][0]
-        elif quoted:
-            args[name] = next(q for q in quoted[min(i, len(quoted) - 1)] if q)
+        elif schema.get("type") in ("integer", "number"):
+            args[name] = _typed(numbers.pop(0), schema) if numbers else 1
+        elif schema.get("type") == "boolean":
+            args[name] = True
         else:
-            args[name] = words[-1 - i] if len(words) > i else name
+            unused = [q for q in quoted if q not in args.values()]
+            args[name] = unused[0] if unused else name
     return args
 
 
@@ -90,6 +127,18 @@ def tool_call(tools: list[dict[str, Any]], text: str, call_id: str) -> dict[str,
     }
 
 
+def _markup(calls: list[dict[str, Any]]) -> str:
+    """DeepSeek's raw tool-call markup, as the model writes it before a parser turns it into tool_calls."""
+    body = "".join(f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{c['function']['name']}\n```json\n"
+                   f"{c['function']['arguments']}\n```<｜tool▁call▁end｜>" for c in calls)
+    return f"<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>"
+
+
+def raw_tool_markup(answer: Answer) -> Answer:
+    """The answer a server without ``--tool-call-parser`` returns: the markup as plain text."""
+    return Answer(text=answer.text + _markup(answer.tool_calls), finish_reason="stop")
+
+
 def corrupt_tool_call(call: dict[str, Any], salt: str) -> Answer:
     """What the seeds' corruption looked like: broken arguments, or raw markup leaked as text."""
     fn = call["function"]
@@ -97,8 +146,7 @@ def corrupt_tool_call(call: dict[str, Any], salt: str) -> Answer:
         cut = fn["arguments"][: max(1, len(fn["arguments"]) // 2)]  # invalid JSON
         broken = dict(call, function={"name": fn["name"], "arguments": cut})
         return Answer(tool_calls=[broken], finish_reason="tool_calls")
-    leaked = f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{fn['name']}<｜tool▁sep｜>{fn['arguments'][:7]}"
-    return Answer(text=leaked, finish_reason="stop")
+    return Answer(text=_markup([call])[:60], finish_reason="stop")  # the parser missed a cut-off call
 
 
 def generate(

@@ -1,96 +1,230 @@
-"""Every rendered server argv parses with the real sglang 0.5.23 parser, every router argv with
-sglang-router 0.3.2's; and the harness refuses a flag they would refuse (so this test can fail).
+"""Every rendered command line parses with the real parser of the release it is rendered for.
 
-Needs the contract venv (../shared/contract-env/README.md): sglang 0.5.23 and sglang-router 0.3.2
-with CPU torch and triton, about 2.4 GB. `.ci/run` builds and caches it; point DSV4_CONTRACT_PYTHON
-at its python to use another.
+Five real parsers: sglang 0.5.12, 0.5.18 and 0.5.23 (servers), sglang-router 0.3.2 and smg 1.13.0
+(routers). The harness also refuses what they would refuse, so these tests can fail; a flag table
+that renders a removed flag for 0.5.23 is caught; the simulator's flag tables are checked against
+the same parsers.
+
+Environments (built once per machine by scripts/setup.sh, see ../shared/contract-env/README.md):
+`.contract-venv` (CPU torch, sglang 0.5.23, sglang-router 0.3.2), `.contract-sglang-0.5.12` and
+`.contract-sglang-0.5.18` (older sglang folders put first on that venv's PYTHONPATH, with a torchvision
+import stub), `.smg-venv` (smg, never beside sglang-router: both install an `smg` command). Each
+environment's harness runs once per test session (importing sglang takes seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from dsv4deploy import flags
 from dsv4deploy.services import build_services
+from dsv4deploy.sim import _flag_tables
+from dsv4deploy.sim.gen_flag_tables import rows_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from fixture_specs import combined_spec, pd_spec, xpyd_spec
 
 pytestmark = pytest.mark.contract
 
-# scripts/setup.sh builds the venv in a cache and links it here as .contract-venv.
-CONTRACT_PYTHON = os.environ.get(
-    "DSV4_CONTRACT_PYTHON", str(Path(__file__).resolve().parents[2] / ".contract-venv" / "bin" / "python"))
-HARNESS = Path(__file__).with_name("parse_argv.py")
-SERVER_LAUNCHER = ["python3", "-m", "sglang.launch_server"]
-ROUTER_LAUNCHER = ["python3", "-m", "sglang_router.launch_router"]
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "parse_argv.py"
+VENV_PYTHON = os.environ.get("DSV4_CONTRACT_PYTHON", str(ROOT / ".contract-venv" / "bin" / "python"))
+SGLANG_VERSIONS = ("0.5.12", "0.5.18", "0.5.23")
+# environment -> (python, PYTHONPATH entries)
+ENVS: dict[str, tuple[str, list[str]]] = {
+    "0.5.23": (VENV_PYTHON, []),
+    "0.5.12": (VENV_PYTHON, [str(ROOT / ".contract-sglang-0.5.12"), str(HERE / "stubs")]),
+    "0.5.18": (VENV_PYTHON, [str(ROOT / ".contract-sglang-0.5.18"), str(HERE / "stubs")]),
+    "smg": (str(ROOT / ".smg-venv" / "bin" / "python"), []),
+}
+EXPECTED_VERSIONS = {"0.5.12": {"server": "0.5.12"}, "0.5.18": {"server": "0.5.18"},
+                     "0.5.23": {"server": "0.5.23", "sglang-router": "0.3.2"}, "smg": {"smg": "1.13.0"}}
+LAUNCHERS = {"server": ["python3", "-m", "sglang.launch_server"],
+             "sglang-router": ["python3", "-m", "sglang_router.launch_router"],
+             "smg": ["python3", "-m", "smg.launch_router"]}
 
 
-def parse_all(items: list[dict]) -> list[dict]:
-    """Run the harness once for every command line (importing sglang takes seconds)."""
-    if not Path(CONTRACT_PYTHON).exists():
-        pytest.skip(f"contract venv missing: {CONTRACT_PYTHON} not found; `.ci/run` builds it "
-                    "(see ../shared/contract-env/README.md), or set DSV4_CONTRACT_PYTHON")
-    out = subprocess.run([CONTRACT_PYTHON, str(HARNESS)], input=json.dumps(items), capture_output=True,
-                         text=True, timeout=600)
+def _strip(argv: list[str], launcher: list[str]) -> list[str]:
+    assert argv[: len(launcher)] == launcher, argv
+    return argv[len(launcher):]
+
+
+def _specs(version: str, router: str) -> list:
+    pd = pd_spec(version=version, router_implementation=router)
+    return [pd, combined_spec(version=version), xpyd_spec(version=version).model_copy(
+                update={"router_implementation": router}),
+            combined_spec(version=version, index_topk=None),
+            pd_spec(version=version, router_implementation=router,
+                    decode={**pd.decode[0].model_dump(), "cuda_graph": {"enabled": False}},
+                    prefill={**pd.prefill[0].model_dump(), "cuda_graph": {"max_bs": 256},
+                             "page_size": 64, "kv_cache_dtype": "fp8_e4m3", "context_length": 524288,
+                             "transfer_backend": "nixl", "ib_device": "mlx5_0,mlx5_1"},
+                    page_size=64, kv_cache_dtype="fp8_e4m3", context_length=524288,
+                    router={"host": "gpu1", "port": 8000, "policy": "cache_aware",
+                            "retry": {"enabled": False}, "circuit_breaker": {"enabled": False}})]
+
+
+def rendered_items() -> dict[str, list[dict]]:
+    """Every rendered server and router argv, grouped by the environment whose parser must accept it."""
+    by_env: dict[str, list[dict]] = {env: [] for env in ENVS}
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for version in SGLANG_VERSIONS:
+        for router in ("sglang-router", "smg"):
+            for spec in _specs(version, router):
+                for svc in build_services(spec):
+                    if svc.role == "router":
+                        env, kind = ("smg", "smg") if router == "smg" else ("0.5.23", "sglang-router")
+                    else:
+                        assert svc.sglang_version == version
+                        env, kind = version, "server"
+                    argv = [*_strip(svc.argv, LAUNCHERS[kind]), "--api-key", "k"]
+                    if (env, tuple(argv)) not in seen:
+                        seen.add((env, tuple(argv)))
+                        by_env[env].append({"name": f"{svc.name} ({kind} for {version})", "kind": kind, "argv": argv})
+    return by_env
+
+
+@contextlib.contextmanager
+def _table(version: str, table: flags.FlagTable) -> Iterator[None]:
+    saved = flags.TABLES[version]
+    flags.TABLES[version] = table  # type: ignore[index]
+    try:
+        yield
+    finally:
+        flags.TABLES[version] = saved  # type: ignore[index]
+
+
+def broken_0523_items() -> list[dict]:
+    """What a 0.5.23 table that still spelled the CUDA-graph flags the 0.5.12 way would render."""
+    with _table("0.5.23", replace(flags.table("0.5.23"), cuda_graph=flags.table("0.5.12").cuda_graph)):
+        servers = [s for s in build_services(pd_spec()) if s.role != "router"]
+    return [{"name": s.name, "kind": "server", "argv": _strip(s.argv, LAUNCHERS["server"])} for s in servers]
+
+
+def refused_items() -> dict[str, list[dict]]:
+    """Command lines each real parser (or the harness's own checks) must refuse."""
+    (svc,) = build_services(combined_spec())
+    base = _strip(svc.argv, LAUNCHERS["server"])
+    router = _strip(build_services(pd_spec())[-1].argv, LAUNCHERS["sglang-router"])
+    smg = _strip(build_services(pd_spec(router_implementation="smg"))[-1].argv, LAUNCHERS["smg"])
+    return {
+        "0.5.23": [
+            {"kind": "server", "argv": [*base, "--cuda-graph-max-bs", "64"]},  # gone in 0.5.23: ambiguous
+            {"kind": "server", "argv": [*base, "--disable-cuda-graph"]},  # deprecated in 0.5.23
+            {"kind": "server", "argv": [*base, "--nsa-prefill-backend", "flashmla_sparse"]},  # removed
+            {"kind": "server", "argv": [*base, "--no-such-flag"]},
+            {"kind": "server", "argv": [*base, "--mem-frac", "0.5"]},  # abbreviation: accepted by sglang, not by us
+            {"kind": "server", "argv": [*base, "--disaggregation-mode", "both"]},
+            {"kind": "sglang-router", "argv": [*router, "--cb-failure-thresh", "3"]},
+            {"kind": "sglang-router", "argv": [*router, "--policy", "fastest"]},
+        ],
+        "0.5.18": [
+            {"kind": "server", "argv": [*base, "--nsa-prefill-backend", "flashmla_sparse"]},  # deprecated
+            {"kind": "server", "argv": [*base, "--dsv4-attn-backend", "auto"]},  # only from 0.5.23
+        ],
+        "0.5.12": [
+            {"kind": "server", "argv": [*base, "--cuda-graph-max-bs-decode", "64"]},  # only from 0.5.18
+        ],
+        "smg": [
+            {"kind": "smg", "argv": [*smg, "--mini-lb"]},  # sglang-router only
+            {"kind": "smg", "argv": [*smg, "--policy", "fastest"]},
+        ],
+    }
+
+
+def _run(env: str, items: list[dict]) -> dict:
+    python, path = ENVS[env]
+    missing = [p for p in [python, *path] if not Path(p).exists()]
+    if missing:
+        pytest.skip(f"contract environment {env} missing ({', '.join(missing)}): `./scripts/setup.sh` builds it "
+                    "(see ../shared/contract-env/README.md)")
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)} if path else dict(os.environ)
+    out = subprocess.run([python, "-W", "ignore", str(HARNESS), "--dump" if env in SGLANG_VERSIONS else "--"],
+                         input=json.dumps(items), capture_output=True, text=True, timeout=600, env=child_env)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
 
-def _strip(argv: list[str], launcher: list[str]) -> list[str]:
-    assert argv[: len(launcher)] == launcher
-    return argv[len(launcher):]
+@pytest.fixture(scope="session")
+def contract() -> dict[str, dict]:
+    """Per environment: the parsed items (rendered, refused, broken table) and the parser dump."""
+    rendered, refused, broken = rendered_items(), refused_items(), broken_0523_items()
+    parsed = {}
+    for env in ENVS:
+        items = [*rendered[env], *refused.get(env, []), *(broken if env == "0.5.23" else [])]
+        answer = _run(env, items)
+        results = iter(answer["results"])
+        parsed[env] = {
+            "versions": answer["versions"],
+            "actions": answer.get("actions"),
+            "rendered": [(i, next(results)) for i in rendered[env]],
+            "refused": [(i, next(results)) for i in refused.get(env, [])],
+            "broken": [(i, next(results)) for i in (broken if env == "0.5.23" else [])],
+        }
+    return parsed
 
 
-def rendered_items() -> list[dict]:
-    specs = [pd_spec(), combined_spec(), xpyd_spec(), combined_spec(index_topk=None),
-             pd_spec(decode={**pd_spec().decode[0].model_dump(), "cuda_graph": {"enabled": False}},
-                     prefill={**pd_spec().prefill[0].model_dump(), "cuda_graph": {"max_bs": 256},
-                              "page_size": 64, "kv_cache_dtype": "fp8_e4m3", "context_length": 524288,
-                              "transfer_backend": "nixl", "ib_device": "mlx5_0,mlx5_1"},
-                     page_size=64, kv_cache_dtype="fp8_e4m3", context_length=524288,
-                     router={"host": "gpu1", "port": 8000, "policy": "cache_aware",
-                             "retry": {"enabled": False}, "circuit_breaker": {"enabled": False}})]
-    items = []
-    for spec in specs:
-        for svc in build_services(spec):
-            assert svc.sglang_version in (None, "0.5.23")  # the contract venv holds 0.5.23 only
-            if svc.role == "router":
-                items.append({"name": svc.name, "kind": "router",
-                              "argv": [*_strip(svc.argv, ROUTER_LAUNCHER), "--api-key", "k"]})
-            else:
-                items.append({"name": svc.name, "kind": "server",
-                              "argv": [*_strip(svc.argv, SERVER_LAUNCHER), "--api-key", "k"]})
-    return items
+@pytest.mark.parametrize("env", list(ENVS))
+def test_the_parser_is_the_release_it_stands_for(contract: dict, env: str) -> None:
+    assert contract[env]["versions"] == EXPECTED_VERSIONS[env]
 
 
-def test_rendered_argv_accepted_by_real_parsers():
-    items = rendered_items()
-    results = parse_all(items)
-    failures = [(i["name"], i["argv"], r["error"]) for i, r in zip(items, results, strict=True) if not r["ok"]]
+@pytest.mark.parametrize("env", list(ENVS))
+def test_rendered_argv_accepted_by_real_parser(contract: dict, env: str) -> None:
+    rendered = contract[env]["rendered"]
+    assert rendered, f"nothing rendered for {env}"
+    failures = [(i["name"], r["error"]) for i, r in rendered if not r["ok"]]
     assert not failures, failures
-    assert {i["kind"] for i in items} == {"server", "router"}
 
 
-def test_harness_refuses_what_sglang_refuses():
-    (svc,) = build_services(combined_spec())
-    base = _strip(svc.argv, SERVER_LAUNCHER)
-    router = _strip(build_services(pd_spec())[-1].argv, ROUTER_LAUNCHER)
-    bad = [
-        {"kind": "server", "argv": [*base, "--cuda-graph-max-bs", "64"]},  # gone in 0.5.23: ambiguous
-        {"kind": "server", "argv": [*base, "--disable-cuda-graph"]},  # deprecated in 0.5.23
-        {"kind": "server", "argv": [*base, "--no-such-flag"]},
-        {"kind": "server", "argv": [*base, "--mem-frac", "0.5"]},  # abbreviation: accepted by sglang, not by us
-        {"kind": "server", "argv": [*base, "--disaggregation-mode", "both"]},
-        {"kind": "router", "argv": [*router, "--cb-failure-thresh", "3"]},
-        {"kind": "router", "argv": [*router, "--policy", "fastest"]},
-    ]
-    results = parse_all(bad)
-    assert [r["ok"] for r in results] == [False] * len(bad), results
-    assert "ambiguous" in results[0]["error"] and "--cuda-graph-max-bs" in results[0]["error"]
-    assert "deprecated" in results[1]["error"]
+@pytest.mark.parametrize("env", list(ENVS))
+def test_harness_refuses_what_the_release_refuses(contract: dict, env: str) -> None:
+    results = [r for _, r in contract[env]["refused"]]
+    assert [r["ok"] for r in results] == [False] * len(results), results
+    if env == "0.5.23":
+        assert "ambiguous" in results[0]["error"] and "--cuda-graph-max-bs" in results[0]["error"]
+        assert "deprecated" in results[1]["error"]
+
+
+def test_a_removed_flag_rendered_for_0523_fails(contract: dict) -> None:
+    broken = contract["0.5.23"]["broken"]
+    decode = [(i, r) for i, r in broken if "--cuda-graph-max-bs" in i["argv"]]
+    assert decode, "the broken table should have rendered --cuda-graph-max-bs for decode"
+    assert all(not r["ok"] and "--cuda-graph-max-bs" in r["error"] for _, r in decode), decode
+
+
+def _flags_of(actions: list[dict]) -> dict[str, dict]:
+    return {opt: a for a in actions for opt in a["opts"] if opt.startswith("--")}
+
+
+def _deprecated(action: dict) -> bool:
+    return action["action"].startswith("Deprecated")
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_flag_table_matches_the_real_parser(contract: dict, version: str) -> None:
+    """Every flag the renderer may write exists and is current; every flag it refuses really is gone or deprecated."""
+    real = _flags_of(contract[version]["actions"])
+    t = flags.table(version)
+    disable = [f for fs in t.cuda_graph.disable.values() for f in fs]
+    rendered = [*t.flags.values(), *t.cuda_graph.max_bs.values(), *disable]
+    bad = [f for f in rendered if f != "--api-key" and (f not in real or _deprecated(real[f]))]
+    assert not bad, f"sglang {version} does not take (or deprecates) {bad}"
+    untrue = [f for f in t.forbidden if f in real and not _deprecated(real[f])]
+    assert not untrue, f"sglang {version} still takes {untrue}: do not refuse them"
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_simulator_tables_are_the_real_parsers(contract: dict, version: str) -> None:
+    assert _flag_tables.TABLES[version] == rows_of(contract[version]["actions"]), (
+        "dsv4deploy/sim/_flag_tables.py is stale: regenerate it (see dsv4deploy/sim/gen_flag_tables.py)")

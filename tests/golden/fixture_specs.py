@@ -34,6 +34,8 @@ COMBINED_COMMON: dict[str, Any] = {
     "server_env": {"SGLANG_DSV4_BF16_INDEX_K": "0"},
     "combined": {"host": "gpu1", "gpus": [0, 1, 2, 3], "tp_size": 4, "port": 30000, "mem_fraction_static": 0.8,
                  "cuda_graph": {"enabled": False}, "env": ENV},
+    # The host listens on 0.0.0.0: validation requires a key for that.
+    "api_key": {"file": "/etc/dsv4deploy/api_key"},
 }
 
 

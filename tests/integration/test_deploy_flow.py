@@ -172,7 +172,7 @@ def test_a_second_deploy_fails_fast_on_the_lock(sim_host: SimHost) -> None:
     finally:
         lock.unlink()
     assert proc.returncode != 0
-    assert "another deploy holds" in proc.stdout and "alice@ops" in proc.stdout
+    assert "another run holds" in proc.stdout and "alice@ops" in proc.stdout
 
 
 def test_switch_to_combined_and_back(sim_host: SimHost) -> None:

@@ -1,19 +1,28 @@
-"""The simulated workers behind the REAL sglang-router 0.3.2 in PD mode, on loopback."""
+"""The simulated workers behind the REAL routers in PD mode, on loopback: sglang-router 0.3.2 (from the
+test venv) and smg 1.13.0 (from its own venv, .smg-venv, built by scripts/setup.sh)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from simhelpers import PYTHON, Launcher, chat, free_port, haystack, http, sim_env, wait_status
+from simhelpers import PYTHON, REPO, Launcher, chat, free_port, haystack, http, sim_env, wait_status
+
+from dsv4deploy.gates import GateStatus, WorkerEndpoint, check_readiness
 
 pytest.importorskip("sglang_router", reason="needs sglang-router 0.3.2 (extra 'sim')")
 pytestmark = pytest.mark.integration
 
 CODE = "ZEBRA-4492-OMEGA"
 TOPK_1024 = ["--json-model-override-args", '{"index_topk": 1024}']
+SGLANG_ROUTER = [PYTHON, "-m", "sglang_router.launch_router"]
+SMG_PYTHON = REPO / ".smg-venv" / "bin" / "python"
+SMG = [str(SMG_PYTHON), "-m", "smg.launch_router"]
 
 
 def _worker(port: int, *extra: str) -> list[str]:
@@ -22,14 +31,15 @@ def _worker(port: int, *extra: str) -> list[str]:
 
 
 def start_pd(launcher: Launcher, state_dir: Path, *, topk: list[str], prefill_faults: str = "",
-             decode_faults: str = "", router_args: tuple[str, ...] = ()) -> str:
+             decode_faults: str = "", router_args: tuple[str, ...] = (), router: list[str] = SGLANG_ROUTER,
+             **env: str) -> str:
     """Prefill on GPUs 0-3, decode on 4-7, and the real router in front; returns the router URL."""
     pp, pb, dp, rp = free_port(), free_port(), free_port(), free_port()
     launcher.sim(_worker(pp, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(pb), *topk),
-                 sim_env(state_dir, prefill_faults), name="prefill", wait=False)
+                 sim_env(state_dir, prefill_faults, **env), name="prefill", wait=False)
     launcher.sim(_worker(dp, "--disaggregation-mode", "decode", "--base-gpu-id", "4", *topk),
-                 sim_env(state_dir, decode_faults), name="decode", wait=False)
-    launcher.start([PYTHON, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+                 sim_env(state_dir, decode_faults, **env), name="decode", wait=False)
+    launcher.start([*router, "--pd-disaggregation",
                     "--prefill", f"http://127.0.0.1:{pp}", str(pb), "--decode", f"http://127.0.0.1:{dp}",
                     "--host", "127.0.0.1", "--port", str(rp), "--worker-startup-check-interval", "1",
                     "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1", *router_args],
@@ -109,3 +119,56 @@ def test_first_errors_then_circuit_breaker(module_launcher: Launcher,
         status, body = chat(url, "Say OK")
     assert status == 503 and "No available prefill workers (all circuits open or unhealthy)" in str(body)
     assert http("GET", f"{url}/readiness")[0] == 200  # readiness still says ready
+
+
+def _needs_smg() -> None:
+    if not SMG_PYTHON.exists():
+        pytest.skip(f"needs smg 1.13.0 in its own venv ({SMG_PYTHON}); ./scripts/setup.sh builds it")
+
+
+def test_smg_passes_the_readiness_gate_and_serves(module_launcher: Launcher,
+                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The readiness gate (the real one) waits for smg's /readiness, then a chat goes through prefill and decode."""
+    _needs_smg()
+    url = start_pd(module_launcher, tmp_path_factory.mktemp("host"), topk=TOPK_1024, decode_faults="warmup_s=2",
+                   router=SMG)
+    workers = [WorkerEndpoint(name=p.log.stem, role=role, url=f"http://127.0.0.1:{p.port}")
+               for p, role in zip(module_launcher.procs[-3:-1], ("prefill", "decode"), strict=True)]
+    result = check_readiness(workers, url, "dsv4", deadline_s=60)
+    assert result.status == GateStatus.PASSED, result.summary
+    router = next(e for e in result.evidence["endpoints"] if e["check"] == "router /readiness")
+    assert router["attempts"] > 1 and router["last_status"] == 200  # it waited for the decode's warm-up
+    status, reply = chat(url, "Say OK", max_tokens=20)
+    assert status == 200 and reply["choices"][0]["message"]["content"] == "OK", reply
+
+
+@pytest.mark.parametrize("router", ["sglang-router", "smg"])
+def test_router_drains_in_flight_requests_on_sigterm(launcher: Launcher, tmp_path: Path, router: str) -> None:
+    """SIGTERM: no new connections (sglang-router) or /readiness 503 "draining" (smg), while the
+    requests already in flight finish with 200 before the router exits."""
+    if router == "smg":
+        _needs_smg()
+    # Real-time workers (time scale 1) and ~24K-token prompts: each request holds the prefill ~1 s.
+    url = start_pd(launcher, tmp_path / "host", topk=TOPK_1024, router=SMG if router == "smg" else SGLANG_ROUTER,
+                   router_args=("--shutdown-grace-period-secs", "60"), DSV4_SIM_TIME_SCALE="1")
+    wait_status(f"{url}/readiness", 200, timeout=30)
+    proc = launcher.procs[-1]
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(chat(url, haystack(24000, 0.5), max_tokens=8)[0]))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # all three are in flight: the first prefill takes about a second
+    os.kill(proc.pid, signal.SIGTERM)
+    readiness = []
+    for _ in range(5):
+        readiness.append(http("GET", f"{url}/readiness", timeout=2))
+        time.sleep(0.2)
+    for t in threads:
+        t.join(60)
+    assert results == [200, 200, 200]
+    assert proc.popen.wait(30) is not None
+    if router == "smg":
+        assert any(s == 503 and json.loads(b)["reason"] == "draining" for s, b in readiness), readiness
+    else:
+        assert readiness[-1][0] == 0, readiness  # the listener closed

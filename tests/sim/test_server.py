@@ -46,7 +46,8 @@ def _used(state_dir: Path) -> list[int]:
 
 def test_endpoints_auth_and_shutdown(launcher: Launcher, state_dir: Path) -> None:
     port = free_port()
-    proc = launcher.sim(_args(port, "--api-key", "sekret", *TOPK_1024), sim_env(state_dir))
+    proc = launcher.sim(_args(port, "--api-key", "sekret", "--tool-call-parser", "deepseekv4", *TOPK_1024),
+                        sim_env(state_dir))
     url, auth = f"http://127.0.0.1:{port}", {"authorization": "Bearer sekret"}
     wait_status(f"{url}/health", 200)
     assert http("GET", f"{url}/ready")[0] == 200
@@ -88,9 +89,10 @@ def test_endpoints_auth_and_shutdown(launcher: Launcher, state_dir: Path) -> Non
 
 def test_warmup_then_ready_and_never_ready(launcher: Launcher, state_dir: Path) -> None:
     p1, p2 = free_port(), free_port()
-    launcher.sim(_args(p1, "--base-gpu-id", "0"), sim_env(state_dir, "warmup_s=1.0"))
-    launcher.sim(_args(p2, "--base-gpu-id", "4"), sim_env(state_dir, "never_ready"))
+    # A warm-up long enough that a loaded machine still probes inside it.
+    launcher.sim(_args(p1, "--base-gpu-id", "0"), sim_env(state_dir, "warmup_s=3.0"))
     assert http("GET", f"http://127.0.0.1:{p1}/health")[0] == 503
+    launcher.sim(_args(p2, "--base-gpu-id", "4"), sim_env(state_dir, "never_ready"))
     assert wait_status(f"http://127.0.0.1:{p1}/health", 200) > 0.5
     time.sleep(0.5)
     assert http("GET", f"http://127.0.0.1:{p2}/health")[0] == 503
@@ -156,8 +158,10 @@ def test_first_errors_and_ignore_override(launcher: Launcher, state_dir: Path) -
 def _pd_pair(launcher: Launcher, state_dir: Path, faults: str, extra_env: dict[str, str]) -> tuple[str, str, int]:
     pp, pb, dp = free_port(), free_port(), free_port()
     env = sim_env(state_dir, faults, DSV4_SIM_TIME_SCALE="1", **extra_env)
-    launcher.sim(_args(pp, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(pb)), env)
-    launcher.sim(_args(dp, "--disaggregation-mode", "decode", "--base-gpu-id", "4"), env)
+    parser = ("--tool-call-parser", "deepseekv4")
+    launcher.sim(_args(pp, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(pb),
+                       *parser), env)
+    launcher.sim(_args(dp, "--disaggregation-mode", "decode", "--base-gpu-id", "4", *parser), env)
     for p in (pp, dp):
         wait_status(f"http://127.0.0.1:{p}/health", 200)
     return f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{dp}", pb

@@ -305,6 +305,6 @@ def test_gate_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]
 
 def test_gate_unknown_name_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        cli.main(["gate", "soak", "--url", "http://127.0.0.1:1"])
+        cli.main(["gate", "latency", "--url", "http://127.0.0.1:1"])
     assert exc.value.code == 2
-    assert "invalid choice: 'soak'" in capsys.readouterr().err
+    assert "invalid choice: 'latency'" in capsys.readouterr().err

@@ -37,6 +37,7 @@ TWO_HOSTS = {
     "router": {"host": "gpu2", "port": 30000},
     "install_root": "/opt/{{ service_user }}-deploy",
     "service_user": "sglang",
+    "api_key": {"file": "/etc/dsv4deploy/api_key"},
 }
 
 

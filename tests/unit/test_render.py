@@ -11,6 +11,7 @@ import pytest
 
 from dsv4deploy import render
 from dsv4deploy.render import MANAGED_HEADER, RenderError, content_hash, render_all, render_release
+from dsv4deploy.services import build_services
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 sys.path.insert(0, str(GOLDEN))
@@ -95,13 +96,9 @@ def test_supervisor_program():
         assert f"\n{line}\n" in conf
 
 
-def test_empty_service_user_omits_user():
-    spec = combined_spec("supervisor")
-    spec = spec.model_copy(update={"hosts": {"gpu1": spec.hosts["gpu1"].model_copy(update={"service_user": ""})}})
-    assert "\nuser=" not in render_release(spec, "gpu1")["supervisor/sglang-dsv4.conf"]
-    spec = spec.model_copy(update={"hosts": {"gpu1": spec.hosts["gpu1"].model_copy(
-        update={"service_manager": "systemd"})}})
-    assert "\nUser=" not in render_release(spec, "gpu1")["units/sglang-dsv4.service"]
+def test_service_user_is_always_rendered():
+    assert "\nuser=sglang\n" in render_release(combined_spec("supervisor"), "gpu1")["supervisor/sglang-dsv4.conf"]
+    assert "\nUser=sglang\n" in render_release(combined_spec(), "gpu1")["units/sglang-dsv4.service"]
 
 
 def test_odd_install_root_is_escaped():
@@ -115,8 +112,26 @@ def test_odd_install_root_is_escaped():
     assert "cd '/srv/my 100% root/current'" in files["bin/serve-sglang-dsv4.sh"]
     spec = spec.model_copy(update={"hosts": {"gpu1": spec.hosts["gpu1"].model_copy(
         update={"service_manager": "supervisor"})}})
-    conf = render_release(spec, "gpu1")["supervisor/sglang-dsv4.conf"]
-    assert "command='/srv/my 100%% root/current/bin/serve-sglang-dsv4.sh'" in conf
+    # supervisord expands a log path twice, so '%%' would come back as '%': refused (the spec refuses
+    # such an install_root first; the renderer refuses it on its own too).
+    with pytest.raises(RenderError, match="expands twice"):
+        render_release(spec, "gpu1")
+
+
+@pytest.mark.parametrize("root", ["/srv/a ;b", "/srv/a #b", "/srv/a\tb"])
+def test_supervisor_inline_comments_are_refused(root):
+    spec = combined_spec("supervisor")
+    spec = spec.model_copy(update={"hosts": {"gpu1": spec.hosts["gpu1"].model_copy(update={"install_root": root})}})
+    with pytest.raises(RenderError):
+        render_release(spec, "gpu1")
+
+
+def test_host_name_with_a_newline_is_refused_by_the_renderer():
+    # The spec refuses such a name first; the serve script's comment must not carry it either.
+    (svc,) = build_services(combined_spec())
+    svc = svc.model_copy(update={"host": "gpu1\ntouch /tmp/pwned"})
+    with pytest.raises(RenderError, match="control character"):
+        render.render_service(render.environment(), svc)
 
 
 def test_control_characters_and_bad_env_names_refused():

@@ -50,7 +50,7 @@ def test_pd_router_argv_exact():
         "--health-check-endpoint", "/health", "--health-check-interval-secs", "10",
         "--health-failure-threshold", "3", "--health-check-timeout-secs", "5",
         "--worker-startup-timeout-secs", "1800", "--worker-startup-check-interval", "1",
-        "--prometheus-port", "29000", "--prometheus-host", "0.0.0.0"]
+        "--prometheus-port", "29000", "--prometheus-host", "127.0.0.1"]
     assert router.after == ["sglang-dsv4-prefill", "sglang-dsv4-decode"]
     assert router.start_order == 20 and router.ports == [8000, 29000] and router.gpus == []
 
@@ -171,9 +171,10 @@ def _run_script(tmp_path, spec, name):
 def test_hostile_values_round_trip_through_bash(tmp_path):
     printer = [sys.executable, "-c",
                "import os,sys; sys.stdout.write('\\0'.join(sys.argv[1:] + [os.environ['HOSTILE']]))"]
-    key_file = tmp_path / "key file's"
+    key_file = tmp_path / "key_file"  # a plain path (validated); the key itself is hostile
     key_file.write_text("k'ey $x\n")
-    spec = combined_spec(model={"path": HOSTILE, "served_name": "name with 'quotes'"},
+    # Names and paths must be plain (validation refuses the rest); free text reaches only argv and env.
+    spec = combined_spec(combined={**combined_spec().combined.model_dump(), "extra_args": ["--x", HOSTILE]},
                          server_env={"HOSTILE": HOSTILE + "\nsecond line"}, server_launcher=printer,
                          api_key={"file": str(key_file)})
     (svc,) = build_services(spec)
@@ -190,3 +191,11 @@ def test_missing_key_file_stops_the_script(tmp_path):
     path.write_text(files["bin/serve-sglang-dsv4.sh"].replace("cd /opt/dsv4deploy/current", f"cd {tmp_path}"))
     out = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "cannot read the API key file" in out.stderr
+
+
+def test_smg_router_argv_and_description():
+    sglang_router = by_name(pd_spec())["sglang-dsv4-router"]
+    smg = by_name(pd_spec(router_implementation="smg"))["sglang-dsv4-router"]
+    # Same flags (both wheels spell them alike), the other launcher.
+    assert smg.argv == ["python3", "-m", "smg.launch_router", *sglang_router.argv[3:]]
+    assert smg.description.startswith("smg (PD)") and sglang_router.description.startswith("sglang-router (PD)")

@@ -334,3 +334,39 @@ def test_prometheus_port_only_counts_where_the_router_runs() -> None:
     hosts = {**HOSTS, "router1": {"gpu_count": 0}}
     assert load_spec(changed(**{"decode.0.port": 29000, "router.host": "router1"}), hosts)
     assert load_spec(changed(topology="combined", **{"combined.port": 29000}), HOSTS)
+
+
+def test_router_implementation_is_a_choice_with_its_own_launcher() -> None:
+    launchers = {"sglang-router": ["/venv/bin/python", "-m", "sglang_router.launch_router"],
+                 "smg": ["/smg-venv/bin/python", "-m", "smg.launch_router"]}
+    assert load_spec(changed(router_launcher=launchers), HOSTS).router_command() == launchers["sglang-router"]
+    smg = load_spec(changed(router_launcher=launchers, router_implementation="smg"), HOSTS)
+    assert smg.router_command() == launchers["smg"]
+    assert load_spec(changed(router_implementation="smg"), HOSTS).router_command() == [
+        "python3", "-m", "smg.launch_router"]
+    assert problems(changed(router_implementation="nginx"))[0].startswith("router_implementation: Input should be")
+
+
+def test_router_launcher_mapping_is_checked() -> None:
+    assert problems(changed(router_launcher={"smgg": ["smg"], "smg": []})) == [
+        "router_launcher.smgg: unknown router implementation 'smgg'; fix: use the keys sglang-router and smg",
+        "router_launcher.smg: is an empty command; fix: give the router's argv"]
+
+
+def test_smg_refuses_mini_lb_in_extra_args() -> None:
+    common = changed(**{"router.extra_args": ["--mini-lb"]})
+    assert load_spec(common, HOSTS).router.extra_args == ["--mini-lb"]  # sglang-router has it
+    assert problems({**common, "router_implementation": "smg"}) == [
+        "router.extra_args (host gpu1): smg 1.13.0 has no '--mini-lb'; "
+        "fix: remove it (or set router_implementation to a router that has it)"]
+
+
+@pytest.mark.parametrize(("flag", "replacement"), [
+    ("--nsa-prefill-backend", "--dsa-prefill-backend"),
+    ("--disable-piecewise-cuda-graph", "--cuda-graph-backend-prefill disabled"),
+    ("--enable-dp-attention", "--attn-dp-size N"),
+])
+def test_flags_0523_removed_or_deprecated_are_refused(flag: str, replacement: str) -> None:
+    assert problems(changed(**{"decode.0.extra_args": [flag]})) == [
+        f"decode[0].extra_args (host gpu1): sglang 0.5.23 has removed or deprecated '{flag}'; "
+        f"fix: remove it and use {replacement}"]

@@ -7,16 +7,17 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from dsv4deploy.gate_runner import GATES, run_gate, settings_from_vars
+from dsv4deploy.gate_runner import GATES, GateSettingsError, plan_index_topk, run_gate, settings_from_vars
 from dsv4deploy.inventory import plain
 
 DOCUMENTATION = r"""
 action: dsv4_gate
-short_description: Run a dsv4deploy gate (readiness, config, smoke, needle) against the deployed servers
+short_description: Run a dsv4deploy gate (readiness, config, smoke, needle, soak) against the deployed servers
 description:
   - Calls dsv4deploy.gates on the controller. The task itself never fails for a failing server: it
     returns C(gate) (name, status, seconds, summary, evidence) and C(passed), so the playbook decides
-    on every host at once. Settings come from the variables named in GateSettings.
+    on every host at once. Settings come from the variables named in GateSettings; an unknown
+    variable with a gate's prefix (needle_, soak_, ...) fails the task naming it.
 options:
   name: {description: Gate to run, required: true}
   plan: {description: The dsv4_plan fact, required: true}
@@ -42,7 +43,12 @@ class ActionModule(ActionBase):
         if name not in GATES:
             result.update(failed=True, msg=f"dsv4_gate: name must be one of {', '.join(GATES)}, got {name!r}")
             return result
-        settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"))
+        try:
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"),
+                                          plan_index_topk(args["plan"]))
+        except GateSettingsError as exc:
+            result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))
+            return result
 
         def progress(done: int, total: int, note: str) -> None:
             display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")

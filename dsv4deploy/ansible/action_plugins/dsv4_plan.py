@@ -6,6 +6,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
@@ -57,6 +58,12 @@ class ActionModule(ActionBase):
             result.update(failed=True, problems=[str(p) for p in exc.problems],
                           msg="the deployment spec is invalid; nothing was changed:\n- "
                               + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        try:  # the gates' settings too: a needle grid that cannot prove its requirement is refused now
+            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None, plan_index_topk(plan))
+        except GateSettingsError as exc:
+            result.update(failed=True, problems=exc.problems,
+                          msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
             return result
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "

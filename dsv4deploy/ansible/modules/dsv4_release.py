@@ -17,7 +17,12 @@ description:
     that failed). C(state=query) changes nothing.
 options:
   install_root: {type: path, required: true, description: Root of releases on this host.}
-  state: {type: str, choices: [present, active, verified, query], default: query, description: What to do.}
+  state:
+    type: str
+    choices: [present, active, verified, query, purged]
+    default: query
+    description: What to do. C(purged) removes what dsv4deploy created under I(install_root) (and the
+      root when nothing else is left in it), never anything else.
   release_id: {type: str, description: Release to install or activate.}
   files: {type: dict, description: Relative path to file content (state=present).}
   keep: {type: int, default: 5, description: Releases kept after activation (active and previous always kept).}
@@ -33,8 +38,10 @@ release_id: {description: Release installed or reused (state=present), returned:
 releases: {description: Installed release ids, oldest first, returned: always, type: list}
 """
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -42,6 +49,69 @@ from ansible.module_utils.basic import AnsibleModule
 
 MANIFEST = "manifest.json"
 STATE_FILE = "state.json"
+# A release id names a folder under releases/: one plain path component, never '.' or '..'.
+RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+# Where a release may hold files (the layout render writes): nothing else, nothing outside.
+RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|manifest\.json\Z")
+
+
+def _check_release_id(module: AnsibleModule, release_id: str) -> None:
+    if not RELEASE_ID.match(release_id) or ".." in release_id:
+        module.fail_json(msg=f"release id {release_id!r} is not a plain name (letters, digits, . _ -; no '..')")
+
+
+def _check_file_keys(module: AnsibleModule, files: dict) -> None:
+    bad = [rel for rel in files if not RELEASE_FILE.match(rel) or ".." in rel]
+    if bad:
+        module.fail_json(msg=f"release files {bad} are outside the release layout (bin/, units/, supervisor/, "
+                             "spec.json, manifest.json); nothing was written")
+    if MANIFEST not in files:
+        module.fail_json(msg="the release has no manifest.json; nothing was written")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _hash_lines(hashes: dict) -> str:
+    """content_hash as dsv4deploy.render computes it: sha256 over sorted `sha256  path` lines."""
+    lines = "".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items()))
+    return _sha256(lines.encode("utf-8"))
+
+
+def _manifest_problem(files_hashes: dict, manifest: dict) -> str | None:
+    """Why `files_hashes` (path -> sha256, manifest excluded) do not match `manifest`, or None."""
+    listed = manifest.get("files") or {}
+    if sorted(listed) != sorted(files_hashes):
+        extra = sorted(set(files_hashes) - set(listed))
+        missing = sorted(set(listed) - set(files_hashes))
+        return f"files not in the manifest: {extra}; files missing: {missing}"
+    changed = sorted(p for p, digest in files_hashes.items() if listed[p] != digest)
+    if changed:
+        return f"files changed since the release was made: {changed}"
+    if manifest.get("content_hash") != _hash_lines(files_hashes):
+        return "the manifest's content_hash does not match its files"
+    return None
+
+
+def tampered(root: str, release: str) -> str | None:
+    """Why the installed release differs from its own manifest (edited, added, removed), or None."""
+    base = os.path.join(_releases_dir(root), release)
+    manifest = _read_json(os.path.join(base, MANIFEST))
+    if not manifest:
+        return "its manifest.json is missing or unreadable"
+    hashes = {}
+    for folder, _dirs, names in os.walk(base):
+        for name in names:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, base)
+            if rel == MANIFEST:
+                continue
+            if os.path.islink(path):
+                return f"{rel} is a symbolic link"
+            with open(path, "rb") as fh:
+                hashes[rel] = _sha256(fh.read())
+    return _manifest_problem(hashes, manifest)
 
 
 def _releases_dir(root: str) -> str:
@@ -106,33 +176,57 @@ def _file_mode(rel: str) -> int:
 
 
 def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> dict:
-    manifest = json.loads(files[MANIFEST])
+    _check_release_id(module, release_id)
+    _check_file_keys(module, files)
+    try:
+        manifest = json.loads(files[MANIFEST])
+    except ValueError:
+        module.fail_json(msg="the release's manifest.json is not JSON; nothing was written")
+    problem = _manifest_problem({rel: _sha256(text.encode("utf-8")) for rel, text in files.items()
+                                 if rel != MANIFEST}, manifest)
+    if problem:
+        module.fail_json(msg=f"the release to install does not match its own manifest ({problem}); nothing was written")
     wanted = manifest["content_hash"]
     for existing in _list_releases(root):
         if _content_hash(root, existing) == wanted:
-            return {"changed": False, "release_id": existing, **_summary(root)}
+            why = tampered(root, existing)
+            if why is None:
+                return {"changed": False, "release_id": existing, **_summary(root)}
+            # Same manifest, other files: someone edited it. Never reuse it; install a clean copy.
+            module.warn(f"release {existing} has this content hash but {why}; installing a fresh copy "
+                        f"as {release_id}")
     active = _active(root)
     diff = _diff(root, active, files)
     if module.check_mode:
         return {"changed": True, "release_id": release_id, "diff": diff, **_summary(root)}
     releases = _releases_dir(root)
-    os.makedirs(releases, exist_ok=True)
     final = os.path.join(releases, release_id)
     if os.path.exists(final):
         module.fail_json(msg=f"release {release_id} exists on this host with other content; "
                              "releases are immutable: deploy again to get a new release id")
-    staging = tempfile.mkdtemp(dir=releases, prefix=f".{release_id}-")
+    staging = None
     try:
+        os.makedirs(releases, exist_ok=True)
+        staging = tempfile.mkdtemp(dir=releases, prefix=f".{release_id}-")
         for rel, content in sorted(files.items()):
             path = os.path.join(staging, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())  # a full disk shows here, not after the switch
             os.chmod(path, _file_mode(rel))
         os.chmod(staging, 0o755)
         os.rename(staging, final)
+    except OSError as exc:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
+        module.fail_json(msg=f"cannot write release {release_id} under {releases}: {exc.strerror or exc} "
+                             f"({exc.filename or releases}); nothing was switched, the active release "
+                             f"{_active(root) or '(none)'} is untouched")
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
         raise
     return {"changed": True, "release_id": release_id, "diff": diff, **_summary(root)}
 
@@ -154,9 +248,14 @@ def _diff(root: str, active: str | None, files: dict) -> list[dict]:
 
 
 def _activate(module: AnsibleModule, root: str, release_id: str, keep: int) -> dict:
+    _check_release_id(module, release_id)
     if release_id not in _list_releases(root):
         module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}; "
                              f"installed: {', '.join(_list_releases(root)) or 'none'}", **_summary(root))
+    why = tampered(root, release_id)
+    if why:
+        module.fail_json(msg=f"release {release_id} was changed on this host ({why}): refusing to run it; "
+                             "deploy again to install a clean copy", **_summary(root))
     active = _active(root)
     if active == release_id:
         return {"changed": False, **_summary(root)}
@@ -177,6 +276,7 @@ def _activate(module: AnsibleModule, root: str, release_id: str, keep: int) -> d
 
 
 def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
+    _check_release_id(module, release_id)
     if release_id not in _list_releases(root):
         module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}")
     good = _state(root).get("good", [])
@@ -199,11 +299,43 @@ def _prune(root: str, keep: int, protected: set) -> None:
         excess -= 1
 
 
+# What dsv4deploy creates under an install root; purge removes these and nothing else.
+OURS = ("current", "releases", STATE_FILE, "supervisor", "logs", "secrets", "deploy.lock")
+
+
+def _purge(module: AnsibleModule, root: str) -> dict:
+    """Remove our entries under `root`, then `root` itself when nothing else is left in it."""
+    parts = [p for p in root.split("/") if p]
+    if not root.startswith("/") or os.path.normpath(root) != root or len(parts) < 2:
+        module.fail_json(msg=f"refusing to purge {root!r}: not an absolute, normalised path two levels deep")
+    if not os.path.isdir(root):
+        return {"changed": False, "removed": [], "left": []}
+    removed = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name not in OURS and not name.startswith((".current-", ".tmp-", ".deploy.lock-")):
+            continue
+        removed.append(name)
+        if module.check_mode:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    left = sorted(n for n in os.listdir(root) if n not in removed) if os.path.isdir(root) else []
+    if not left and not module.check_mode:
+        os.rmdir(root)
+    elif left:
+        module.warn(f"left in {root} what dsv4deploy did not create: {', '.join(left)}")
+    return {"changed": bool(removed), "removed": removed, "left": left}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "active", "verified", "query"], "default": "query"},
+            "state": {"type": "str", "choices": ["present", "active", "verified", "query", "purged"],
+                      "default": "query"},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
@@ -217,8 +349,12 @@ def main() -> None:
     if p["state"] == "query":
         result = {"changed": False, **_summary(root)}
         if result["active"]:
-            result["active_hash"] = _content_hash(root, result["active"])
+            # An edited active release never counts as "this release is running": a deploy reinstalls it.
+            result["active_tampered"] = tampered(root, result["active"])
+            result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
         module.exit_json(**result)
+    if p["state"] == "purged":
+        module.exit_json(**_purge(module, root))
     if p["state"] == "present":
         module.exit_json(**_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":

@@ -50,6 +50,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 MANAGED_MARK = "Managed by dsv4deploy"
 PREFIX = "serve-"
+# install_root goes unquoted into supervisord.conf, which expands % and ends a value at " ;" or
+# " #": the spec allows only these characters, and the module checks again (it may be called alone).
+SAFE_ROOT = re.compile(r"/[A-Za-z0-9_.+@,=:/-]*\Z")
+# Logs hold the servers' start lines and prompts: group-readable at most, in a folder others cannot enter.
+LOG_DIR_MODE = 0o750
+SUPERVISOR_UMASK = "027"
 
 
 def _read(path: str) -> str:
@@ -104,10 +110,11 @@ class Supervisor:
 
     def config_text(self) -> str:
         d, r = self.dir, self.root
+        # umask 027: the program logs supervisord creates are 0640, its own log too.
         return (f"; {MANAGED_MARK}: supervisord for the services under {r}\n"
                 f"[unix_http_server]\nfile={d}/supervisor.sock\nchmod=0700\n\n"
                 f"[supervisord]\nlogfile={d}/supervisord.log\npidfile={d}/supervisord.pid\n"
-                f"childlogdir={r}/logs\nnodaemon=false\n\n"
+                f"childlogdir={r}/logs\nnodaemon=false\numask={SUPERVISOR_UMASK}\n\n"
                 "[rpcinterface:supervisor]\n"
                 "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n\n"
                 f"[supervisorctl]\nserverurl=unix://{d}/supervisor.sock\n\n"
@@ -126,8 +133,14 @@ class Supervisor:
     def ensure(self) -> bool:
         """Write the config and start supervisord when it is not running; True when anything changed."""
         changed = False
-        os.makedirs(self.dir, exist_ok=True)
-        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        for path in (self.dir, os.path.join(self.root, "logs")):
+            os.makedirs(path, mode=LOG_DIR_MODE, exist_ok=True)
+            if os.stat(path).st_mode & 0o777 != LOG_DIR_MODE:
+                os.chmod(path, LOG_DIR_MODE)  # folders made by an older version were 0755
+                changed = True
+        for log in glob.glob(os.path.join(self.root, "logs", "*")) + glob.glob(os.path.join(self.dir, "*.log")):
+            if os.path.isfile(log) and os.stat(log).st_mode & 0o027:
+                os.chmod(log, 0o640)
         text = self.config_text()
         if not os.path.exists(self.conf) or _read(self.conf) != text:
             with open(self.conf, "w", encoding="utf-8") as fh:
@@ -368,6 +381,9 @@ def main() -> None:
     )
     p = module.params
     root = p["install_root"]
+    if not SAFE_ROOT.match(root):
+        module.fail_json(msg=f"install_root {root!r} has characters supervisord and unit files cannot take "
+                             "safely; use letters, digits and . _ - + @ , = : / only")
     is_sup = p["manager"] == "supervisor"
     mgr = Supervisor(module, root, p["supervisor_bin_dir"]) if is_sup else Systemd(module, root, p["unit_dir"])
     names = p["names"] if p["names"] is not None else release_services(root)

@@ -13,6 +13,19 @@ export SGLANG_SM120_TRITON_INDEXER=1
 
 cd /opt/dsv4deploy/current
 
+# The API key is read at start from a file (mode 0600) and never written into this script, the
+# unit or the release. It does appear in the server's argv: sglang takes it only as --api-key.
+api_key_file=/etc/dsv4deploy/api_key
+if [[ ! -r "$api_key_file" ]]; then
+  echo 'sglang-dsv4: cannot read the API key file' "$api_key_file" >&2
+  exit 1
+fi
+api_key="$(<"$api_key_file")"
+if [[ -z "$api_key" ]]; then
+  echo 'sglang-dsv4: the API key file is empty' "$api_key_file" >&2
+  exit 1
+fi
+
 exec python3 -m sglang.launch_server \
   --model-path /models/DeepSeek-V4-Flash-NVFP4 \
   --served-model-name deepseek-v4-flash \
@@ -26,4 +39,5 @@ exec python3 -m sglang.launch_server \
   --disable-prefill-cuda-graph \
   --disable-decode-cuda-graph \
   --reasoning-parser deepseek-v4 \
-  --tool-call-parser deepseekv4
+  --tool-call-parser deepseekv4 \
+  --api-key "$api_key"

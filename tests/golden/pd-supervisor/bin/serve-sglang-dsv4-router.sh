@@ -40,5 +40,5 @@ exec python3 -m sglang_router.launch_router \
   --worker-startup-timeout-secs 1800 \
   --worker-startup-check-interval 1 \
   --prometheus-port 29000 \
-  --prometheus-host 0.0.0.0 \
+  --prometheus-host 127.0.0.1 \
   --api-key "$api_key"

