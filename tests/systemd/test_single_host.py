@@ -103,8 +103,3 @@ def test_stop_keeps_the_deployment_stopped_across_a_reboot(lab: Lab, inventory: 
     gpu1.reboot()
     for unit in PD_UNITS:
         assert checks.unit_state(gpu1, unit) == ("inactive", "disabled"), unit
-    # A deploy starts it again, enabled.
-    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
-    assert proc.returncode == 0, output(proc)
-    for unit in PD_UNITS:
-        assert checks.unit_state(gpu1, unit) == ("active", "enabled"), unit

@@ -8,6 +8,8 @@ playbook installs it on each host for the service user. Tests run in order on th
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from tests.systemd import checks
 from tests.systemd.checks import GATES, INSTALL_ROOT, output
-from tests.systemd.hostkit import Lab
+from tests.systemd.hostkit import REPO, VENV_BIN, Lab
 
 UNITS = {"prefill1": ["sglang-dsv4-prefill"], "decode1": ["sglang-dsv4-decode"], "router1": ["sglang-dsv4-router"]}
 API_KEY = "sk-three-hosts-" + "5f1e0c2a9b7d"
@@ -67,6 +69,13 @@ def test_promote_1p1d_across_three_hosts(lab: Lab, inventory: Path, tmp_path: Pa
     script = router1.exec(["cat", f"{INSTALL_ROOT}/current/bin/serve-sglang-dsv4-router.sh"]).stdout
     assert f"http://{prefill1.address}:30001" in script and "8998" in script, script
     assert prefill1.sh("ss -Hltn '( sport = :8998 )'").stdout.strip(), "the prefill's bootstrap port is not open"
+    # Every unit's exposure is in the report, as the host's own systemd scores the installed unit.
+    for name, units in UNITS.items():
+        for unit in units:
+            scored = report["hardening"][name][f"{unit}.service"]
+            on_host = lab.hosts[name].exec(["systemd-analyze", "security", "--offline=true", "--no-pager",
+                                           f"/etc/systemd/system/{unit}.service"], check=False).stdout
+            assert f"{unit}.service: {scored['exposure']:.1f} {scored['rating']}" in on_host, (scored, on_host[-300:])
     state["good"] = report["release"]
 
 
@@ -87,6 +96,36 @@ def test_api_key_is_the_service_users_alone(lab: Lab) -> None:
         assert API_KEY not in ours, f"{name}: the key is in a journal line the deploy wrote"
 
 
+def testinfra(lab: Lab, *hosts_args: str) -> subprocess.CompletedProcess:
+    """The deployed-state suite (tests/testinfra) from the controller side, as a user runs it."""
+    return lab.run([str(VENV_BIN / "python"), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                    "tests/testinfra/test_deployed.py", f"--dsv4-install-root={INSTALL_ROOT}", *hosts_args],
+                   timeout=600)
+
+
+def test_testinfra_over_ssh_and_ansible_passes_then_names_the_broken_check(lab: Lab, inventory: Path) -> None:
+    over_ssh = ["--hosts=" + ",".join(f"ssh://{name}" for name in UNITS), f"--ssh-config={lab.ssh_config()}"]
+    via_ansible = ["--hosts=ansible://all", f"--ansible-inventory={inventory}"]
+    for args in (over_ssh, via_ansible):
+        proc = testinfra(lab, *args)
+        assert proc.returncode == 0, output(proc)
+        assert " passed" in proc.stdout and "error" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    # Drift an operator would catch: the decode stopped and disabled by hand.
+    decode1 = lab.hosts["decode1"]
+    decode1.exec(["systemctl", "disable", "--now", "sglang-dsv4-decode"])
+    try:
+        for args in (over_ssh, via_ansible):
+            proc = testinfra(lab, *args)
+            assert proc.returncode != 0
+            failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+            assert any("test_services_are_running" in line and "decode1" in line for line in failed), failed
+            assert any("test_units_are_enabled_at_boot" in line and "decode1" in line for line in failed), failed
+            assert not [line for line in failed if "decode1" not in line], failed
+            assert "sglang-dsv4-decode: not enabled at boot" in proc.stdout, proc.stdout[-3000:]
+    finally:
+        decode1.exec(["systemctl", "enable", "--now", "sglang-dsv4-decode"])
+
+
 def test_unchanged_rerun(lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
     proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
     assert proc.returncode == 0, output(proc)
@@ -104,6 +143,17 @@ def test_failed_gate_rolls_back_all_three_hosts(lab: Lab, inventory: Path, tmp_p
     assert report["verdict"] == "rolled_back"
     assert report["serving_release"] == state["good"]
     # The restored release's units are the installed and enabled ones, never the failed release's.
+    assert_serving(lab, state["good"])
+
+
+def test_server_dying_after_start_rolls_back_all_three_hosts(lab: Lab, inventory: Path, tmp_path: Path,
+                                                             state: dict[str, str]) -> None:
+    # Type=exec: the start itself succeeds, the servers die a moment later.
+    proc = lab.playbook("deploy.yml", inventory, "-e", "sim_faults=crash_on_start", reports=tmp_path)
+    assert proc.returncode != 0
+    assert "ROLLED BACK" in proc.stdout, output(proc)
+    report = checks.report(tmp_path)
+    assert report["verdict"] == "rolled_back" and report["serving_release"] == state["good"]
     assert_serving(lab, state["good"])
 
 
@@ -128,6 +178,39 @@ def test_reboot_of_every_host_serves_the_active_release(lab: Lab, inventory: Pat
     assert_serving(lab, state["good"])
     proc = lab.playbook("verify.yml", inventory, reports=tmp_path)
     assert proc.returncode == 0, output(proc)
+
+
+def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp_path: Path,
+                                                   state: dict[str, str]) -> None:
+    decode1 = lab.hosts["decode1"]
+    argv = [str(VENV_BIN / "ansible-playbook"), "playbooks/deploy.yml", "-i", str(inventory),
+            "-e", "context_length=131072", "-e", f"dsv4_report_dir={tmp_path}"]
+    run = subprocess.Popen(lab.controller_argv(argv), cwd=REPO, env=lab.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        # The switchover has begun once the deploy stopped the decode: then its host drops off.
+        deadline = time.monotonic() + 600
+        while checks.unit_state(decode1, "sglang-dsv4-decode")[0] == "active" and run.poll() is None:
+            assert time.monotonic() < deadline, "the deploy never stopped the decode"
+            time.sleep(0.2)
+        decode1.link(False)
+        out, _ = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        decode1.link(True)
+    assert run.returncode != 0, out[-5000:]
+    assert "UNREACHABLE" in out and "decode1" in out, out[-5000:]
+    report = checks.report(tmp_path)
+    assert "decode1" in (report.get("failure") or ""), report
+    for name in ("prefill1", "router1"):
+        host = lab.hosts[name]
+        assert checks.active_release(host) == state["good"], name
+    assert checks.unit_state(lab.hosts["prefill1"], "sglang-dsv4-prefill") == ("active", "enabled")
+    # Back on the network, a deploy of the good release puts decode1 back in line.
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "again")
+    assert proc.returncode == 0, output(proc)
+    assert_serving(lab, state["good"])
 
 
 def test_stop_stops_every_host(lab: Lab, inventory: Path) -> None:

@@ -9,6 +9,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from dsv4deploy.gates import GateResult
+from dsv4deploy.hardening import score_plan
 from dsv4deploy.inventory import plain
 from dsv4deploy.report import build_report, update_latest, write_report
 
@@ -67,6 +68,8 @@ class ActionModule(ActionBase):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
+        data["hardening"] = score_plan(plan)
         root = Path(args["reports_dir"])
         name = _free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())
