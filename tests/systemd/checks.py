@@ -41,13 +41,16 @@ def unit_state(host: Host, unit: str) -> tuple[str, str]:
     return active, enabled
 
 
-def wait_active(host: Host, units: list[str], timeout: float = 120) -> dict[str, str]:
-    """Wait until every unit is active (after a boot); returns the last states seen."""
+def wait_active(host: Host, units: list[str], timeout: float = 120) -> None:
+    """Wait until every unit is active (after a boot); fails with their status and journal otherwise."""
     deadline = time.monotonic() + timeout
     while True:
         states = {u: host.exec(["systemctl", "is-active", u], check=False).stdout.strip() for u in units}
-        if all(s == "active" for s in states.values()) or time.monotonic() > deadline:
-            return states
+        if all(s == "active" for s in states.values()):
+            return
+        if time.monotonic() > deadline:
+            status = host.exec(["systemctl", "status", "--no-pager", "-n", "20", *units], check=False).stdout
+            raise AssertionError(f"{host.name}: not all active after {timeout:.0f} s: {states}\n{status[-4000:]}")
         time.sleep(0.5)
 
 

@@ -383,7 +383,9 @@ class Lab:
 
     def env(self) -> dict[str, str]:
         """Environment for Ansible on the controller side (its ssh sockets kept inside the lab)."""
-        return {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+        # The venv's tools first: testinfra's ansible:// backend runs ansible-inventory by name.
+        return {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.dir / "cp"), "ANSIBLE_HOST_KEY_CHECKING": "False"}
 
     def run(self, argv: Sequence[str], *, timeout: float = 900, cwd: Path = REPO) -> subprocess.CompletedProcess:
