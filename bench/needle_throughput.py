@@ -18,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dsv4deploy.gates import run_needle
 
-FACT = re.compile(r"The secret code for .+? is ([A-Z]+-\d{4}-[A-Z]+)\.")
+# Whatever distinctive values the prompt holds (codes, long numbers, names): the stub repeats them all.
+VALUE = re.compile(r"\b[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\b|\b\d{5,}\b|(?<=[a-z,:;] )[A-Z][a-z]+ [A-Z][a-z]+")
 
 
 def serve(latency_s: float) -> ThreadingHTTPServer:
@@ -33,7 +34,7 @@ def serve(latency_s: float) -> ThreadingHTTPServer:
             content = body["messages"][-1]["content"]
             time.sleep(latency_s)
             answer = {
-                "choices": [{"message": {"role": "assistant", "content": FACT.search(content).group(1)}}],
+                "choices": [{"message": {"role": "assistant", "content": " ".join(VALUE.findall(content))}}],
                 "usage": {"prompt_tokens": len(content) // 4},
             }
             data = json.dumps(answer).encode()
@@ -67,7 +68,7 @@ def main() -> None:
                 "bench",
                 context_lengths=lengths,
                 depths=depths,
-                required_tokens=10**6,
+                required_tokens=0,  # no requirement: the curve only
                 deadline_s=600,
                 concurrency=concurrency,
                 calibrate=False,

@@ -325,7 +325,8 @@ def _gate_config(args: argparse.Namespace, api_key: str | None) -> Any:
     expected = parse_expected(args.expected)
     inputs = [ServerConfigInput(name=name, role=role, url=checked_url(url, "--server"), log_text=_read_log(logs[name]))
               for name, role, url in servers]
-    return check_config(expected, inputs, api_key=api_key, timeout_s=args.deadline or 10.0)
+    return check_config(expected, inputs, api_key=api_key, timeout_s=args.deadline or 10.0,
+                        deadline_s=args.deadline or _gate_defaults().config_deadline_s)
 
 
 def parse_expected(text: str | None) -> dict[str, Any]:
@@ -356,7 +357,10 @@ def _gate_needle(args: argparse.Namespace, api_key: str | None) -> Any:
     defaults = _gate_defaults()
     lengths = parse_numbers(args.lengths, "--lengths", int) if args.lengths else defaults.needle_lengths
     depths = parse_numbers(args.depths, "--depths", float) if args.depths else defaults.needle_depths
-    required = defaults.needle_required_tokens if args.required_tokens is None else args.required_tokens
+    required = defaults.required_tokens(args.index_topk) if args.required_tokens is None else args.required_tokens
+    if required > max(lengths):
+        raise CliError([f"--lengths {lengths} cannot reach the required {required} tokens: add a length of at least "
+                        f"{required} (or lower --required-tokens)"])
     return run_needle(checked_url(args.url, "--url"), args.model, context_lengths=lengths, depths=depths,
                       required_tokens=required, deadline_s=args.deadline or defaults.needle_deadline_s,
                       concurrency=args.concurrency or defaults.needle_concurrency, api_key=api_key,
@@ -367,11 +371,14 @@ def _gate_soak(args: argparse.Namespace, api_key: str | None) -> Any:
     from dsv4deploy.gates import run_soak
 
     d = _gate_defaults()
-    return run_soak(checked_url(args.url, "--url"), args.model, sessions=args.sessions or d.soak_sessions,
-                    turns=args.turns or d.soak_turns, concurrency=args.concurrency or d.soak_concurrency,
-                    max_corruption_rate=d.soak_max_corruption_rate if args.max_corruption_rate is None
-                    else args.max_corruption_rate, deadline_s=args.deadline or d.soak_deadline_s,
-                    api_key=api_key, progress=stderr_progress("soak"))
+
+    def given(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return run_soak(checked_url(args.url, "--url"), args.model, sessions=given(args.sessions, d.soak_sessions),
+                    turns=given(args.turns, d.soak_turns), concurrency=given(args.concurrency, d.soak_concurrency),
+                    max_corruption_rate=given(args.max_corruption_rate, d.soak_max_corruption_rate),
+                    deadline_s=args.deadline or d.soak_deadline_s, api_key=api_key, progress=stderr_progress("soak"))
 
 
 GATE_RUNNERS: dict[str, Callable[[argparse.Namespace, str | None], Any]] = {
@@ -412,7 +419,11 @@ def _add_gate(parser: argparse.ArgumentParser) -> None:
                         help="config: the expected override, e.g. '{\"index_topk\":1024}'")
     parser.add_argument("--lengths", metavar="N,N,...", help="needle: context lengths in tokens")
     parser.add_argument("--depths", metavar="F,F,...", help="needle: needle depths between 0 and 1")
-    parser.add_argument("--required-tokens", type=int, metavar="N", help="needle: every cell up to N must recall")
+    parser.add_argument("--required-tokens", type=int, metavar="N",
+                        help="needle: every cell up to N must recall, and one of at least N at every depth "
+                             "(default: 5500 with --index-topk 1024, 2000 with 512)")
+    parser.add_argument("--index-topk", type=int, metavar="N", help="needle: the server's index_topk, for the "
+                        "default requirement (default 512, DeepSeek-V4's own)")
     parser.add_argument("--concurrency", type=int, metavar="N", help="needle cells / soak sessions at a time")
     parser.add_argument("--sessions", type=int, metavar="N", help="soak: conversations to run")
     parser.add_argument("--turns", type=int, metavar="N", help="soak: tool-call turns per conversation")
@@ -439,6 +450,34 @@ def _run_gate(args: argparse.Namespace) -> int:
     return EXIT_OK if result.passed else EXIT_GATE_FAILED
 
 
+# -- init: a starter inventory ---------------------------------------------------------------------
+
+def _add_init(parser: argparse.ArgumentParser) -> None:
+    from dsv4deploy.starter import EXAMPLES
+
+    parser.description = ("Write a starter inventory into DIR (new or empty), to use as -i DIR. `local` is the "
+                          "embedded simulated GPU host (this machine, no GPU needed); the others are real "
+                          "layouts to adapt.")
+    parser.add_argument("dir", type=Path, metavar="DIR", help="folder to create")
+    parser.add_argument("--example", choices=EXAMPLES, default="local", help="which layout (default: local)")
+
+
+def _run_init(args: argparse.Namespace) -> int:
+    from dsv4deploy.starter import StarterError, write_starter
+
+    try:
+        written = write_starter(args.dir, args.example)
+    except StarterError as exc:
+        raise CliError([str(exc)]) from None
+    except OSError as exc:
+        raise CliError([f"cannot write {args.dir}: {exc.strerror or exc}"]) from None
+    for path in written:
+        print(path)
+    print(f"next: dsv4deploy validate -i {args.dir}, then "
+          f"ansible-playbook dsv4.deploy.deploy -i {args.dir} -e topology=pd -e index_topk=1024", file=sys.stderr)
+    return EXIT_OK
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """One `dsv4deploy <name>`: help line, argument setup, runner returning the exit code."""
@@ -455,6 +494,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "render": Subcommand("write the rendered files of every host", _add_render, _run_render),
     "gate": Subcommand("run one gate (readiness, config, smoke, needle, soak) by hand", _add_gate, _run_gate,
                        reads_inventory=False),
+    "init": Subcommand("write a starter inventory (local simulated host or an example layout)", _add_init,
+                       _run_init, reads_inventory=False),
 }
 
 

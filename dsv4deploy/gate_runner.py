@@ -60,6 +60,7 @@ class GateSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     readiness_deadline_s: float = Field(600, gt=0)
+    config_deadline_s: float = Field(60, gt=0)
     smoke_deadline_s: float = Field(300, gt=0)
     needle_deadline_s: float = Field(1800, gt=0)
     # None: follow index_topk (REQUIRED_BY_TOPK); 0: report the curve without a requirement.
@@ -164,7 +165,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     model = plan["served_model_name"]
     endpoint = plan["endpoint"]
     if name == "readiness":
-        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"])
+        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"], sglang_version=w.get("sglang_version"))
                    for w in plan["workers"] if w["name"] not in on_host]
         settled = [{**found["health"], "checked_on": host} for host, found in on_host.values()]
         # The hosts' checks used part of the deadline already; what remains is the controller's.
@@ -179,7 +180,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                                      checked_on=on_host[w["name"]][0] if w["name"] in on_host else None)
                    for w in plan["workers"]]
         expected = next(iter(plan["expected_overrides"].values()), {})
-        return check_config(expected, servers, api_key=api_key)
+        return check_config(expected, servers, expected_settings=plan.get("expected_settings"), api_key=api_key,
+                            deadline_s=settings.config_deadline_s)
     if name == "smoke":
         breaker = plan.get("router_breaker_s")
         return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress,
@@ -188,7 +190,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
                           required_tokens=settings.required_tokens(plan_index_topk(plan)),
                           deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
-                          seed=settings.needle_seed, api_key=api_key, progress=progress)
+                          size_tolerance=settings.needle_size_tolerance, seed=settings.needle_seed,
+                          api_key=api_key, progress=progress)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
                     deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from dsv4deploy import memory, render, services
+from dsv4deploy import access, memory, render, services
 from dsv4deploy.spec import Deployment, SpecError
 
 
@@ -43,6 +43,9 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
             "ports": sorted({p for d in host_defs for p in d.ports}),
             "install_root": settings.install_root if settings else "",
             "service_manager": settings.service_manager if settings else "supervisor",
+            # Preflight (dsv4_access): the user the services run as and the paths they need.
+            "service_user": settings.service_user if settings else "",
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
         }
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
@@ -69,6 +72,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
     endpoint = _endpoint(spec, defs)
     return {
         "topology": spec.topology,
+        # Which router serves a PD deployment (sglang-router or smg); None without one.
+        "router": spec.router_implementation if spec.topology == "pd" else None,
         "served_model_name": spec.model.served_name,
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
@@ -78,12 +83,24 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
         # whether a worker's checks run there or on the host); api_key_file: the key on that host.
         "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url,
-                     "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file} for d in workers],
+                     "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file,
+                     "sglang_version": d.sglang_version} for d in workers],
         # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
         "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
+        # What each server's /server_info must report for the settings the spec sets (config gate).
+        "expected_settings": {d.name: _expected_settings(spec, by_port[(d.host, d.ports[0])]) for d in workers},
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
     }
+
+
+def _expected_settings(spec: Deployment, worker: Any) -> dict[str, Any]:
+    wanted = {"model_path": spec.model.path}
+    for key in ("chat_template", "page_size", "kv_cache_dtype", "context_length"):
+        value = spec.effective(worker, key)
+        if value is not None:
+            wanted[key] = value
+    return wanted
 
 
 def _breaker_window(spec: Deployment) -> int | None:

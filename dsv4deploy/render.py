@@ -30,7 +30,7 @@ from dsv4deploy.spec import Deployment
 MANAGED_HEADER = "Managed by dsv4deploy — local changes are overwritten"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-# Where the templates live: the repository's top-level templates/, or DSV4DEPLOY_TEMPLATES.
+# Where the templates live (see templates_dir), or DSV4DEPLOY_TEMPLATES.
 TEMPLATES_ENV = "DSV4DEPLOY_TEMPLATES"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -42,9 +42,14 @@ class RenderError(ValueError):
 
 
 def templates_dir() -> Path:
-    """The templates folder (DSV4DEPLOY_TEMPLATES, else the repository's top-level templates/)."""
+    """The templates folder: DSV4DEPLOY_TEMPLATES, else the installed package's copy (a wheel carries
+    them inside `dsv4deploy/`), else the source tree's top-level templates/ (a clone)."""
     override = os.environ.get(TEMPLATES_ENV)
-    return Path(override) if override else Path(__file__).resolve().parent.parent / "templates"
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve().parent
+    packaged = here / "templates"
+    return packaged if packaged.is_dir() else here.parent / "templates"
 
 
 # -- filters -----------------------------------------------------------------------------------

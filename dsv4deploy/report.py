@@ -34,6 +34,7 @@ def build_report(
     gates: Sequence[GateResult],
     metadata: dict[str, Any] | None = None,
     generated_at: datetime | None = None,
+    router: str | None = None,
 ) -> dict[str, Any]:
     """The report as one JSON-able mapping; ``failed_gate`` is the first gate that failed."""
     if verdict not in VERDICTS:
@@ -45,6 +46,7 @@ def build_report(
         "release": release,
         "previous_release": previous_release,
         "topology": topology,
+        "router": router,
         "verdict": verdict,
         "failed_gate": failed.name if failed else None,
         "endpoint": endpoint,
@@ -110,6 +112,7 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
         ("serving now", "serving_release"),
         ("failed at", "failed_gate"),
         ("topology", "topology"),
+        ("router", "router"),
         ("endpoint", "endpoint"),
         ("generated", "generated_at"),
     ):

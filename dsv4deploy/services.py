@@ -35,7 +35,8 @@ WORKER_START_ORDER = 10
 ROUTER_START_ORDER = 20
 # Seconds a stopping server gets before SIGKILL: sglang tears down TP ranks and frees GPU memory.
 SERVER_STOP_TIMEOUT_S = 60
-ROUTER_STOP_TIMEOUT_S = 15
+# A router's stop timeout is the drain deadline plus this: the service manager must not kill it mid-drain.
+ROUTER_STOP_MARGIN_S = 15
 # Where the playbook writes a key given as a vault variable (mode 0600, owned by the service user).
 VAULT_KEY_RELPATH = "secrets/api_key"
 
@@ -257,6 +258,8 @@ def router_argv(spec: Deployment, prefills: list[ServiceDefinition], decodes: li
     # and clashing with a second deployment on the host. Metrics stay on loopback (prometheus_listen)
     # even when the router itself listens on every interface: they need no key.
     argv += [f("prometheus_port"), str(prometheus_port(router)), f("prometheus_host"), router.prometheus_listen]
+    # On SIGTERM the router refuses new requests and exits once those in flight are done, or at this.
+    argv += [f("shutdown_grace_period_secs"), str(spec.drain_deadline_s)]
     return [*argv, *router.extra_args]
 
 
@@ -283,6 +286,6 @@ def _router(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[S
         url=f"http://{url_host(reach_address(host, router.listen))}:{router.port}",
         description=f"{spec.router_implementation} (PD) for {spec.model.served_name} (dsv4deploy)",
         after=local_workers,
-        stop_timeout_s=ROUTER_STOP_TIMEOUT_S,
+        stop_timeout_s=spec.drain_deadline_s + ROUTER_STOP_MARGIN_S,
         sglang_version=None,
     )

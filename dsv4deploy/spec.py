@@ -218,6 +218,9 @@ class Deployment(ModelSettings):
     # The router's launcher: one argv, or one per implementation (so `-e router_implementation=smg`
     # alone switches); unset = the implementation's default (`python3 -m ...`).
     router_launcher: list[str] | dict[str, list[str]] | None = None
+    # Seconds a switchover or rollback lets in-flight requests finish: the router stops taking new ones
+    # and exits when those are done (--shutdown-grace-period-secs), before any worker is stopped.
+    drain_deadline_s: Annotated[int, Field(ge=1)] = 60
     server_env: EnvMap = {}
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
     # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).

@@ -76,4 +76,16 @@ if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
     ln -sfn "$pkgs" ".contract-sglang-$version"
   done
 fi
+# The newest ansible-core needs Python 3.12+: a second venv, .venv-newest, for the CI tier that runs the
+# unit tests and one gated deploy on it (DSV4_NEWEST=1; PYTHON_NEWEST names the interpreter).
+if [ "${DSV4_NEWEST:-0}" = 1 ]; then
+  newest=${PYTHON_NEWEST:-$(command -v python3.13 || command -v python3.12 \
+    || ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[23]*/bin/python 2>/dev/null | tail -1 || true)}
+  [ -n "$newest" ] && [ -x "$newest" ] || { log "no Python 3.12+ found for .venv-newest: set PYTHON_NEWEST"; exit 1; }
+  [ -x .venv-newest/bin/python ] || { log "creating .venv-newest with $newest"; "$newest" -m venv .venv-newest; }
+  log "installing dsv4deploy with the newest ansible-core into .venv-newest"
+  .venv-newest/bin/pip install -q -e '.[sim]' 'ansible-core>=2.21' pytest hypothesis 2>&1 | grep -v '^WARNING: Location' || true
+  .venv-newest/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor' \
+    || { log "the .venv-newest install is incomplete"; exit 1; }
+fi
 log "ready"

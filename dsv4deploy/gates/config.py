@@ -1,15 +1,22 @@
 """Config gate: the model override was passed (log), is reported effective (server_info), and agrees.
 
 A flag in the log proves it was passed, not that it was applied, so each server is also asked
-``GET /server_info`` for its resolved ``json_model_override_args``. Even that is only what the
-server reports: a server that reports the value but computes without it (sglang's "logged but not
-applied") is caught by the needle gate, the functional probe, not here.
+``GET /server_info`` (retried on transient errors within the gate's deadline) for its resolved
+``json_model_override_args``. Even that is only what the server reports: a server that reports the
+value but computes without it (sglang's "logged but not applied") is caught by the needle gate, the
+functional probe, not here.
+
+Prefill and decode are compared on every :data:`AGREEMENT_KEYS` setting. A key some server does
+not report cannot be confirmed: the result names it, and fails when the spec sets that key (then
+each server's value must also be the one the spec asked for).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import httpx
@@ -17,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from dsv4deploy.gates.http import check_url, describe_error, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Stopwatch, clip, make_result
+from dsv4deploy.gates.transfer_log import slower_transfer_lines
 
 GATE = "config"
 
@@ -25,8 +33,7 @@ GATE = "config"
 OVERRIDE_IN_LOG = re.compile(r"json_model_override_args(?:=|': )'([^']*)'")
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the second is the old alias
 
-# Settings that must be equal on prefill and decode (unequal ones hang or garble, not fail);
-# compared when every server reports them.
+# Settings that must be equal on prefill and decode (unequal ones hang or garble, not fail).
 AGREEMENT_KEYS = ("model_path", "page_size", "kv_cache_dtype", "context_length", "chat_template")
 
 LIMITS_NOTE = (
@@ -64,34 +71,40 @@ def check_config(
     expected_overrides: dict[str, Any],
     servers: list[ServerConfigInput],
     *,
+    expected_settings: dict[str, dict[str, Any]] | None = None,
     api_key: str | None = None,
     timeout_s: float = 10.0,
+    deadline_s: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> GateResult:
     """Check each server's logged and effective model override against ``expected_overrides``.
 
     Passes when, for every server, the last override in its log and the ``json_model_override_args``
     of its ``/server_info`` (fallback ``/get_server_info``) both parse to exactly
-    ``expected_overrides``, and all prefill and decode servers report the same overrides and the
-    same :data:`AGREEMENT_KEYS`.
+    ``expected_overrides``; when every setting the spec sets (``expected_settings``: server name ->
+    {key: value}) is reported with that value; and when all prefill and decode servers report the
+    same overrides and the same :data:`AGREEMENT_KEYS` (keys not reported are named as unconfirmed).
     """
     if not isinstance(expected_overrides, dict):
         raise ValueError(f"expected_overrides must be a mapping, got {type(expected_overrides).__name__}")
     if not servers:
         raise ValueError("check_config needs at least one server")
-    watch = Stopwatch()
+    watch = Stopwatch(deadline_s)
     problems: list[str] = []
     failures: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     infos: dict[str, dict[str, Any]] = {}
+    settings = expected_settings or {}
 
     with make_client(api_key, timeout_s) as client:
         for server in servers:
-            row, info, row_problems, row_failures = _check_server(client, server, expected_overrides)
+            row, info, row_problems, row_failures = _check_server(client, server, expected_overrides, watch, sleep)
             rows.append(row)
             problems += row_problems
             failures += row_failures
             if info is not None:
                 infos[server.name] = info
+                problems += _settings_problems(server.name, info, settings.get(server.name) or {})
 
     agreement = _agreement(servers, infos)
     problems += agreement.pop("problems")
@@ -101,10 +114,21 @@ def check_config(
         "agreement": agreement,
         "note": LIMITS_NOTE,
     }
+    # A warning, not a failure: the transfer works, only slower than configured.
+    warnings = {s.name: lines for s in servers if (lines := slower_transfer_lines(s.log_text))}
+    if warnings:
+        evidence["warnings"] = {"kv_transfer_fallback": warnings}
     if not problems:
         summary = f"override {_dump(expected_overrides)} logged and effective on {len(servers)} server(s)"
         if agreement["compared"]:
-            summary += ", prefill and decode agree"
+            summary += f", prefill and decode agree on {', '.join(agreement['compared'])}"
+        if agreement.get("unconfirmed"):
+            summary += "; could not confirm " + "; ".join(
+                f"{k} (not reported by {', '.join(who)})" for k, who in agreement["unconfirmed"].items())
+        if warnings:
+            name, lines = next(iter(warnings.items()))
+            summary += (f"; warning: KV transfer slower than configured on {', '.join(warnings)} "
+                        f"({name}: {lines[0][-160:]!r})")
         return make_result(GATE, GateStatus.PASSED, watch, summary, evidence)
     evidence["problems"] = problems
     evidence["failures"] = failures
@@ -112,7 +136,8 @@ def check_config(
 
 
 def _check_server(
-    client: httpx.Client, server: ServerConfigInput, expected: dict[str, Any]
+    client: httpx.Client, server: ServerConfigInput, expected: dict[str, Any], watch: Stopwatch,
+    sleep: Callable[[float], None],
 ) -> tuple[dict[str, Any], dict[str, Any] | None, list[str], list[dict[str, Any]]]:
     """Evidence row, server_info (if read), problems and raw failures for one server."""
     problems: list[str] = []
@@ -130,7 +155,7 @@ def _check_server(
     if server.server_info is not None:
         info, info_path, info_failure = _server_info_from(server.server_info)
     else:
-        info, info_path, info_failure = _server_info(client, server.url)
+        info, info_path, info_failure = _server_info_retried(client, server.url, watch, sleep)
     effective_raw: Any = None
     effective: dict[str, Any] | None = None
     if info is None:
@@ -179,6 +204,34 @@ def _server_info(client: httpx.Client, url: str) -> tuple[dict[str, Any] | None,
     return _server_info_from(answers)
 
 
+def _server_info_retried(client: httpx.Client, url: str, watch: Stopwatch, sleep: Callable[[float], None],
+                         ) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
+    """:func:`_server_info`, asked again after transient failures (no answer, 429, 5xx) until the deadline."""
+    tries, pause = 0, 0.5
+    while True:
+        tries += 1
+        info, path, failure = _server_info(client, url)
+        transient = failure.get("status") is None or failure.get("status") == 429 or failure.get("status", 0) >= 500
+        if info is not None or not transient or watch.remaining() <= pause:
+            if failure:
+                failure["tries"] = tries
+            return info, path, failure
+        sleep(pause)
+        pause = min(pause * 2, 4.0)
+
+
+def _settings_problems(name: str, info: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """A setting the spec sets that this server reports otherwise, or does not report at all."""
+    problems = []
+    for key, value in wanted.items():
+        if key not in info:
+            problems.append(f"{name}: cannot confirm {key}={value!r}, which the spec sets: server_info does not "
+                            "report it")
+        elif str(info[key]) != str(value):
+            problems.append(f"{name}: server_info says {key}={info[key]!r}, the spec sets {value!r}")
+    return problems
+
+
 def _server_info_from(answers: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
     """``(info, path, failure)`` from the answers of the server_info paths, asked in order."""
     failure: dict[str, Any] = {}
@@ -200,13 +253,16 @@ def _server_info_from(answers: list[dict[str, Any]]) -> tuple[dict[str, Any] | N
 
 
 def _agreement(servers: list[ServerConfigInput], infos: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Compare model-affecting settings across prefill and decode servers."""
+    """Compare model-affecting settings across prefill and decode servers; name what cannot be compared."""
     pd = [s for s in servers if s.role in ("prefill", "decode") and s.name in infos]
     roles = {s.role for s in pd}
     if roles != {"prefill", "decode"}:
         return {"compared": [], "values": {}, "problems": [], "skipped": "no prefill/decode pair"}
-    keys = ["json_model_override_args"] + [k for k in AGREEMENT_KEYS if all(k in infos[s.name] for s in pd)]
+    unconfirmed = {k: [s.name for s in pd if k not in infos[s.name]] for k in AGREEMENT_KEYS}
+    unconfirmed = {k: who for k, who in unconfirmed.items() if who}
+    keys = ["json_model_override_args"] + [k for k in AGREEMENT_KEYS if k not in unconfirmed]
     values: dict[str, dict[str, Any]] = {}
+    # An unreported key the spec sets already fails per server (_settings_problems); the rest are named.
     problems: list[str] = []
     for key in keys:
         per_server = {s.name: infos[s.name].get(key) for s in pd}
@@ -215,7 +271,7 @@ def _agreement(servers: list[ServerConfigInput], infos: dict[str, dict[str, Any]
         if len({json.dumps(v, sort_keys=True, default=str) for v in normal.values()}) > 1:
             shown = ", ".join(f"{name}={value!r}" for name, value in per_server.items())
             problems.append(f"prefill and decode disagree on {key}: {shown}")
-    return {"compared": keys, "values": values, "problems": problems}
+    return {"compared": keys, "values": values, "problems": problems, "unconfirmed": unconfirmed}
 
 
 def _normal(key: str, value: Any) -> Any:

@@ -1,9 +1,12 @@
 """Needle-in-a-haystack prompts: filler prose with one planted fact, deterministic by seed.
 
-The fact is ``The secret code for <topic> is <CODE>.`` and the last line asks
-``What is the secret code for <topic>? Answer with the code only.`` (docs/interfaces.md §3).
-Sizes are token targets reached through an assumed characters-per-token ratio; the real size is
-whatever the server reports in ``usage.prompt_tokens``.
+Each cell draws from seeded pools (docs/interfaces.md §3): what the fact is about (an access code,
+a locker combination, the courier who collected a parcel, ...), its value (a code such as
+``ZEBRA-4492-OMEGA``, a six-digit number or a person's name), the sentence that states it and the
+question, on the last line, that asks for it. So recall is tested on natural phrasings, not on one
+sentence shape a model (or a simulator) could special-case. Sizes are token targets reached
+through a characters-per-token ratio; the gate measures the real size (``usage.prompt_tokens``)
+and resizes until it lands within its tolerance.
 """
 
 from __future__ import annotations
@@ -48,25 +51,42 @@ FILLER = (
     "An old map in the town hall shows the coastline where it stood three centuries ago.",
     "The swimming pool reopened after repairs, and the queue on the first day reached the corner.",
 )
-TOPICS_A = ("amber", "silver", "northern", "hidden", "copper", "quiet", "eastern", "frozen", "crimson", "old")
-TOPICS_B = ("lighthouse", "archive", "orchard", "observatory", "harbour", "vault", "garden", "mill", "tower")
-CODE_WORDS = (
-    "ZEBRA",
-    "OMEGA",
-    "FALCON",
-    "DELTA",
-    "CEDAR",
-    "ORBIT",
-    "EMBER",
-    "TUNDRA",
-    "NOVA",
-    "QUARTZ",
-    "MAPLE",
-    "RAVEN",
-    "SIERRA",
-    "COBALT",
-    "LOTUS",
-    "VECTOR",
+PLACES = ("amber lighthouse", "north archive", "old orchard", "hill observatory", "east harbour", "river mill",
+          "copper vault", "stone tower", "quiet garden", "frozen depot")
+CODE_WORDS = ("ZEBRA", "OMEGA", "FALCON", "DELTA", "CEDAR", "ORBIT", "EMBER", "TUNDRA", "NOVA", "QUARTZ", "MAPLE",
+              "RAVEN", "SIERRA", "COBALT", "LOTUS", "VECTOR")
+FIRST_NAMES = ("Maren", "Tobias", "Ines", "Okoro", "Lucia", "Anselm", "Priya", "Henrik", "Yara", "Dmitri")
+LAST_NAMES = ("Calloway", "Solberg", "Achterberg", "Mbeki", "Fontaine", "Okafor", "Lindqvist", "Varga", "Quintero")
+# (what the fact is about, what kind of value answers it)
+SUBJECTS = (
+    ("access code for the {place}", "code"),
+    ("password of the {place} gate", "code"),
+    ("locker combination at the {place}", "number"),
+    ("account number of the {place} fund", "number"),
+    ("courier who collected the parcel from the {place}", "name"),
+    ("caretaker of the {place}", "name"),
+)
+FACT_FORMS = (
+    "The {key} is {value}.",
+    "For the record, the {key} is {value}.",
+    "As of last spring, the {key} has been {value}.",
+    "According to the ledger, the {key} reads {value}.",
+    "Someone left a note saying the {key} would be {value} from now on.",
+    "Everyone on the night shift knows the {key}: {value}.",
+    "It was agreed at the meeting that the {key} is {value}, and nobody objected.",
+)
+QUESTION_FORMS = (
+    "What is the {key}? Answer with the {kind} only.",
+    "Somewhere above, the {key} is mentioned. What is it? Give only the {kind}.",
+    "Tell me the {key}, nothing else.",
+    "Which {kind} belongs to the {key}? Reply with the {kind} alone.",
+    "I need the {key} from the text above; what is it? Reply with just the {kind}.",
+)
+# How a name-valued subject reads in a question ("Who is the caretaker ...").
+NAME_QUESTION_FORMS = (
+    "Who is the {key}? Answer with the name only.",
+    "Tell me the name of the {key}, nothing else.",
+    "Somewhere above, the {key} is named. Who is it? Give only the name.",
 )
 
 
@@ -75,26 +95,22 @@ class Haystack:
     """One needle prompt: the full user message and what it hides where."""
 
     content: str
-    topic: str
-    code: str
-    question: str
+    key: str  # what the fact is about, e.g. "access code for the amber lighthouse"
+    value: str  # the answer, e.g. "ZEBRA-4492-OMEGA"
+    fact: str  # the planted sentence
+    question: str  # the last line
     depth: float
     needle_offset: int  # character offset of the fact sentence in ``content``
 
     @property
-    def fact(self) -> str:
-        """The planted sentence."""
-        return fact_sentence(self.topic, self.code)
+    def code(self) -> str:
+        """The value the answer must contain (the name the report has always used)."""
+        return self.value
 
-
-def fact_sentence(topic: str, code: str) -> str:
-    """``The secret code for <topic> is <CODE>.``"""
-    return f"The secret code for {topic} is {code}."
-
-
-def question_line(topic: str) -> str:
-    """``What is the secret code for <topic>? Answer with the code only.``"""
-    return f"What is the secret code for {topic}? Answer with the code only."
+    @property
+    def phrasing(self) -> str:
+        """Fact and question as asked, for the report of a missed cell."""
+        return f"{self.fact} / {self.question}"
 
 
 def cell_rng(seed: int, target_tokens: int, depth: float) -> random.Random:
@@ -102,10 +118,25 @@ def cell_rng(seed: int, target_tokens: int, depth: float) -> random.Random:
     return random.Random(f"dsv4deploy-needle:{seed}:{target_tokens}:{depth:.6f}")
 
 
-def make_code(rng: random.Random) -> str:
-    """A code such as ``ZEBRA-4492-OMEGA``."""
-    first, last = rng.sample(CODE_WORDS, 2)
-    return f"{first}-{rng.randrange(1000, 10000)}-{last}"
+def make_value(kind: str, rng: random.Random) -> str:
+    """A distinctive value: ``ZEBRA-4492-OMEGA``, ``583920`` or ``Maren Calloway``."""
+    if kind == "code":
+        first, last = rng.sample(CODE_WORDS, 2)
+        return f"{first}-{rng.randrange(1000, 10000)}-{last}"
+    if kind == "number":
+        return str(rng.randrange(100000, 1000000))
+    return f"{rng.choice(FIRST_NAMES)} {rng.choice(LAST_NAMES)}"
+
+
+def draw_needle(rng: random.Random) -> tuple[str, str, str, str]:
+    """(key, value, fact sentence, question) drawn from the pools."""
+    subject, kind = rng.choice(SUBJECTS)
+    key = subject.format(place=rng.choice(PLACES))
+    value = make_value(kind, rng)
+    fact = rng.choice(FACT_FORMS).format(key=key, value=value)
+    forms = NAME_QUESTION_FORMS if kind == "name" else QUESTION_FORMS
+    question = rng.choice(forms).format(key=key, kind=kind)
+    return key, value, fact, question
 
 
 def build_haystack(
@@ -119,31 +150,36 @@ def build_haystack(
     if chars_per_token <= 0:
         raise ValueError(f"chars_per_token must be positive, got {chars_per_token}")
     rng = cell_rng(seed, target_tokens, depth)
-    topic = f"the {rng.choice(TOPICS_A)} {rng.choice(TOPICS_B)}"
-    code = make_code(rng)
-    fact, question = fact_sentence(topic, code), question_line(topic)
+    key, value, fact, question = draw_needle(rng)
+    budget = max(0, round(target_tokens * chars_per_token) - len(fact) - len(question) - 3)
+    filler = _filler(rng, budget)
+    at = _boundary(filler, round(depth * len(filler)))
+    before, after = filler[:at].rstrip(), filler[at:].lstrip()
+    head = f"{before} " if before else ""
+    body = f"{head}{fact}" + (f" {after}" if after else "")
+    return Haystack(content=f"{body}\n\n{question}", key=key, value=value, fact=fact, question=question,
+                    depth=depth, needle_offset=len(head))
 
-    budget = target_tokens * chars_per_token - len(fact) - len(question) - 2
+
+def _filler(rng: random.Random, budget: int) -> str:
+    """About ``budget`` characters of shuffled filler prose, cut at a word so sizes can be fine-tuned."""
     sentences: list[str] = []
     size = 0
     while size < budget:
         batch = list(FILLER)
         rng.shuffle(batch)  # a fresh order each pass, so long haystacks do not repeat verbatim blocks
         for sentence in batch:
-            if size >= budget:
-                break
             sentences.append(sentence)
             size += len(sentence) + 1
-    at = round(depth * len(sentences))
-    before = " ".join(sentences[:at])
-    after = " ".join(sentences[at:])
-    head = f"{before} " if before else ""
-    body = f"{head}{fact}" + (f" {after}" if after else "")
-    return Haystack(
-        content=f"{body}\n\n{question}",
-        topic=topic,
-        code=code,
-        question=question,
-        depth=depth,
-        needle_offset=len(head),
-    )
+            if size >= budget:
+                break
+    text = " ".join(sentences)[:budget]
+    return text[: text.rfind(" ")] if " " in text and len(text) == budget else text
+
+
+def _boundary(text: str, at: int) -> int:
+    """The end of the sentence nearest before ``at`` (0 or the text's end at the extremes)."""
+    if at <= 0 or at >= len(text):
+        return max(0, min(at, len(text)))
+    stop = text.rfind(". ", 0, at)
+    return stop + 2 if stop >= 0 else 0

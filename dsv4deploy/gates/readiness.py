@@ -12,18 +12,20 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from dsv4deploy import versions
 from dsv4deploy.gates.http import check_url, describe_error, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
 
 GATE = "readiness"
 SUMMARY_BODY_CHARS = 160
+HEARTBEAT_S = 10.0  # a load takes minutes on real GPUs: say what each server answers at least this often
 
 
 class WorkerEndpoint(BaseModel):
@@ -34,6 +36,8 @@ class WorkerEndpoint(BaseModel):
     name: str
     role: Literal["prefill", "decode", "combined"]
     url: str
+    # The sglang version it runs: from 0.5.23 its /ready is asked too (older ones answer it 404).
+    sglang_version: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -95,10 +99,15 @@ def check_readiness(
     progress: Progress | None = None,
     request_timeout_s: float = 5.0,
     settled: list[dict[str, Any]] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> GateResult:
     """Poll every readiness signal in parallel until all are ready or ``deadline_s`` passes.
 
-    Checks: each worker's ``GET /health`` is 200; with a router, its ``GET /readiness`` is 200 and
+    ``progress`` hears of each check that becomes ready and, every ``heartbeat_s`` while some are
+    not, what each of those answers now (status and the start of the body, or the error).
+
+    Checks: each worker's ``GET /health`` is 200, and its ``GET /ready`` where its sglang version has
+    one (0.5.23 on); with a router, its ``GET /readiness`` is 200 and
     its ``/v1/models`` lists ``served_model_name``; without one, each worker's ``/v1/models`` does.
     Evidence holds, per check, the time to ready, the number of tries, and the last status and body.
     ``settled`` are worker checks already run elsewhere (on a worker's own host), as evidence
@@ -114,6 +123,8 @@ def check_readiness(
     router = check_url(router_url, "router_url") if router_url is not None else None
 
     checks = [_Check(f"{w.name} /health", f"{w.url}/health", "health") for w in workers]
+    checks += [_Check(f"{w.name} /ready", f"{w.url}/ready", "health") for w in workers
+               if versions.has_ready_endpoint(w.sglang_version)]
     if router is not None:
         checks.append(_Check("router /readiness", f"{router}/readiness", "readiness"))
         checks.append(_Check("router /v1/models", f"{router}/v1/models", "model_card"))
@@ -136,6 +147,10 @@ def check_readiness(
             pool.submit(_poll, client, check, watch, served_model_name, poll_interval_s, request_timeout_s, on_ready)
             for check in checks
         ]
+        while wait(futures, timeout=heartbeat_s).not_done:
+            with lock:
+                waiting = "; ".join(_answers_now(c) for c in checks if not c.ready)
+                notify(progress, done[0], total, f"waiting {watch.elapsed():.0f} s: {waiting}")
         for future in futures:
             future.result()
     checks = done_elsewhere + checks
@@ -189,6 +204,15 @@ def _poll(
         if watch.expired():
             return
         time.sleep(min(interval_s, watch.remaining()))
+
+
+def _answers_now(check: _Check) -> str:
+    if check.attempts == 0:
+        return f"{check.label} not asked yet"
+    if check.last_status is None:
+        return f"{check.label} no answer ({check.last_error or 'waiting'})"
+    body = " ".join(check.last_body.split())[:100]
+    return f"{check.label} {check.last_status}{f' {body}' if body else ''} ({check.attempts} tries)"
 
 
 def _satisfied(check: _Check, text: str, model: str) -> bool:

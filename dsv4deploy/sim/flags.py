@@ -16,7 +16,8 @@ from ._flag_tables import TABLES
 PROG = "sglang serve"
 
 
-def _version_key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
+    """``'0.5.23'`` -> ``(0, 5, 23)``."""
     return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
 
 
@@ -26,7 +27,7 @@ def table_version(version: str) -> str:
     0.5.12-0.5.17 -> 0.5.12; 0.5.18-0.5.19 -> 0.5.18; 0.5.20 and later -> 0.5.23 (the flag
     ``--cuda-graph-max-bs`` disappeared in 0.5.20, which is what these tables must get right).
     """
-    key = _version_key(version)
+    key = version_key(version)
     if len(key) < 3 or key < (0, 5, 12):
         raise ValueError(f"unsupported sglang version {version!r} (simulated: 0.5.12 and later)")
     if key < (0, 5, 18):
@@ -38,7 +39,7 @@ def table_version(version: str) -> str:
 
 def logs_server_args_as_dict(version: str) -> bool:
     """From 0.5.19 the startup line is ``server_args={...}``; before, ``server_args=ServerArgs(...)``."""
-    return _version_key(version) >= (0, 5, 19)
+    return version_key(version) >= (0, 5, 19)
 
 
 def _rows(version: str) -> list[tuple]:

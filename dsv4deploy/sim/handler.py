@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .flags import version_key
 from .serving import ServingError, response_body, run_generation, stream_chunks
 
 if TYPE_CHECKING:
@@ -105,7 +106,10 @@ class Handler(BaseHTTPRequestHandler):
         self._empty(200 if sim.ready and not sim.shutting_down else 503)
 
     def ready(self, _body: bytes) -> None:
-        """200 only when up."""
+        """200 only when up; the route exists only from sglang 0.5.23 (FastAPI's 404 before)."""
+        if version_key(self.sim.version) < (0, 5, 23):
+            self._json(404, {"detail": "Not Found"})
+            return
         self._empty(200 if self.sim.ready and not self.sim.shutting_down else 503)
 
     def server_info(self, _body: bytes) -> None:

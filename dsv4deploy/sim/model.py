@@ -7,9 +7,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .recall import PromptKV, fact_visible, normalize_key, unit_hash
+from .recall import SENTENCE, Fact, PromptKV, content_words, fact_visible, unit_hash
 
-_QUESTION = re.compile(r"What is the ([^?\n]{1,200})\?", re.IGNORECASE)
+# A request for information that does not end in "?": "Tell me the ...", "Give the ...".
+_ASKING = re.compile(r"^\s*(?:tell|give|name|recall|remind|state|quote|repeat|list)\b", re.IGNORECASE)
+MIN_SHARED = 2  # content words a question must share with a fact (fewer only if it has fewer)
+MIN_SHARE = 0.4  # ... and this share of the question's content words
+NOT_FOUND = "I don't have any information about that in the provided context."
 _SAY = re.compile(r"^\s*say\s+(.+?)[.!]?\s*$", re.IGNORECASE | re.DOTALL)
 
 
@@ -32,23 +36,45 @@ def _plausible_wrong(value: str, salt: str) -> str:
     return "".join(next(it) if c.isdigit() else c for c in value)
 
 
-def answer_question(kv: PromptKV, question: str, index_topk: int, salt: str = "") -> str | None:
-    """Answer ``What is the <key>?`` from the facts the attention can see; None if no question."""
-    matches = list(_QUESTION.finditer(question))
-    if not matches:
+def question_of(text: str) -> str | None:
+    """The question the text ends with (its last line, at most three sentences), if it asks one."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if not lines:
         return None
-    match = matches[-1]  # the last question asked
-    key = normalize_key(match.group(1))
-    for fact in reversed(kv.facts):
-        if fact.key != key:
+    sentences = [m.group(0).strip() for m in SENTENCE.finditer(lines[-1]) if m.group(0).strip()][-3:]
+    question = " ".join(sentences)
+    if "?" in question or any(_ASKING.match(s) for s in sentences):
+        return question
+    return None
+
+
+def _best_fact(facts: list[Fact], question: str) -> Fact | None:
+    """The fact sharing the most content words with the question (latest on ties), if enough."""
+    asked = content_words(question)
+    best, best_shared = None, 0
+    for fact in facts:
+        if fact.value in question:  # the question's own values are not an answer to it
             continue
-        if fact_visible(kv, fact, index_topk, salt):
-            return fact.value
-        wrong = _plausible_wrong(fact.value, kv.digest)
-        if wrong and unit_hash(kv.digest, "hallucinate") < 0.3:
-            return wrong
-        break
-    return f"I don't have any information about the {key} in the provided context."
+        shared = len(asked & fact.words)
+        if shared >= best_shared and shared >= min(MIN_SHARED, len(asked)) and shared >= MIN_SHARE * len(asked):
+            best, best_shared = fact, shared
+    return best if best_shared else None
+
+
+def answer_question(kv: PromptKV, text: str, index_topk: int, salt: str = "") -> str | None:
+    """Answer the question ``text`` ends with from the facts attention can see; None if it asks none."""
+    question = question_of(text)
+    if question is None:
+        return None
+    fact = _best_fact(kv.facts, question)
+    if fact is None:
+        return NOT_FOUND if "?" in question else None
+    if fact_visible(kv, fact, index_topk, salt):
+        return fact.value
+    wrong = _plausible_wrong(fact.value, kv.digest)
+    if wrong and unit_hash(kv.digest, "hallucinate") < 0.3:
+        return wrong
+    return NOT_FOUND
 
 
 _VALUE = r"\"([^\"]{1,80})\"|'([^']{1,80})'|(-?\d+(?:\.\d+)?)|(true|false)\b|([\w./:@-]+)"

@@ -6,6 +6,10 @@ holds up to a context length that grows with ``index_topk`` and collapses beyond
 seeds: with 512, found up to ~2K tokens and lost beyond ~4K; with 1024, 5.5K found and 10K lost.
 Between the two bounds the outcome is pseudo-random but deterministic (a hash of prompt and
 settings), so a rerun gives the same answer.
+
+A fact is any sentence carrying a distinctive value: a code (``ZEBRA-4492-OMEGA``), a number of
+three or more digits, or a name (two or more capitalised words inside the sentence). Its key is
+the sentence's content words; a question finds it by the content words they share (``model.py``).
 """
 
 from __future__ import annotations
@@ -19,16 +23,53 @@ C4_RATIO = 4
 # index_topk -> (context length recalled reliably, context length beyond which it is lost)
 RECALL_BOUNDS: dict[int, tuple[int, int]] = {512: (2048, 4096), 1024: (6144, 9728)}
 
-_FACT = re.compile(r"\bThe ([^.?!\n]{1,200}?) is ([^\s]+?)\.(?=\s|$)")
+_VALUE = re.compile(
+    r"(?P<code>\b[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\b)"
+    r"|(?P<number>(?<![\w.-])\d{3,}(?:[.,]\d+)?(?![\w-]))"
+    r"|(?P<name>(?<=[a-z,:;] )[A-Z][a-z]+(?: [A-Z][a-z]+)+)"
+)
+SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+(?=\s|$)|(?=\n)|$)")
+_WORD = re.compile(r"[A-Za-z][A-Za-z_']+")
+# Words that carry no topic: function words and the verbs of asking.
+_STOP_TEXT = (
+    "a an and are as at be been being but by can could did do does for from had has have he her his how i if "
+    "in into is it its me my no not of on or our she so than that the their them then there these they this "
+    "those to was we were what when where which who whom whose why will with would you your "
+    "tell give say answer reply only just alone nothing else please need know text above earlier mentioned "
+    "somewhere remind recall state quote")
+STOPWORDS = frozenset(_STOP_TEXT.split())
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The words that carry meaning: lower-cased, three letters or more, no function words."""
+    return frozenset(w for w in (m.group(0).lower() for m in _WORD.finditer(text))
+                     if len(w) >= 3 and w not in STOPWORDS)
 
 
 @dataclass(frozen=True)
 class Fact:
-    """``The <key> is <value>.`` found at token position ``position`` of the prompt."""
+    """A distinctive ``value`` at token ``position``; ``key`` is its sentence's content words."""
 
-    key: str
+    key: str  # sorted content words, space-separated
     value: str
     position: int
+
+    @property
+    def words(self) -> frozenset[str]:
+        """The key as a set of words."""
+        return frozenset(self.key.split())
+
+
+def find_facts(text: str) -> list[tuple[int, str, str]]:
+    """``(character offset, key, value)`` of every distinctive value in ``text``, in order."""
+    found = []
+    for sentence in SENTENCE.finditer(text):
+        body = sentence.group(0)
+        for value in _VALUE.finditer(body):
+            words = content_words(f"{body[:value.start()]} {body[value.end():]}")
+            if words:
+                found.append((sentence.start() + value.start(), " ".join(sorted(words)), value.group(0)))
+    return found
 
 
 @dataclass
@@ -63,24 +104,20 @@ class PromptKV:
         )
 
 
-def normalize_key(key: str) -> str:
-    """Case- and space-insensitive form of a fact key."""
-    return " ".join(key.lower().split())
-
-
 def compute_kv(prompt: str, token_count: int) -> PromptKV:
-    """Prefill: locate fact sentences (by token position) and build the c4 index entries.
+    """Prefill: locate facts (by token position) and build the c4 index entries.
 
     ``token_count`` is the whole prompt's count (chat markers included); positions are token
-    offsets of each fact inside ``prompt``, shifted so the prompt ends at ``token_count``.
+    offsets of each fact's value inside ``prompt``, shifted so the prompt ends at ``token_count``.
     """
     from .tokenizer import count_tokens
 
-    shift = token_count - count_tokens(prompt)
-    facts = [
-        Fact(normalize_key(m.group(1)), m.group(2), shift + count_tokens(prompt[: m.start()]))
-        for m in _FACT.finditer(prompt)
-    ]
+    position, last = token_count - count_tokens(prompt), 0
+    facts = []
+    for offset, key, value in find_facts(prompt):
+        position += count_tokens(prompt[last:offset])  # counted piecewise: one pass over the prompt
+        last = offset
+        facts.append(Fact(key, value, position))
     blocks = set(range((token_count + C4_RATIO - 1) // C4_RATIO))
     digest = hashlib.sha256(prompt.encode()).hexdigest()[:16]
     return PromptKV(token_count, facts, blocks, digest)

@@ -110,16 +110,36 @@ class SimHost:
         try:
             self.playbook("stop.yml", timeout=300)
         finally:
-            pidfile = self.install_root / "supervisor" / "supervisord.pid"
-            if pidfile.exists():
-                try:
-                    pid = int(pidfile.read_text().strip())
-                    os.kill(pid, signal.SIGTERM)
-                    for _ in range(100):
-                        os.kill(pid, 0)
-                        time.sleep(0.1)
-                except (ProcessLookupError, ValueError):
-                    pass
+            stop_supervisord(self.install_root)
+
+
+def stop_supervisord(install_root: Path) -> None:
+    """Last resort after a stop playbook: end the supervisord under `install_root` by its PID file."""
+    pidfile = install_root / "supervisor" / "supervisord.pid"
+    if pidfile.exists():
+        try:
+            pid = int(pidfile.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def assign_ports(inventory: Path, base: int, install_root: Path | None = None) -> None:
+    """Give a copy of the embedded host's inventory the 5 ports from `base` (and an install root)."""
+    dep_path = inventory / "group_vars" / "all" / "deployment.yml"
+    dep = yaml.safe_load(dep_path.read_text())
+    dep["router"]["port"] = base
+    dep["combined"]["port"] = base
+    dep["prefill"][0]["port"] = base + 1
+    dep["decode"][0]["port"] = base + 2
+    dep["prefill"][0]["bootstrap_port"] = base + 3
+    dep["router"]["prometheus_port"] = base + 4
+    if install_root is not None:
+        dep["install_root"] = str(install_root)
+    dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
 
 
 def make_sim_host(root: Path) -> SimHost:
@@ -127,17 +147,7 @@ def make_sim_host(root: Path) -> SimHost:
     host = SimHost(root=root, base_port=free_port_block(5))
     src = REPO / "inventory" / "local"
     shutil.copytree(src, host.inventory)
-    dep_path = host.inventory / "group_vars" / "all" / "deployment.yml"
-    dep = yaml.safe_load(dep_path.read_text())
-    p = host.base_port
-    dep["router"]["port"] = p
-    dep["combined"]["port"] = p
-    dep["prefill"][0]["port"] = p + 1
-    dep["decode"][0]["port"] = p + 2
-    dep["prefill"][0]["bootstrap_port"] = p + 3
-    dep["router"]["prometheus_port"] = p + 4
-    dep["install_root"] = str(host.install_root)
-    dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
+    assign_ports(host.inventory, host.base_port, install_root=host.install_root)
     # An API key by file, as production uses it: the gates and the router must present it.
     key_file = root / "api_key"
     key_file.write_text("sk-integration-" + os.urandom(8).hex() + "\n")

@@ -226,3 +226,11 @@ def test_no_corruption_by_default(launcher: Launcher, state_dir: Path) -> None:
     for t in threads:
         t.join()
     assert sum(map(_corrupted, results)) == 0
+
+
+@pytest.mark.parametrize(("version", "ready_status"), [("0.5.18", 404), ("0.5.23", 200)])
+def test_ready_exists_only_from_0523(launcher: Launcher, state_dir: Path, version: str, ready_status: int) -> None:
+    port = free_port()
+    launcher.sim(_args(port), sim_env(state_dir, DSV4_SIM_SGLANG_VERSION=version))
+    wait_status(f"http://127.0.0.1:{port}/health", 200)
+    assert http("GET", f"http://127.0.0.1:{port}/ready")[0] == ready_status

@@ -14,20 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.systemd.hostkit import Lab
-
-KEY_FILE = "/etc/dsv4deploy/api_key"
-MODEL_DIR = "/models/DeepSeek-V4-Flash-NVFP4"
+from tests.systemd import example_site
+from tests.systemd.hostkit import VENV_BIN, Lab
 
 
 @pytest.fixture(scope="module")
 def lab(hostkit) -> Iterator[Lab]:
     with hostkit.lab(["gpu1"], routers=["gpu1"]) as booted:
-        gpu1 = booted.hosts["gpu1"]
-        # What the operator has on the box before deploying: the key file (the service user's only)
-        # and the model folder with its chat template.
-        gpu1.write_file(KEY_FILE, "sk-loopback-workers\n", owner="sglang", mode="0400")
-        gpu1.sh(f"install -d -m 0755 {MODEL_DIR} && printf '{{}}' > {MODEL_DIR}/chat_template.jinja")
+        example_site.prepare(booted.hosts["gpu1"], "sk-loopback-workers")
         yield booted
 
 
@@ -35,12 +29,19 @@ def _fail_text(proc) -> str:
     return f"rc {proc.returncode}\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
 
 
-def test_example_as_shipped_promotes_with_worker_checks_on_the_host(lab: Lab, tmp_path: Path) -> None:
-    inventory = lab.write_inventory(tmp_path / "inventory", example="pd-single-host")
+@pytest.fixture(scope="module")
+def deployed(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]:
+    """The example deployed once: (inventory, reports folder, ansible-playbook's result)."""
+    tmp = tmp_path_factory.mktemp("loopback")
+    inventory = lab.write_inventory(tmp / "inventory", example="pd-single-host")
+    return inventory, tmp / "reports", lab.playbook("deploy.yml", inventory, reports=tmp / "reports")
+
+
+def test_example_as_shipped_promotes_with_worker_checks_on_the_host(lab: Lab, deployed) -> None:
+    inventory, reports, proc = deployed
     assert "listen: 127.0.0.1" in (inventory / "host_vars" / "gpu1.yml").read_text()
-    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "reports")
     assert proc.returncode == 0, _fail_text(proc)
-    report = json.loads((tmp_path / "reports" / "latest" / "report.json").read_text())
+    report = json.loads((reports / "latest" / "report.json").read_text())
     assert report["verdict"] == "promoted"
     gates = {g["name"]: g for g in report["gates"]}
     endpoints = {e["check"]: e for e in gates["readiness"]["evidence"]["endpoints"]}
@@ -53,3 +54,23 @@ def test_example_as_shipped_promotes_with_worker_checks_on_the_host(lab: Lab, tm
     rows = {r["name"]: r for r in gates["config"]["evidence"]["servers"]}
     assert all(r["ok"] and r["checked_on"] == "gpu1" for r in rows.values()), rows
     assert gates["smoke"]["status"] == "passed" and gates["needle"]["status"] == "passed"
+
+
+def test_a_unit_that_cannot_start_says_why_from_its_journal(lab: Lab, deployed) -> None:
+    """After the deploy above: the decode unit, pointed (by a drop-in) at a user that does not exist,
+    is started as a switchover starts it; the failure carries systemd's own journal lines."""
+    gpu1 = lab.hosts["gpu1"]
+    unit = "sglang-dsv4-decode"
+    gpu1.sh(f"systemctl stop {unit} && install -d /etc/systemd/system/{unit}.service.d && "
+            f"printf '[Service]\\nUser=dsv4-gone\\n' > /etc/systemd/system/{unit}.service.d/zz-test.conf && "
+            "systemctl daemon-reload")
+    try:
+        args = '{"manager": "systemd", "install_root": "/opt/dsv4deploy", "state": "started", "only": "workers"}'
+        proc = lab.run([str(VENV_BIN / "ansible"), "gpu1", "-i", str(deployed[0]), "-m", "dsv4_services", "-a", args])
+    finally:
+        gpu1.sh(f"rm -r /etc/systemd/system/{unit}.service.d && systemctl daemon-reload && systemctl start {unit}")
+    out = proc.stdout
+    assert proc.returncode != 0, out
+    assert f"{unit} did not start" in out, out
+    assert "status=217/USER" in out and "Failed at step USER spawning" in out, out
+    assert "journal since this start" in out, out

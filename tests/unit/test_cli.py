@@ -205,7 +205,8 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
            "CUDA_VISIBLE_DEVICES": "0,1,2,3", "DSV4_SIM_FAULTS": ""}
     argv = [sys.executable, "-m", "dsv4deploy.sim.server", "--model-path", "/m", "--served-model-name",
             "deepseek-v4-flash", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port),
-            "--mem-fraction-static", "0.8", "--json-model-override-args", '{"index_topk":1024}']
+            "--mem-fraction-static", "0.8", "--json-model-override-args", '{"index_topk":1024}',
+            "--tool-call-parser", "deepseekv4"]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
@@ -276,6 +277,15 @@ def test_gate_needle_small_grid(capsys: pytest.CaptureFixture[str], sim_server: 
     assert out.startswith("needle: passed in ")
 
 
+def test_gate_soak_by_hand(capsys: pytest.CaptureFixture[str], sim_server: tuple[str, Path]) -> None:
+    url, _ = sim_server
+    code, out, err = run(capsys, "gate", "soak", "--url", url, "--sessions", "4", "--turns", "2",
+                         "--concurrency", "2", "--deadline", "60")
+    assert code == 0, out
+    assert out.startswith("soak: passed in ") and "0 of 4 sessions corrupted" in out
+    assert "soak: [4/4] session" in err  # progress on stderr
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["smoke"], "--url is required"),
     (["smoke", "--url", "localhost:1"],
@@ -287,6 +297,11 @@ def test_gate_needle_small_grid(capsys: pytest.CaptureFixture[str], sim_server: 
      "--lengths '1k': expected comma-separated ints such as 1000,2000,4000"),
     (["needle", "--url", "http://127.0.0.1:1", "--depths", "2"],
      "depths must be fractions between 0 and 1, got [2.0]"),
+    (["needle", "--url", "http://127.0.0.1:1", "--lengths", "1000,2000", "--index-topk", "1024"],
+     "--lengths [1000, 2000] cannot reach the required 5500 tokens: add a length of at least 5500 "
+     "(or lower --required-tokens)"),
+    (["soak", "--url", "http://127.0.0.1:1", "--sessions", "0"],
+     "need sessions, turns and concurrency >= 1 (got 0, 4, 16)"),
     (["config", "--server", "prefill=http://127.0.0.1:1"],
      "no --log-file for server prefill (give one per --server, in the same order)"),
     (["config", "--server", "prefill=http://127.0.0.1:1", "--log-file", "prefill=/nonexistent/x.log",

@@ -45,7 +45,7 @@ def test_local_inventory_is_templated_like_ansible() -> None:
     common, hostvars = load_inventory_vars([LOCAL], [])
     # ansible_playbook_python is what Ansible sets: this interpreter.
     assert common["server_launcher"] == [sys.executable, "-m", "dsv4deploy.sim.server"]
-    assert common["server_env"]["PYTHONPATH"] == str(REPO)  # {{ (inventory_dir ~ '/../..') | realpath }}
+    assert common["server_env"]["DSV4_SIM_STATE_DIR"] == str((REPO / ".state" / "local" / "sim-gpus").resolve())
     assert common["decode"][0]["env"]["DSV4_SIM_FAULTS"] == ""  # sim_faults_by_role.decode | default(sim_faults)
     assert hostvars["local"]["ansible_host"] == "127.0.0.1"
     assert Path(hostvars["local"]["install_root"]).resolve() == (REPO / ".state" / "local").resolve()

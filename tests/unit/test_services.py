@@ -50,7 +50,8 @@ def test_pd_router_argv_exact():
         "--health-check-endpoint", "/health", "--health-check-interval-secs", "10",
         "--health-failure-threshold", "3", "--health-check-timeout-secs", "5",
         "--worker-startup-timeout-secs", "1800", "--worker-startup-check-interval", "1",
-        "--prometheus-port", "29000", "--prometheus-host", "127.0.0.1"]
+        "--prometheus-port", "29000", "--prometheus-host", "127.0.0.1", "--shutdown-grace-period-secs", "60"]
+    assert router.stop_timeout_s == 60 + 15  # the service manager must not kill it while it drains
     assert router.after == ["sglang-dsv4-prefill", "sglang-dsv4-decode"]
     assert router.start_order == 20 and router.ports == [8000, 29000] and router.gpus == []
 

@@ -13,13 +13,15 @@ UNIT = "sglang-dsv4-decode.service"
 
 
 def entry(message: str, pid: str = "1", comm: str = "systemd") -> str:
-    return json.dumps({"MESSAGE": message, "_PID": pid, "SYSLOG_IDENTIFIER": "systemd", "_COMM": comm, "UNIT": UNIT})
+    # As seen on Debian 12: the forked child logs under its own PID, named "(ecode.sh)", from src/core.
+    return json.dumps({"MESSAGE": message, "_PID": pid, "SYSLOG_IDENTIFIER": comm, "_COMM": comm, "UNIT": UNIT,
+                       "CODE_FILE": "src/core/execute.c" if pid != "1" else "src/core/unit.c"})
 
 
 JOURNAL_217 = "\n".join([
-    entry(f"{UNIT}: Failed to determine user credentials: No such process", pid="4242", comm="(serve-sgl)"),
+    entry(f"{UNIT}: Failed to determine user credentials: No such process", pid="4242", comm="(ecode.sh)"),
     entry(f"{UNIT}: Failed at step USER spawning /opt/dsv4deploy/current/bin/serve-sglang-dsv4-decode.sh: "
-          "No such process", pid="4242", comm="(serve-sgl)"),
+          "No such process", pid="4242", comm="(ecode.sh)"),
     entry(f"{UNIT}: Main process exited, code=exited, status=217/USER"),
     entry(f"{UNIT}: Failed with result 'exit-code'."),
     entry("Failed to start sglang-dsv4-decode.service - SGLang decode server for deepseek-v4-flash (dsv4deploy)."),

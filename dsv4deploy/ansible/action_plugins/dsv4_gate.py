@@ -1,4 +1,7 @@
-"""Action plugin: run one verification gate from the controller and return its evidence."""
+"""Action plugin: run one verification gate from the controller and return its evidence.
+
+Documented in modules/dsv4_gate.py (ansible-doc dsv4.deploy.dsv4_gate); ARGUMENT_SPEC follows it.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +13,14 @@ from ansible.utils.display import Display
 from dsv4deploy.gate_runner import GATES, GateSettingsError, plan_index_topk, run_gate, settings_from_vars
 from dsv4deploy.inventory import plain
 
-DOCUMENTATION = r"""
-action: dsv4_gate
-short_description: Run a dsv4deploy gate (readiness, config, smoke, needle, soak) against the deployed servers
-description:
-  - Calls dsv4deploy.gates on the controller. The task itself never fails for a failing server: it
-    returns C(gate) (name, status, seconds, summary, evidence) and C(passed), so the playbook decides
-    on every host at once. Settings come from the variables named in GateSettings; an unknown
-    variable with a gate's prefix (needle_, soak_, ...) fails the task naming it.
-options:
-  name: {description: Gate to run, required: true}
-  plan: {description: The dsv4_plan fact, required: true}
-  logs: {description: Service name to log text since this start (config gate)}
-  api_key: {description: API key for the servers (never logged)}
-  settings: {description: Overrides of the settings for this task}
-  probes: {description: "What dsv4_worker_probe found on each host ({host: result}): worker checks run there"}
-"""
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True, "choices": list(GATES)},
+    "plan": {"type": "dict", "required": True},
+    "logs": {"type": "dict", "default": {}},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "settings": {"type": "dict", "default": {}},
+    "probes": {"type": "dict", "default": {}},
+}
 
 display = Display()
 
@@ -38,13 +33,10 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = plain(self._task.args)
-        name = args.get("name")
-        if name not in GATES:
-            result.update(failed=True, msg=f"dsv4_gate: name must be one of {', '.join(GATES)}, got {name!r}")
-            return result
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        name = args["name"]
         try:
-            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args.get("settings"),
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
                                           plan_index_topk(args["plan"]))
         except GateSettingsError as exc:
             result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))
@@ -53,8 +45,8 @@ class ActionModule(ActionBase):
         def progress(done: int, total: int, note: str) -> None:
             display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
 
-        gate = run_gate(name, args["plan"], settings, logs=args.get("logs"), api_key=args.get("api_key") or None,
-                        progress=progress, probes=args.get("probes") or {})
+        gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
+                        progress=progress, probes=args["probes"])
         data = gate.model_dump(mode="json")
         display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
         result.update(changed=False, gate=data, passed=gate.passed)

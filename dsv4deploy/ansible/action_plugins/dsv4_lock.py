@@ -1,4 +1,9 @@
-"""Action plugin: the dsv4_lock module plus what only the controller can know (is the holder alive?)."""
+"""Action plugin: the dsv4_lock module plus what only the controller can know (is the holder alive?).
+
+A lock held by a dead run (same controller, process gone or replaced) or an empty lock file is taken
+over, with one line saying whose run died and in which phase; a live holder fails the task naming it.
+Its options are the module's (modules/dsv4_lock.py, ansible-doc dsv4.deploy.dsv4_lock), which validates them.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +13,6 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-
-DOCUMENTATION = r"""
-action: dsv4_lock
-short_description: Take the deploy lock, taking over the lock of a run whose controller process died
-description:
-  - Adds the controller's host name, the ansible-playbook process id and its start time to the lock
-    record, so a later run on the same controller tells a dead holder from a live one. A lock held by a
-    dead run (same controller, process gone or replaced) or an empty lock file is taken over, with one
-    line saying whose run died and in which phase; a live holder fails the task naming it. A holder on
-    another controller cannot be checked from here: the failure names it and says how to clear it.
-options: see the dsv4_lock module.
-"""
 
 display = Display()
 
@@ -60,16 +53,18 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
+        # The module of the same name: dsv4.deploy.dsv4_lock in the collection, else the library's.
+        module = self._task.resolved_action or "dsv4_lock"
         me = controller_identity()
         args.update(me)
-        module_result = self._execute_module(module_name="dsv4_lock", module_args=args, task_vars=task_vars)
+        module_result = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
         holder = module_result.get("holder")
         if (args.get("state", "present") == "present" and module_result.get("failed")
                 and holder is not None and "takeover_from" not in args):
             why = holder_is_dead(holder, me)
             if why:
                 retry = {**args, "takeover_from": holder.get("run_id", "")}
-                module_result = self._execute_module(module_name="dsv4_lock", module_args=retry, task_vars=task_vars)
+                module_result = self._execute_module(module_name=module, module_args=retry, task_vars=task_vars)
                 if not module_result.get("failed"):
                     line = (f"previous run {holder.get('run_id') or '?'} of {holder.get('owner') or 'unknown'} died "
                             f"during phase '{holder.get('phase', '?')}' ({why}); took over its lock, this run "

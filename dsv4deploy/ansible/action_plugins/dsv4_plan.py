@@ -1,4 +1,7 @@
-"""Action plugin: validate the spec, check memory and render every host's release, on the controller."""
+"""Action plugin: validate the spec, check memory and render every host's release, on the controller.
+
+Documented in modules/dsv4_plan.py (ansible-doc dsv4.deploy.dsv4_plan); ARGUMENT_SPEC follows it.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +9,16 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from dsv4deploy import reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
-DOCUMENTATION = r"""
-action: dsv4_plan
-short_description: Build the dsv4deploy rollout plan from inventory variables
-description:
-  - Reads the spec from the play's variables exactly as `dsv4deploy validate` does, validates it,
-    checks memory feasibility and renders each play host's release. Fails, listing every problem
-    with its field, host and fix, before anything on a host changes. Sets the fact C(dsv4_plan).
-  - With I(release_spec) (the spec.json of an installed release) it sets I(fact) to that release's
-    gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
-options:
-  release_spec: {description: spec.json text of an installed release}
-  fact: {description: Name of the fact to set, default: dsv4_plan}
-"""
+ARGUMENT_SPEC = {
+    "release_spec": {"type": "str"},
+    "fact": {"type": "str", "default": "dsv4_plan"},
+}
 
 
 class ActionModule(ActionBase):
@@ -34,8 +29,8 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = plain(self._task.args)
-        fact = args.get("fact") or "dsv4_plan"
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        fact = args["fact"]
         if args.get("release_spec"):
             try:
                 targets = targets_from_release_spec(args["release_spec"])
@@ -65,7 +60,28 @@ class ActionModule(ActionBase):
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
             return result
+        problem = self._unreachable_endpoint(plan, hostvars)
+        if problem:
+            result.update(failed=True, problems=[problem],
+                          msg=f"the deployment spec is invalid; nothing was changed:\n- {problem}")
+            return result
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
                           f"endpoint {plan['endpoint']}")
         return result
+
+    def _unreachable_endpoint(self, plan: dict[str, Any], hostvars: Any) -> str | None:
+        """Why the gates (and clients) on the controller could never reach the endpoint, or None.
+
+        A host is the controller itself when Ansible reaches it through the local connection or at
+        a loopback address; without ansible_connection in its variables it uses this task's one.
+        """
+        host = plan.get("endpoint_host") or ""
+        if host not in hostvars:
+            return None
+        hv = hostvars[host]
+        connection = str(hv.get("ansible_connection") or self._connection.transport)
+        local = connection.rsplit(".", 1)[-1] == "local" or reach.is_loopback(str(hv.get("ansible_host", host)))
+        what = "router.listen" if plan.get("router_url") else "listen"
+        return reach.endpoint_problem(what, plan["endpoint"], host, local)
+

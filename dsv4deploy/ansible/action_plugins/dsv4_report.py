@@ -1,4 +1,7 @@
-"""Action plugin: write the deploy report (JSON, Markdown, heatmap) on the controller."""
+"""Action plugin: write the deploy report (JSON, Markdown, heatmap) on the controller.
+
+Documented in modules/dsv4_report.py (ansible-doc dsv4.deploy.dsv4_report); ARGUMENT_SPEC follows it.
+"""
 
 from __future__ import annotations
 
@@ -13,21 +16,18 @@ from dsv4deploy.hardening import score_plan
 from dsv4deploy.inventory import plain
 from dsv4deploy.report import build_report, update_latest, write_report
 
-DOCUMENTATION = r"""
-action: dsv4_report
-short_description: Write reports/<release>/report.json and report.md and point reports/latest at them
-options:
-  reports_dir: {description: Root of the reports folder on the controller, required: true}
-  verdict: {description: promoted, unchanged, rolled_back or failed, required: true}
-  plan: {description: The dsv4_plan fact, required: true}
-  release: {description: Release deployed}
-  previous_release: {description: Release active before}
-  serving_release: {description: Release serving after the deploy (verified or not)}
-  failed_gate: {description: Gate or stage that failed}
-  failure: {description: One line saying what failed}
-  gates: {description: Gate results in order}
-  failure_logs: {description: "Per host, the log lines of a service that did not start ({host: [lines]})"}
-"""
+ARGUMENT_SPEC = {
+    "reports_dir": {"type": "path", "required": True},
+    "verdict": {"type": "str", "required": True, "choices": ["promoted", "unchanged", "rolled_back", "failed"]},
+    "plan": {"type": "dict", "required": True},
+    "release": {"type": "str", "default": ""},
+    "previous_release": {"type": "str", "default": ""},
+    "serving_release": {"type": "str", "default": ""},
+    "failed_gate": {"type": "str", "default": ""},
+    "failure": {"type": "str", "default": ""},
+    "gates": {"type": "list", "elements": "dict", "default": []},
+    "failure_logs": {"type": "dict", "default": {}},
+}
 
 display = Display()
 
@@ -48,13 +48,14 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        args = plain(self._task.args)
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
         plan = args["plan"]
         gates = [GateResult.model_validate(g) for g in args.get("gates") or []]
         data = build_report(
             release=args.get("release") or plan["release_id"],
             previous_release=args.get("previous_release") or None,
             topology=plan["topology"],
+            router=plan.get("router"),
             verdict=args["verdict"],
             endpoint=plan["endpoint"],
             gates=gates,
@@ -70,7 +71,8 @@ class ActionModule(ActionBase):
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
         # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
         data["hardening"] = score_plan(plan)
-        root = Path(args["reports_dir"])
+        # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
+        root = Path(args["reports_dir"]).expanduser().absolute()
         name = _free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())
         update_latest(root, name)

@@ -5,24 +5,100 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_host
-short_description: Check a GPU host before a switchover, or wait until GPUs are really released
+short_description: Check a GPU host before a switchover, or wait until its GPUs are really released
 description:
-  - C(state=check) changes nothing. It fails, listing every problem, when a GPU of the new layout is
+  - O(state=check) changes nothing. It fails, listing every problem, when a GPU of the new layout is
     missing, when a process that is not ours holds memory on one, or when a port is taken by a
     process that is not ours.
-  - C(state=released) polls nvidia-smi until every listed GPU uses less than I(threshold_mib), and
-    fails at I(timeout_s) naming the GPU, its usage and the processes holding it.
+  - O(state=released) polls C(nvidia-smi) until every listed GPU uses less than O(threshold_mib), and
+    fails at O(timeout_s) naming the GPU, its usage and the processes holding it.
 options:
-  gpu_query_command: {type: list, elements: str, required: true, description: nvidia-smi argv prefix.}
-  state: {type: str, choices: [check, released], default: check, description: What to do.}
-  gpus: {type: list, elements: int, default: [], description: GPU indices of the new layout.}
-  ports: {type: list, elements: int, default: [], description: TCP ports the new services listen on.}
-  our_pids: {type: list, elements: int, default: [], description: PIDs of our services and their children.}
-  threshold_mib: {type: int, default: 1024, description: A GPU using less than this counts as free.}
-  timeout_s: {type: float, default: 120, description: Deadline for state=released.}
-  poll_s: {type: float, default: 0.25, description: Poll interval for state=released.}
+  gpu_query_command:
+    type: list
+    elements: str
+    required: true
+    description:
+      - The C(nvidia-smi) command (argv) to query GPUs with; its query arguments are appended.
+  state:
+    type: str
+    choices: [check, released]
+    default: check
+    description:
+      - What to do.
+  gpus:
+    type: list
+    elements: int
+    default: []
+    description:
+      - GPU indices of the new layout.
+  ports:
+    type: list
+    elements: int
+    default: []
+    description:
+      - TCP ports the new services listen on.
+  our_pids:
+    type: list
+    elements: int
+    default: []
+    description:
+      - PIDs of our services and their children; what they hold does not count against a GPU or port.
+  threshold_mib:
+    type: int
+    default: 1024
+    description:
+      - A GPU using less than this many MiB counts as free.
+  timeout_s:
+    type: float
+    default: 120
+    description:
+      - Deadline for O(state=released).
+  poll_s:
+    type: float
+    default: 0.25
+    description:
+      - Poll interval for O(state=released).
+attributes:
+  check_mode:
+    support: full
+    description: Both states only read; O(state=released) waits in check mode too.
+  diff_mode:
+    support: none
+    description: Nothing is changed.
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host with C(nvidia-smi) (or the command given in O(gpu_query_command)).
 author: dsv4deploy
 """
+
+EXAMPLES = r"""
+- name: GPUs 0-7 present and not held by others, ports free or ours
+  dsv4.deploy.dsv4_host:
+    gpu_query_command: [nvidia-smi]
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    ports: [30000, 30001, 30002]
+    our_pids: "{{ status.pids }}"
+
+- name: Wait until the stopped servers' GPU memory is released
+  dsv4.deploy.dsv4_host:
+    gpu_query_command: [nvidia-smi]
+    state: released
+    gpus: [0, 1, 2, 3]
+    timeout_s: 300
+"""
+
+RETURN = r"""
+gpus:
+  description: GPU index to its C(uuid), C(used) and C(total) memory in MiB, as seen by the check.
+  returned: state=check
+  type: dict
+seconds:
+  description: How long the GPUs took to be released.
+  returned: state=released
+  type: float
+"""
+
 
 import os
 import subprocess

@@ -8,28 +8,139 @@ DOCUMENTATION = r"""
 module: dsv4_lock
 short_description: Take, update or release the dsv4deploy deploy lock of a host
 description:
-  - C(state=present) creates I(path) atomically (never empty, never half-written), recording I(owner),
-    I(run_id), the controller host, process id and process start time, and the phase. When another run
-    holds the lock it fails at once naming the holder (C(holder) in the result); the dsv4_lock action
-    plugin then decides on the controller whether that holder is dead and retries with I(takeover_from).
-    Taking a lock this run already holds succeeds.
-  - C(state=phase) records the phase in progress (and the release it targets) in the lock this run holds.
-  - C(state=absent) removes the lock when this run holds it (or when I(force) is set).
+  - O(state=present) creates O(path) atomically (never empty, never half-written), recording O(owner),
+    O(run_id), the controller host, process id and process start time, and the phase. When another run
+    holds the lock it fails at once naming the holder (RV(holder)); the action of the same name then
+    decides on the controller whether that holder is dead (same controller, process gone or replaced, or
+    an empty lock file) and takes its lock over with O(takeover_from), saying whose run died and in which
+    phase. A holder on another controller cannot be checked from here - the failure names it and says
+    how to clear it. Taking a lock this run already holds succeeds.
+  - O(state=phase) records the phase in progress (and the release it targets) in the lock this run holds.
+  - O(state=absent) removes the lock when this run holds it (or when O(force) is set).
 options:
-  path: {type: path, required: true, description: Lock file.}
-  state: {type: str, choices: [present, phase, absent], default: present, description: What to do.}
-  owner: {type: str, default: '', description: Who runs (user@controller).}
-  run_id: {type: str, required: true, description: Identifies this playbook run.}
-  controller: {type: str, default: '', description: Host name of the controller running the playbook.}
-  controller_pid: {type: int, default: 0, description: Process id of ansible-playbook on the controller.}
-  controller_start: {type: str, default: '', description: Start time of that process (tells pid reuse apart).}
-  phase: {type: str, default: locked, description: Phase in progress.}
-  target: {type: str, default: '', description: Release the phase works towards.}
-  takeover_from: {type: str, description: Replace the lock only if this run id (or '' for an empty file) holds it.}
-  stale_after_s: {type: int, default: 7200, description: Age after which a lock of another controller is called stale.}
-  force: {type: bool, default: false, description: Release even a lock held by another run.}
+  path:
+    type: path
+    required: true
+    description:
+      - Lock file.
+  state:
+    type: str
+    choices: [present, phase, absent]
+    default: present
+    description:
+      - What to do.
+  owner:
+    type: str
+    default: ""
+    description:
+      - Who runs (user@controller), shown to a second run.
+  run_id:
+    type: str
+    required: true
+    description:
+      - Identifies this playbook run.
+  controller:
+    type: str
+    default: ""
+    description:
+      - Host name of the controller running the playbook (the action fills it in).
+  controller_pid:
+    type: int
+    default: 0
+    description:
+      - Process id of ansible-playbook on the controller (the action fills it in).
+  controller_start:
+    type: str
+    default: ""
+    description:
+      - Start time of that process, which tells a reused pid apart (the action fills it in).
+  phase:
+    type: str
+    default: locked
+    description:
+      - Phase in progress.
+  target:
+    type: str
+    default: ""
+    description:
+      - Release the phase works towards.
+  takeover_from:
+    type: str
+    description:
+      - Replace the lock only if this run id (or an empty string, for an empty file) holds it.
+  stale_after_s:
+    type: int
+    default: 7200
+    description:
+      - Age in seconds after which a lock of another controller is called stale.
+  force:
+    type: bool
+    default: false
+    description:
+      - Release even a lock held by another run.
+attributes:
+  action:
+    support: full
+    description: The action of the same name adds the controller's identity and takes over dead holders' locks.
+  check_mode:
+    support: full
+    description: Reports whether the lock could be taken or released; writes nothing.
+  diff_mode:
+    support: none
+    description: The lock lives only for the run.
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX host.
 author: dsv4deploy
 """
+
+EXAMPLES = r"""
+- name: Take the deploy lock
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    owner: "ops@controller"
+    run_id: "{{ run_id }}"
+
+- name: Say which phase this run is in
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    run_id: "{{ run_id }}"
+    state: phase
+    phase: switchover
+    target: "{{ dsv4_plan.release_id }}"
+
+- name: Release it
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    run_id: "{{ run_id }}"
+    state: absent
+"""
+
+RETURN = r"""
+holder:
+  description: The lock's record (C(owner), C(run_id), C(controller), C(phase), C(since), ...) - this run's,
+    or that of the run that holds it.
+  returned: when a lock exists or was taken
+  type: dict
+previous:
+  description: The record of the dead run whose lock was taken over.
+  returned: O(state=present) when the lock was taken
+  type: dict
+phase:
+  description: The phase recorded.
+  returned: O(state=phase)
+  type: str
+age_s:
+  description: Age of the lock another run holds.
+  returned: when another run holds the lock
+  type: int
+stale:
+  description: Whether the lock another run holds is older than O(stale_after_s).
+  returned: when another run holds the lock
+  type: bool
+"""
+
 
 import json
 import os

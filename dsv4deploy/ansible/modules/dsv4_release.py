@@ -10,33 +10,107 @@ description:
   - A release is a directory C(install_root/releases/ID) holding serve scripts, units or supervisord
     programs, the resolved spec and a manifest of content hashes. It is written once (to a temporary
     name, then renamed) and never changed; C(install_root/current) points at the active one.
-  - C(state=present) installs a release unless one with the same content hash exists already
-    (then that one is reused and nothing changes). C(state=active) switches the pointer and prunes
-    old releases (never the active, the previous or the last verified one). C(state=verified) records
-    that a release passed its gates (the rollback target is the last verified release, never one
-    that failed). C(state=query) changes nothing.
+  - O(state=present) installs a release unless one with the same content hash exists already (then
+    that one is reused and nothing changes); with C(--diff) it shows each file against the active release.
+  - O(state=active) switches the pointer and prunes old releases (never the active, the previous or
+    the last verified one).
+  - O(state=verified) records that a release passed its gates (the rollback target is the last
+    verified release, never one that failed).
+  - O(state=query) changes nothing.
+  - O(state=purged) removes what dsv4deploy created under O(install_root) (and the root when nothing
+    else is left in it), never anything else.
 options:
-  install_root: {type: path, required: true, description: Root of releases on this host.}
+  install_root:
+    type: path
+    required: true
+    description:
+      - Root of the releases on this host.
   state:
     type: str
     choices: [present, active, verified, query, purged]
     default: query
-    description: What to do. C(purged) removes what dsv4deploy created under I(install_root) (and the
-      root when nothing else is left in it), never anything else.
-  release_id: {type: str, description: Release to install or activate.}
-  files: {type: dict, description: Relative path to file content (state=present).}
-  keep: {type: int, default: 5, description: Releases kept after activation (active and previous always kept).}
+    description:
+      - What to do.
+  release_id:
+    type: str
+    description:
+      - Release to install, activate or record as verified.
+  files:
+    type: dict
+    description:
+      - Path relative to the release to file content (O(state=present)).
+  keep:
+    type: int
+    default: 5
+    description:
+      - Releases kept after activation (the active, the previous and the last verified are always kept).
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be installed or switched; writes nothing.
+  diff_mode:
+    support: full
+    description: O(state=present) shows every file of the new release against the active one.
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX host.
 author: dsv4deploy
 """
 
-RETURN = r"""
-active: {description: Active release id after the task (or null), returned: always, type: str}
-previous: {description: Release that was active before the last switch, returned: always, type: str}
-last_good: {description: The last release that passed its gates here, returned: always, type: str}
-good: {description: Releases that passed their gates, oldest first, returned: always, type: list}
-release_id: {description: Release installed or reused (state=present), returned: when state=present, type: str}
-releases: {description: Installed release ids, oldest first, returned: always, type: list}
+EXAMPLES = r"""
+- name: Install the planned release (reused when its content exists already)
+  dsv4.deploy.dsv4_release:
+    install_root: /opt/dsv4deploy
+    state: present
+    release_id: "{{ dsv4_plan.release_id }}"
+    files: "{{ dsv4_plan.hosts[inventory_hostname].files }}"
+
+- name: Make it the active release
+  dsv4.deploy.dsv4_release:
+    install_root: /opt/dsv4deploy
+    state: active
+    release_id: "{{ dsv4_plan.release_id }}"
+
+- name: What is installed and active
+  dsv4.deploy.dsv4_release:
+    install_root: /opt/dsv4deploy
+  register: releases
 """
+
+RETURN = r"""
+active:
+  description: Active release id after the task (null when none).
+  returned: always
+  type: str
+active_hash:
+  description: Content hash of the active release (its manifest's C(content_hash)).
+  returned: O(state=query) when a release is active
+  type: str
+previous:
+  description: Release that was active before the last switch.
+  returned: always
+  type: str
+last_good:
+  description: The last release that passed its gates here.
+  returned: always
+  type: str
+good:
+  description: Releases that passed their gates here, oldest first.
+  returned: always
+  type: list
+  elements: str
+release_id:
+  description: Release installed, or the existing one with the same content that was reused.
+  returned: O(state=present)
+  type: str
+releases:
+  description: Installed release ids, oldest first.
+  returned: always
+  type: list
+  elements: str
+"""
+
 
 import hashlib
 import json

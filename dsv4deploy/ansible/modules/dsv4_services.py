@@ -5,46 +5,165 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_services
-short_description: Install, start, stop and inspect dsv4deploy services (systemd or supervisord)
+short_description: Install, start, stop and inspect dsv4deploy services under systemd or supervisord
 description:
-  - The services are those of the release C(install_root/current) (C(bin/serve-NAME.sh)).
-  - C(state=installed) makes the service manager see the active release's units or programs
-    (systemd units copied to I(unit_dir) and daemon-reload; supervisord started under the install
-    root with its socket there, then reread/update).
-  - C(state=stopped) stops I(names) (default all of ours) in the order given, routers first.
-  - C(state=started) starts I(names) in the order given and fails with the log tail of a service that
-    does not stay up.
-  - C(state=status) and C(state=logs) change nothing.
+  - The services are those of the active release C(install_root/current) (its C(bin/serve-NAME.sh)).
+  - O(state=installed) makes the service manager see the active release's units or programs (systemd
+    units copied to O(unit_dir) and a daemon-reload; supervisord started under the install root with
+    its socket there, then reread and update).
+  - O(state=stopped) stops O(names) (default all of ours) in the order given, else in drain order -
+    routers first (a router stops taking new requests and lets those in flight finish within its stop
+    timeout, the drain deadline), then decode workers, then prefill workers and the combined server (a
+    decode still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
+  - O(state=started) first does what O(state=installed) does, then starts O(names) all at once (the
+    service manager's own ordering still applies) and fails with the log tail of a service that dies at
+    once (supervisord - within its C(startsecs)); whether a started server becomes ready is the
+    readiness gate's to judge.
+  - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
+    supervisord; the releases stay.
+  - O(state=status) and O(state=logs) change nothing.
 options:
-  manager: {type: str, choices: [systemd, supervisor], required: true, description: Service manager.}
-  install_root: {type: path, required: true, description: Root of releases on this host.}
+  manager:
+    type: str
+    choices: [systemd, supervisor]
+    required: true
+    description:
+      - Service manager.
+  install_root:
+    type: path
+    required: true
+    description:
+      - Root of the releases on this host.
   state:
     type: str
     choices: [installed, started, stopped, status, logs, removed]
     default: status
-    description: What to do. C(removed) stops everything and takes our units out of systemd, or shuts
-      down our supervisord; the releases stay.
-  names: {type: list, elements: str, description: Services to act on, in order (default all of ours).}
-  only: {type: str, choices: [all, router, workers], default: all, description: Narrow I(names) by kind.}
-  unit_dir: {type: path, default: /etc/systemd/system, description: Where systemd units are installed.}
-  supervisor_bin_dir: {type: path, description: Folder holding supervisord and supervisorctl (default PATH).}
-  log_offsets: {type: dict, description: Byte offsets per service (state=logs, supervisor) as returned by started.}
-  invocations: {type: dict, description: systemd invocation ids per service (state=logs).}
+    description:
+      - What to do.
+  names:
+    type: list
+    elements: str
+    description:
+      - Services to act on, in order (default all of the active release's).
+  only:
+    type: str
+    choices: [all, router, workers, decode, prefill]
+    default: all
+    description:
+      - Narrow O(names) by kind. V(decode) is the decode workers; V(prefill) the other workers (prefill
+        and the combined server).
+  unit_dir:
+    type: path
+    default: /etc/systemd/system
+    description:
+      - Where systemd units are installed.
+  supervisor_bin_dir:
+    type: path
+    description:
+      - Folder holding C(supervisord) and C(supervisorctl) (default the PATH).
+  log_offsets:
+    type: dict
+    default: {}
+    description:
+      - Byte offsets per service, as O(state=started) returned them (O(state=logs) under supervisord).
+  invocations:
+    type: dict
+    default: {}
+    description:
+      - systemd invocation ids per service, as O(state=started) returned them (O(state=logs) under systemd).
   enabled:
     type: bool
-    description: With C(state=stopped) and systemd, also disable (false) the stopped units at boot, so a
-      reboot does not start a deployment that was stopped on purpose. C(state=installed) always enables
-      the active release's units.
+    description:
+      - With O(state=stopped) and systemd, also disable (V(false)) the stopped units at boot, so a reboot
+        does not start a deployment that was stopped on purpose. O(state=installed) always enables the
+        active release's units.
+attributes:
+  check_mode:
+    support: full
+    description: Says what would be started, stopped or installed; touches no service.
+  diff_mode:
+    support: none
+    description: Services have no file content to diff (the release's files are diffed by M(dsv4.deploy.dsv4_release)).
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host with systemd, or with supervisor installed.
 author: dsv4deploy
 """
 
+EXAMPLES = r"""
+- name: Stop the router first
+  dsv4.deploy.dsv4_services:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    state: stopped
+    only: router
+
+- name: Start the workers of the active release
+  dsv4.deploy.dsv4_services:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    state: started
+    only: workers
+  register: started
+
+- name: Which of our services run, with their PIDs
+  dsv4.deploy.dsv4_services:
+    manager: supervisor
+    install_root: "{{ playbook_dir }}/.state"
+    supervisor_bin_dir: "{{ ansible_playbook_python | dirname }}"
+  register: status
+"""
+
+RETURN = r"""
+services:
+  description: Service name to C(name), C(running), C(active) and C(pid).
+  returned: O(state=status) and O(state=logs)
+  type: dict
+pids:
+  description: PIDs of our services and all their children.
+  returned: O(state=status) and O(state=logs)
+  type: list
+  elements: int
+started:
+  description: Services started, in order.
+  returned: O(state=started)
+  type: list
+  elements: str
+stopped:
+  description: Services stopped, in order.
+  returned: O(state=stopped) and O(state=removed)
+  type: list
+  elements: str
+stop_seconds:
+  description: How long each service took to stop.
+  returned: O(state=stopped) and O(state=removed)
+  type: dict
+log_offsets:
+  description: Byte offset of each started service's log at its start (supervisord), for O(state=logs).
+  returned: O(state=started)
+  type: dict
+invocations:
+  description: systemd invocation id of each started service, for O(state=logs).
+  returned: O(state=started)
+  type: dict
+logs:
+  description: Service name to the text it logged since its start.
+  returned: O(state=logs)
+  type: dict
+"""
+
+
 import glob
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
+import xmlrpc.client
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -63,11 +182,21 @@ def _read(path: str) -> str:
         return fh.read()
 
 
+def kind_of(name: str) -> str:
+    """router, decode or prefill (the combined server counts with prefill: it goes last)."""
+    if name.endswith("router"):
+        return "router"
+    return "decode" if "-decode" in name else "prefill"
+
+
+DRAIN_ORDER = {"router": 0, "decode": 1, "prefill": 2}
+
+
 def release_services(root: str) -> list[str]:
-    """Service names of the active release, from its serve scripts, routers first."""
+    """Service names of the active release, from its serve scripts, in drain order."""
     base = os.path.join(root, "current", "bin")
     names = [os.path.basename(p)[len(PREFIX):-3] for p in glob.glob(os.path.join(base, f"{PREFIX}*.sh"))]
-    return sorted(names, key=lambda n: (0 if n.endswith("router") else 1, n))
+    return sorted(names, key=lambda n: (DRAIN_ORDER[kind_of(n)], n))
 
 
 def _children(pid: int) -> list[int]:
@@ -90,8 +219,31 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over supervisord's unix socket (what supervisorctl speaks, without starting a Python per call)."""
+
+    def __init__(self, path: str, timeout: float = 30):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class _UnixTransport(xmlrpc.client.Transport):
+    def __init__(self, path: str):
+        super().__init__()
+        self._path = path
+
+    def make_connection(self, host: str) -> http.client.HTTPConnection:
+        return _UnixConnection(self._path)
+
+
 class Supervisor:
-    """supervisord under the install root, driven through supervisorctl."""
+    """supervisord under the install root: its XML-RPC socket for queries and starts, supervisorctl for the rest."""
 
     def __init__(self, module: AnsibleModule, root: str, bin_dir: str | None):
         self.module = module
@@ -127,8 +279,15 @@ class Supervisor:
             self.module.fail_json(msg=f"supervisorctl {' '.join(args)} failed: {proc.stdout}{proc.stderr}".strip())
         return proc
 
+    def rpc(self) -> xmlrpc.client.ServerProxy:
+        return xmlrpc.client.ServerProxy("http://localhost/RPC2",
+                                         transport=_UnixTransport(os.path.join(self.dir, "supervisor.sock")))
+
     def running(self) -> bool:
-        return self.ctl("pid").stdout.strip().isdigit()
+        try:
+            return self.rpc().supervisor.getState()["statename"] == "RUNNING"
+        except (OSError, xmlrpc.client.Error):
+            return False
 
     def ensure(self) -> bool:
         """Write the config and start supervisord when it is not running; True when anything changed."""
@@ -163,15 +322,31 @@ class Supervisor:
         return bool(out.strip())
 
     def status(self, name: str) -> dict:
-        out = self.ctl("status", name).stdout.strip()
-        parts = out.split()
-        state = parts[1] if len(parts) > 1 else "UNKNOWN"
-        pid = None
-        if state == "RUNNING" and "pid" in parts:
-            pid = int(parts[parts.index("pid") + 1].rstrip(","))
+        info: dict = {}
+        try:
+            info = self.rpc().supervisor.getProcessInfo(name)
+            state, out = info["statename"], f"{info['statename']} {info['description']}".strip()
+        except xmlrpc.client.Fault as exc:
+            state, out = "UNKNOWN", f"{name}: {exc.faultString}"
+        except OSError as exc:
+            state, out = "UNKNOWN", f"supervisord at {self.dir} did not answer: {exc}"
+        pid = info.get("pid") if state == "RUNNING" else None
         # STARTING/BACKOFF count as active: supervisord is (re)trying them and a stop must end that too.
         return {"name": name, "state": state, "running": state == "RUNNING",
                 "active": state in ("RUNNING", "STARTING", "BACKOFF", "STOPPING"), "pid": pid, "detail": out}
+
+    def start_all(self, names: list[str]) -> dict[str, str]:
+        """Ask supervisord to start every program without waiting; name -> error text for a refused start."""
+        errors = {}
+        for name in names:
+            try:
+                self.rpc().supervisor.startProcess(name, False)
+            except xmlrpc.client.Fault as exc:
+                if "ALREADY_STARTED" not in exc.faultString:
+                    errors[name] = exc.faultString
+            except OSError as exc:
+                errors[name] = f"supervisord did not answer: {exc}"
+        return errors
 
     def shutdown(self) -> bool:
         """Stop supervisord itself (it was started by us, under the install root)."""
@@ -190,10 +365,6 @@ class Supervisor:
         except OSError:
             pass
         return os.path.join(self.root, "logs", f"{name}.log")
-
-    def start(self, name: str) -> tuple[bool, str]:
-        proc = self.ctl("start", name)
-        return proc.returncode == 0 and "ERROR" not in proc.stdout, (proc.stdout + proc.stderr).strip()
 
     def stop(self, name: str) -> tuple[bool, str]:
         proc = self.ctl("stop", name)
@@ -268,9 +439,16 @@ class Systemd:
                 "active": props.get("ActiveState") in ("active", "activating", "reloading", "deactivating"),
                 "invocation": props.get("InvocationID", ""), "detail": f"{props.get('SubState', '')}"}
 
-    def start(self, name: str) -> tuple[bool, str]:
-        proc = self.run("start", f"{name}.service")
-        return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+    def start_all(self, names: list[str]) -> dict[str, str]:
+        """One systemctl call for all units (systemd starts them in parallel, After= still ordering them);
+        name -> error text for each unit that did not start."""
+        if not names:
+            return {}
+        proc = self.run("start", *[f"{n}.service" for n in names])
+        if proc.returncode == 0:
+            return {}
+        text = (proc.stdout + proc.stderr).strip()
+        return {n: text for n in names if not self.status(n)["running"]} or dict.fromkeys(names, text)
 
     def stop(self, name: str) -> tuple[bool, str]:
         proc = self.run("stop", f"{name}.service")
@@ -286,15 +464,19 @@ class Systemd:
     def journal_since(self, name: str, cursor: str, since: float) -> list[str]:
         """The unit's journal lines since `cursor` (else since the time `since`), systemd's own
         included ("Failed at step USER ...", "status=203/EXEC"), each as "IDENTIFIER: MESSAGE"."""
-        args = ["journalctl", "--no-pager", "-o", "json", "-u", f"{name}.service"]
+        # Not -u: systemd's forked child logs "Failed to determine user credentials" and "Failed at
+        # step ..." with UNIT= from its own PID, which -u leaves out.
+        args = ["journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={name}.service", "+", f"UNIT={name}.service"]
         args += [f"--after-cursor={cursor}"] if cursor else [f"--since=@{int(since) - 1}"]
         deadline = time.monotonic() + 3
         while True:
             lines = journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
-            # journald may still be writing systemd's verdict on the start: wait briefly for it.
             if any(SYSTEMD_VERDICT in line for line in lines) or time.monotonic() > deadline:
-                return lines
-            time.sleep(0.2)
+                break
+            time.sleep(0.2)  # journald may still be writing systemd's verdict on the start
+        # The forked child's lines come through another socket and may trail the verdict a little.
+        time.sleep(0.5)
+        return journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
 
     def logs(self, name: str, invocation: str | None) -> str:
         args = ["journalctl", "--no-pager", "-o", "cat", "-u", f"{name}.service"]
@@ -321,9 +503,9 @@ def journal_lines(json_lines: str) -> list[str]:
         message = entry.get("MESSAGE", "")
         if isinstance(message, list):  # journald gives non-UTF-8 messages as byte arrays
             message = bytes(message).decode(errors="replace")
-        # systemd's own lines come from PID 1, or from its forked child before exec (identifier systemd).
+        # systemd's own lines come from PID 1, or from its forked child before exec (src/core code).
         ident = entry.get("SYSLOG_IDENTIFIER") or entry.get("_COMM") or "?"
-        who = "systemd" if entry.get("_PID") == "1" else ident
+        who = "systemd" if entry.get("_PID") == "1" or entry.get("CODE_FILE", "").startswith("src/core/") else ident
         out.append(f"{who}: {message}")
     return out
 
@@ -370,7 +552,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["installed", "started", "stopped", "status", "logs", "removed"],
                       "default": "status"},
             "names": {"type": "list", "elements": "str"},
-            "only": {"type": "str", "choices": ["all", "router", "workers"], "default": "all"},
+            "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "supervisor_bin_dir": {"type": "path"},
             "log_offsets": {"type": "dict", "default": {}},
@@ -387,10 +569,10 @@ def main() -> None:
     is_sup = p["manager"] == "supervisor"
     mgr = Supervisor(module, root, p["supervisor_bin_dir"]) if is_sup else Systemd(module, root, p["unit_dir"])
     names = p["names"] if p["names"] is not None else release_services(root)
-    if p["only"] == "router":
-        names = [n for n in names if n.endswith("router")]
-    elif p["only"] == "workers":
-        names = [n for n in names if not n.endswith("router")]
+    if p["only"] == "workers":
+        names = [n for n in names if kind_of(n) != "router"]
+    elif p["only"] != "all":
+        names = [n for n in names if kind_of(n) == p["only"]]
     state = p["state"]
 
     idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
@@ -417,27 +599,29 @@ def main() -> None:
             if svc["pid"]:
                 pids += [svc["pid"], *_children(svc["pid"])]
         if is_sup and mgr.running():
-            sup_pid = mgr.ctl("pid").stdout.strip()
-            if sup_pid.isdigit():
-                pids.append(int(sup_pid))
+            pids.append(int(mgr.rpc().supervisor.getPID()))
         result = {"changed": False, "services": services, "pids": sorted(set(pids))}
         if state == "logs":
+            # The start line carries the API key: it never leaves the host (the config gate needs the rest).
             result["logs"] = {
-                n: (_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
-                    else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
+                n: redact(_read_from(mgr.log_path(n), int(p["log_offsets"].get(n, 0))) if is_sup
+                          else mgr.logs(n, p["invocations"].get(n) or services[n].get("invocation")))
                 for n in names
             }
         module.exit_json(**result)
 
     if state in ("stopped", "removed"):
-        stopped = []
+        stopped, seconds = [], {}
         for name in names:
             if not mgr.status(name)["active"]:
                 continue
             if module.check_mode:
                 stopped.append(name)
                 continue
+            # Blocks until the process has exited: for a router, until its in-flight requests are done.
+            t0 = time.monotonic()
             ok, text = mgr.stop(name)
+            seconds[name] = round(time.monotonic() - t0, 2)
             if not ok:
                 module.fail_json(msg=f"could not stop {name}: {text}", stopped=stopped)
             stopped.append(name)
@@ -446,43 +630,61 @@ def main() -> None:
             removed = mgr.set_enabled(names, False)
         if state == "removed" and not module.check_mode:
             removed = mgr.shutdown() if is_sup else mgr.remove()
-        module.exit_json(changed=bool(stopped) or removed, stopped=stopped)
+        module.exit_json(changed=bool(stopped) or removed, stopped=stopped, stop_seconds=seconds)
 
-    # started
+    # started: every program at once; only a program that dies at once fails the task.
     if module.check_mode:
         module.exit_json(changed=True)
-    if is_sup:
-        mgr.ensure()
-    started, offsets, invocations = [], {}, {}
-    for name in names:
-        before = mgr.status(name)
-        if before["running"]:
-            continue
-        if is_sup:
-            path = mgr.log_path(name)
-            offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
-        cursor, since = "" if is_sup else mgr.cursor(), time.time()
-        ok, text = mgr.start(name)
-        after = mgr.status(name)
-        if not ok or not after["running"]:
+    installed = (mgr.ensure() | mgr.reload()) if is_sup else mgr.install()
+    todo = [n for n in names if not mgr.status(n)["running"]]
+    offsets: dict[str, int] = {}
+    for name in todo if is_sup else []:
+        path = mgr.log_path(name)
+        offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
+    cursor, since = "" if is_sup else mgr.cursor(), time.time()
+    errors = mgr.start_all(todo)
+    states = _settle(mgr, todo, errors) if is_sup else {n: mgr.status(n) for n in todo}
+    failed = [n for n in todo if n in errors or not states[n]["running"]]
+    if failed:
+        lines, journal = [], []
+        for name in failed:
+            after = states.get(name) or mgr.status(name)
             if is_sup:
                 log, reason = redact(_read_from(mgr.log_path(name), offsets.get(name, 0))), ""
             else:
-                lines = [redact(line) for line in mgr.journal_since(name, cursor, since)]
-                log, reason = "\n".join(lines), start_failure_reason(lines)
-            # Do not leave the service manager retrying a server that cannot start.
-            mgr.stop(name)
+                entries = [redact(line) for line in mgr.journal_since(name, cursor, since)]
+                log, reason = "\n".join(entries), start_failure_reason(entries)
+                journal += entries[-40:]
             # systemd's reason first (the one-line summary of a failed deploy keeps the head).
-            module.fail_json(msg=f"{name} did not start ({after['state']}): {reason or text}\n"
-                                 f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
-                                 f"{_tail(log, lines=20)}",
-                             started=started, log_offsets=offsets, journal=log.splitlines()[-40:])
-        started.append(name)
-        if not is_sup:
-            invocations[name] = after.get("invocation", "")
-    module.exit_json(changed=bool(started), started=started, log_offsets=offsets, invocations=invocations,
+            lines.append(f"{name} did not start ({after['state']}): "
+                         f"{reason or errors.get(name) or after.get('detail', '')}\n"
+                         f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
+                         f"{_tail(log, lines=20)}")
+        # Do not leave the service manager retrying a server that cannot start.
+        for name in failed:
+            mgr.stop(name)
+        module.fail_json(msg="\n".join(lines), started=[n for n in todo if n not in failed], log_offsets=offsets,
+                         journal=journal[-40:])
+    invocations = {} if is_sup else {n: states[n].get("invocation", "") for n in todo}
+    module.exit_json(changed=bool(todo) or installed, started=todo, log_offsets=offsets, invocations=invocations,
                      started_at=time.time())
 
+
+def _settle(mgr: Supervisor, names: list[str], errors: dict[str, str], limit_s: float = 120) -> dict[str, dict]:
+    """Poll supervisord until each program is RUNNING (it outlived its startsecs) or has failed.
+
+    The programs were started together, so this costs one startsecs, not one per program. BACKOFF
+    (died within startsecs) is a failure at once: supervisord's retries would only repeat it.
+    """
+    deadline = time.monotonic() + limit_s
+    states = {n: mgr.status(n) for n in names}
+    while time.monotonic() < deadline:
+        pending = [n for n in names if n not in errors and states[n]["state"] == "STARTING"]
+        if not pending:
+            break
+        time.sleep(0.05)
+        states.update({n: mgr.status(n) for n in pending})
+    return states
 
 if __name__ == "__main__":
     main()

@@ -120,21 +120,21 @@ def completion(content: str, prompt_tokens: int = 12) -> dict[str, Any]:
     }
 
 
-FACT = re.compile(r"The secret code for (.+?) is ([A-Z]+-\d{4}-[A-Z]+)\.")
-QUESTION = re.compile(r"What is the secret code for (.+?)\? Answer with the code only\.$")
+# What a model can repeat back from a prompt: codes, long numbers, names of people (two capitalised
+# words inside a sentence). The stub knows nothing of the gate's sentences or questions.
+VALUE = re.compile(r"\b[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\b|\b\d{5,}\b|(?<=[a-z,:;] )[A-Z][a-z]+ [A-Z][a-z]+")
 NO_IDEA = "I have no information about that."
 
 
 def model(chars_per_token: float = 3.0, full_recall_tokens: int = 10**9, window_tokens: int = 0):
-    """A stand-in model: sees everything in short prompts, only the last ``window_tokens`` in long ones."""
+    """A stand-in model: repeats every value it sees; in long prompts it sees only the last ``window_tokens``."""
 
     def route(request: Request):
         content = request.body["messages"][-1]["content"]
+        context, _, _question = content.rpartition("\n")
         tokens = int(len(content) / chars_per_token) + 8  # the chat template adds a few tokens
-        fact, question = FACT.search(content), QUESTION.search(content)
-        distance = (len(content) - fact.end()) / chars_per_token
-        sees = tokens <= full_recall_tokens or distance <= window_tokens
-        same_topic = question is not None and fact.group(1) == question.group(1)
-        return 200, completion(fact.group(2) if sees and same_topic else NO_IDEA, tokens)
+        seen = [m.group(0) for m in VALUE.finditer(context)
+                if tokens <= full_recall_tokens or (len(content) - m.end()) / chars_per_token <= window_tokens]
+        return 200, completion(" ".join(seen) or NO_IDEA, tokens)
 
     return route

@@ -6,7 +6,7 @@ import pytest
 
 from dsv4deploy.gates import GateStatus, ServerConfigInput, check_config, parse_logged_overrides
 
-from .stubs import always
+from .stubs import after, always
 
 LOG_0518 = (
     "[2026-10-01 10:00:00] server_args=ServerArgs(model_path='/models/dsv4', tp_size=4, "
@@ -47,7 +47,10 @@ def test_pd_pair_that_agrees_passes(stub):
     result = check_config(EXPECTED, servers)
     assert result.status is GateStatus.PASSED, result.summary
     assert result.summary == (
-        'override {"index_topk": 1024} logged and effective on 2 server(s), prefill and decode agree'
+        'override {"index_topk": 1024} logged and effective on 2 server(s), prefill and decode agree on '
+        "json_model_override_args, model_path, page_size; could not confirm kv_cache_dtype (not reported by "
+        "prefill, decode); context_length (not reported by prefill, decode); chat_template (not reported by "
+        "prefill, decode)"
     )
     assert [row["effective"] for row in result.evidence["servers"]] == ['{"index_topk": 1024}'] * 2
     assert result.evidence["agreement"]["compared"] == ["json_model_override_args", "model_path", "page_size"]
@@ -106,16 +109,37 @@ def test_old_server_info_alias_is_used_when_server_info_is_missing(stub):
 
 def test_server_info_error_body_is_kept(stub):
     servers = [server(stub, "combined", "combined", LOG_0518, reply=(500, "scheduler is not responding"))]
-    result = check_config(EXPECTED, servers)
+    result = check_config(EXPECTED, servers, deadline_s=1.2)
     assert result.status is GateStatus.FAILED
     assert "combined: server_info unreadable (500 scheduler is not responding)" in result.summary
     [failure] = result.evidence["failures"]
-    assert failure["status"] == 500 and failure["body"] == "scheduler is not responding"
+    assert failure["status"] == 500 and failure["body"] == "scheduler is not responding" and failure["tries"] > 1
+
+
+def test_server_info_is_asked_again_until_it_answers(stub):
+    srv = stub({"GET /server_info": after(3, (503, "warming up"), info())})
+    servers = [ServerConfigInput(name="combined", role="combined", url=srv.url, log_text=LOG_0518)]
+    result = check_config(EXPECTED, servers, deadline_s=30, sleep=lambda _s: None)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert srv.count("GET /server_info") == 4
+
+
+def test_a_setting_the_spec_sets_must_be_reported_as_set(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523)]
+    wanted = {"model_path": "/models/dsv4", "page_size": 64, "kv_cache_dtype": "fp8_e4m3"}
+    result = check_config(EXPECTED, servers, expected_settings={"prefill": wanted, "decode": wanted})
+    assert result.status is GateStatus.FAILED
+    assert result.evidence["problems"] == [
+        "prefill: cannot confirm kv_cache_dtype='fp8_e4m3', which the spec sets: server_info does not report it",
+        "decode: cannot confirm kv_cache_dtype='fp8_e4m3', which the spec sets: server_info does not report it"]
+    other = [server(stub, "decode", "decode", LOG_0523, reply=info(page_size=32))]
+    result = check_config(EXPECTED, other, expected_settings={"decode": {"page_size": 64}})
+    assert result.summary == "decode: server_info says page_size=32, the spec sets 64"
 
 
 def test_unreachable_server_is_reported(dead_url):
     servers = [ServerConfigInput(name="decode", role="decode", url=dead_url, log_text=LOG_0523)]
-    result = check_config(EXPECTED, servers, timeout_s=1)
+    result = check_config(EXPECTED, servers, timeout_s=1, deadline_s=0.5)
     assert result.status is GateStatus.FAILED
     assert "decode: server_info unreadable (ConnectError" in result.summary
 
@@ -125,3 +149,28 @@ def test_bad_arguments_raise():
         check_config(EXPECTED, [])
     with pytest.raises(ValueError, match="must be a mapping"):
         check_config('{"index_topk": 1024}', [])  # type: ignore[arg-type]
+
+
+# Warnings as sglang 0.5.23 writes them (disaggregation/mooncake/conn.py, nixl/conn.py).
+STAGING_FALLBACK = ("[2026-10-01 10:02:00 TP0] Decode staging too small: need 268435456 bytes for 43 layers, "
+                    "have 134217728, falling back\n")
+NIXL_FALLBACK = ("[2026-10-01 10:00:30 TP0] Installed NIXL does not support strided descriptors, "
+                 "falling back to per-block descriptors.\n")
+
+
+def test_a_slower_kv_transfer_path_in_a_log_is_a_warning_not_a_failure(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518 + NIXL_FALLBACK),
+               server(stub, "decode", "decode", LOG_0523 + STAGING_FALLBACK * 5)]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert "warning: KV transfer slower than configured on prefill, decode" in result.summary
+    assert "per-block descriptors" in result.summary
+    found = result.evidence["warnings"]["kv_transfer_fallback"]
+    assert found["prefill"] == [NIXL_FALLBACK.strip()]
+    assert len(found["decode"]) == 3 and found["decode"][0] == STAGING_FALLBACK.strip()
+
+
+def test_no_fallback_no_warning(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523)]
+    result = check_config(EXPECTED, servers)
+    assert "warnings" not in result.evidence and "warning" not in result.summary

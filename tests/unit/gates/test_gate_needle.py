@@ -10,7 +10,7 @@ import pytest
 
 from dsv4deploy.gates import GateStatus, build_haystack, run_needle
 
-from .stubs import FACT, NO_IDEA, Request, model
+from .stubs import NO_IDEA, VALUE, Request, model
 
 CHAT = "POST /v1/chat/completions"
 
@@ -24,46 +24,100 @@ def test_required_cells_recall_and_the_curve_shows_the_rest(stub):
     result = run_needle(
         server.url,
         "dsv4",
-        context_lengths=[500, 1000, 2000, 4000],
+        context_lengths=[500, 1000, 1200, 2000, 4000],
         depths=[0, 0.5, 1],
         required_tokens=1200,
         deadline_s=30,
     )
     assert result.status is GateStatus.PASSED, result.summary
-    assert result.summary == "all 6 cells within 1200 tokens recalled; curve beyond: 2000: 33%, 4000: 33%"
+    assert re.fullmatch(r"all [89] cells within 1200 tokens recalled, and a cell of at least 1200 at every depth; "
+                        r"curve beyond: 2000: 33%, 4000: 33%", result.summary)
     curve = {p["context_tokens"]: p["fraction"] for p in result.evidence["curve"]}
-    assert curve == {500: 1.0, 1000: 1.0, 2000: 0.3333, 4000: 0.3333}
+    assert curve == {500: 1.0, 1000: 1.0, 1200: 1.0, 2000: 0.3333, 4000: 0.3333}
     cells = result.evidence["cells"]
-    assert len(cells) == 12 and result.evidence["first_failing"] is None
+    assert len(cells) == 15 and result.evidence["first_failing"] is None
     deep_long = next(c for c in cells if c["context_tokens"] == 4000 and c["depth"] == 0)
     assert deep_long["recalled"] is False and deep_long["answer"] == NO_IDEA and deep_long["required"] is False
     near_end = next(c for c in cells if c["context_tokens"] == 4000 and c["depth"] == 1)
     assert near_end["recalled"] is True and near_end["answer"] == near_end["code"]
-    assert all(abs(c["prompt_tokens"] - c["context_tokens"]) < 0.1 * c["context_tokens"] for c in cells)
+    assert all(abs(c["prompt_tokens"] - c["context_tokens"]) <= 0.02 * c["context_tokens"] for c in cells)
 
 
 def test_a_miss_within_the_required_length_fails_with_the_first_failing_cell(stub):
     server = stub({CHAT: model(full_recall_tokens=700, window_tokens=100)})
     result = run_needle(
-        server.url, "dsv4", context_lengths=[500, 1000], depths=[0, 0.5, 1], required_tokens=1200, deadline_s=30
+        server.url, "dsv4", context_lengths=[500, 1000], depths=[0, 0.5, 1], required_tokens=1000, deadline_s=30
     )
     assert result.status is GateStatus.FAILED
     first = result.evidence["first_failing"]
     assert (first["context_tokens"], first["depth"], first["recalled"]) == (1000, 0.0, False)
-    assert result.summary.startswith("2 of 6 cells within 1200 tokens missed the needle; first: 1000 tokens (")
+    assert result.summary.startswith("2 of 6 cells within 1000 tokens missed the needle; first: 1000 tokens (")
     assert f"at depth 0, expected {first['code']}, answer {NO_IDEA!r}" in result.summary
     assert [f["body"] for f in result.evidence["failures"]] == [NO_IDEA, NO_IDEA]
+    # the report shows how each missed cell was asked
+    assert all(f"asked: {c['phrasing']}" in f["what"] for f, c in zip(result.evidence["failures"], [
+        first, next(c for c in result.evidence["cells"] if c["context_tokens"] == 1000 and c["depth"] == 0.5)],
+        strict=True))
 
 
-def test_calibration_reads_the_real_size_from_usage(stub):
+def test_cells_are_resized_by_the_servers_own_count(stub):
     server = stub({CHAT: model(chars_per_token=2.0)})  # the guess is 4 chars per token: 2x too few tokens
-    grid = {"context_lengths": [1000, 2000], "depths": [0.5], "required_tokens": 5000, "deadline_s": 30}
+    grid = {"context_lengths": [1000, 2000], "depths": [0.5], "required_tokens": 2000, "deadline_s": 30}
     guessed = run_needle(server.url, "dsv4", calibrate=False, **grid)
     calibrated = run_needle(server.url, "dsv4", **grid)
-    assert [c["prompt_tokens"] for c in guessed.evidence["cells"]] == pytest.approx([2000, 4000], rel=0.1)
-    assert [c["prompt_tokens"] for c in calibrated.evidence["cells"]] == pytest.approx([1000, 2000], rel=0.1)
+    first = guessed.evidence["cells"][0]
+    assert first["sizes"][0] == pytest.approx(2000, rel=0.1) and len(first["sizes"]) >= 2  # measured, then resized
+    for result in (guessed, calibrated):
+        assert result.status is GateStatus.PASSED, result.summary
+        assert all(c["sized"] for c in result.evidence["cells"])
+        assert [c["prompt_tokens"] for c in result.evidence["cells"]] == pytest.approx([1000, 2000], rel=0.02)
     assert calibrated.evidence["calibration"]["ok"] is True
+    assert [len(c["sizes"]) for c in calibrated.evidence["cells"]] == [1, 1]
     assert calibrated.evidence["chars_per_token_used"] == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_server_that_reports_no_size_fails_calibration_without_a_fallback(stub):
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"}}]}
+    server = stub({CHAT: lambda r: (200, body)})
+    result = run_needle(server.url, "dsv4", context_lengths=[1000], depths=[0.5], required_tokens=1000, deadline_s=30)
+    assert result.status is GateStatus.FAILED
+    assert result.summary == "cannot measure the server's token count: the answer has no usage.prompt_tokens"
+    assert server.count(CHAT) == 1
+    uncalibrated = run_needle(server.url, "dsv4", context_lengths=[1000], depths=[0.5], required_tokens=1000,
+                              deadline_s=30, calibrate=False)
+    assert uncalibrated.status is GateStatus.FAILED
+    assert "no usage.prompt_tokens" in uncalibrated.evidence["cells"][0]["error"]
+
+
+def test_a_grid_that_cannot_reach_the_requirement_fails_naming_it_without_asking(stub):
+    server = stub({CHAT: model()})
+    result = run_needle(server.url, "dsv4", context_lengths=[1000, 2000, 4000], depths=[0.5], required_tokens=5500,
+                        deadline_s=30)
+    assert result.status is GateStatus.FAILED
+    assert result.summary.startswith("needle_lengths [1000, 2000, 4000] cannot reach the required 5500 tokens")
+    assert server.count(CHAT) == 0
+
+
+def test_the_required_length_must_itself_recall_at_every_depth(stub):
+    # Sees everything up to 5000 tokens, then only the last 1000: a needle of 5.5K at depth 0.9 is
+    # found, at 0.1 it is lost. The old rule dropped a 5500 cell that measured 5510 and passed.
+    server = stub({CHAT: model(full_recall_tokens=5000, window_tokens=1000)})
+    result = run_needle(server.url, "dsv4", context_lengths=[1000, 2000, 5500], depths=[0.1, 0.9],
+                        required_tokens=5500, deadline_s=30)
+    assert result.status is GateStatus.FAILED
+    assert result.evidence["unproven_depths"] == [0.1] or result.evidence["first_failing"]["depth"] == 0.1
+    lenient = run_needle(server.url, "dsv4", context_lengths=[1000, 2000, 5500], depths=[0.9],
+                         required_tokens=5500, deadline_s=30)
+    assert lenient.status is GateStatus.PASSED, lenient.summary
+
+
+def test_a_long_cell_that_misses_cannot_hide_above_the_requirement(stub):
+    # A cell that lands a little above the required length still has to recall it.
+    server = stub({CHAT: model(full_recall_tokens=5400)})
+    result = run_needle(server.url, "dsv4", context_lengths=[2000, 5600], depths=[0.5], required_tokens=5500,
+                        deadline_s=30, size_tolerance=0.03)
+    assert result.status is GateStatus.FAILED
+    assert result.summary.startswith("no cell of at least 5500 tokens (within 3%) recalled at depth 0.5")
 
 
 def test_transient_errors_are_retried_per_cell_within_the_concurrency_bound(stub):
@@ -72,7 +126,7 @@ def test_transient_errors_are_retried_per_cell_within_the_concurrency_bound(stub
     lock = threading.Lock()
 
     def flaky(request: Request):
-        code = FACT.search(request.body["messages"][-1]["content"]).group(2)
+        code = VALUE.search(request.body["messages"][-1]["content"].rpartition("\n")[0]).group(0)
         time.sleep(0.02)  # overlap the requests so the bound is exercised
         with lock:
             first = code not in seen_codes
@@ -86,10 +140,12 @@ def test_transient_errors_are_retried_per_cell_within_the_concurrency_bound(stub
         "dsv4",
         context_lengths=[300, 600],
         depths=[0, 0.25, 0.75, 1],
-        required_tokens=1000,
+        required_tokens=600,
         deadline_s=30,
         concurrency=3,
         calibrate=False,
+        chars_per_token=3.0,
+        size_tolerance=0.05,
         sleep=sleeps,
         progress=lambda done, total, note: progress.append((done, total)),
     )
@@ -111,7 +167,7 @@ def test_client_errors_beyond_the_requirement_are_reported_not_failed(stub):
     result = run_needle(
         server.url,
         "dsv4",
-        context_lengths=[1000, 4000],
+        context_lengths=[1000, 1500, 4000],
         depths=[0.5],
         required_tokens=1500,
         deadline_s=30,
@@ -119,10 +175,10 @@ def test_client_errors_beyond_the_requirement_are_reported_not_failed(stub):
         chars_per_token=3.0,
     )
     assert result.status is GateStatus.PASSED, result.summary
-    long_cell = result.evidence["cells"][1]
+    long_cell = result.evidence["cells"][2]
     assert long_cell["attempts"] == 1 and long_cell["status"] == 400
     assert "longer than the model's context length" in long_cell["error"]
-    assert result.evidence["curve"][1]["errors"] == 1
+    assert result.evidence["curve"][2]["errors"] == 1
 
 
 def test_deadline_leaves_cells_not_run_and_fails(stub):
@@ -133,7 +189,7 @@ def test_deadline_leaves_cells_not_run_and_fails(stub):
         "dsv4",
         context_lengths=[200, 400, 800],
         depths=[0, 1],
-        required_tokens=1000,
+        required_tokens=800,
         deadline_s=0.5,
         concurrency=1,
         calibrate=False,
@@ -143,24 +199,26 @@ def test_deadline_leaves_cells_not_run_and_fails(stub):
     assert not_run and server.count(CHAT) < 6
 
 
-def test_no_cell_within_the_requirement_is_a_failure(stub):
-    server = stub({CHAT: model()})
-    result = run_needle(server.url, "dsv4", context_lengths=[2000], depths=[0.5], required_tokens=1000, deadline_s=30)
-    assert result.status is GateStatus.FAILED
-    assert result.summary == "no cell measured within 1000 tokens, so the requirement is unproven"
-
-
 def test_haystack_plants_the_fact_at_its_depth_and_asks_last():
     start, middle, end = (build_haystack(4000, d, seed=7) for d in (0.0, 0.5, 1.0))
     for hay in (start, middle, end):
-        assert hay.content.count(hay.fact) == 1 and hay.content.count("secret code") == 2
-        assert hay.content.endswith(f"\n\nWhat is the secret code for {hay.topic}? Answer with the code only.")
-        assert re.fullmatch(r"[A-Z]+-\d{4}-[A-Z]+", hay.code)
+        assert hay.content.count(hay.fact) == 1 and hay.value in hay.fact and hay.value not in hay.question
+        assert hay.content.endswith(f"\n\n{hay.question}")
         assert hay.content.index(hay.fact) == hay.needle_offset
-        assert len(hay.content) == pytest.approx(16000, rel=0.02)
+        assert len(hay.content) == pytest.approx(16000, rel=0.01)
     assert start.needle_offset == 0
     assert 0.45 < middle.needle_offset / len(middle.content) < 0.55
     assert end.needle_offset > 0.97 * len(end.content)
+
+
+def test_phrasings_vary_over_a_grid_and_repeat_for_the_same_seed():
+    hays = [build_haystack(n, d, seed=3) for n in (1000, 2000, 4000, 5500, 8000) for d in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    facts = {h.fact.replace(h.key, "K").replace(h.value, "V") for h in hays}
+    questions = {h.question.replace(h.key, "K") for h in hays}
+    kinds = {"code" if re.fullmatch(r"[A-Z]+-\d{4}-[A-Z]+", h.value) else "number" if h.value.isdigit() else "name"
+             for h in hays}
+    assert len(facts) >= 5 and len(questions) >= 5 and kinds == {"code", "number", "name"}
+    assert [build_haystack(n, 0.5, seed=3).phrasing for n in (1000, 2000)] == [hays[2].phrasing, hays[7].phrasing]
 
 
 def test_codes_are_deterministic_by_seed_and_differ_per_cell():

@@ -76,6 +76,17 @@ def test_router_never_ready_fails_with_its_body(stub):
     }
 
 
+def test_a_heartbeat_says_what_each_waiting_server_answers(stub):
+    rtr = router(stub, not_ready=10**6)
+    seen = []
+    check_readiness(pd(stub, decode_503s=10**6), rtr.url, "dsv4", deadline_s=0.7, poll_interval_s=0.02,
+                    heartbeat_s=0.2, progress=lambda done, total, note: seen.append(note))
+    beats = [note for note in seen if note.startswith("waiting ")]
+    assert beats, seen
+    assert "decode /health 503" in beats[-1] and "router /readiness 503" in beats[-1]
+    assert "insufficient healthy workers" in beats[-1] and "prefill /health" not in beats[-1]
+
+
 def test_missing_model_card_fails_naming_the_model(stub):
     rtr = router(stub, models=(200, {"object": "list", "data": [{"id": "other-model"}]}))
     result = check_readiness(pd(stub), rtr.url, "dsv4", deadline_s=0.3, poll_interval_s=0.02)
@@ -135,3 +146,25 @@ def test_bad_arguments_raise(kwargs, message):
 def test_worker_url_is_validated():
     with pytest.raises(ValueError, match="worker url must be an http"):
         WorkerEndpoint(name="w", role="prefill", url="ftp://x")
+
+
+def test_ready_is_asked_only_where_the_version_has_it(stub):
+    """0.5.23 serves /ready (503 until up): it must be 200 too. 0.5.18 has none (404): never asked."""
+    new = stub({"GET /health": always((200, "")), "GET /ready": after(3, (503, ""), (200, "")),
+                "GET /v1/models": always(MODELS)})
+    old = stub({"GET /health": always((200, "")), "GET /ready": always((404, '{"detail":"Not Found"}')),
+                "GET /v1/models": always(MODELS)})
+    workers = [WorkerEndpoint(name="new", role="combined", url=new.url, sglang_version="0.5.23"),
+               WorkerEndpoint(name="old", role="combined", url=old.url, sglang_version="0.5.18")]
+    result = check_readiness(workers, None, "dsv4", deadline_s=10, poll_interval_s=0.01)
+    assert result.status is GateStatus.PASSED, result.summary
+    checks = {e["check"]: e for e in result.evidence["endpoints"]}
+    assert checks["new /ready"]["attempts"] == 4 and checks["new /ready"]["last_status"] == 200
+    assert "old /ready" not in checks
+
+
+def test_a_ready_that_stays_503_fails_the_gate(stub):
+    srv = stub({"GET /health": always((200, "")), "GET /ready": always((503, "")), "GET /v1/models": always(MODELS)})
+    workers = [WorkerEndpoint(name="c", role="combined", url=srv.url, sglang_version="0.5.23")]
+    result = check_readiness(workers, None, "dsv4", deadline_s=0.5, poll_interval_s=0.05)
+    assert result.status is GateStatus.FAILED and "c /ready 503" in result.summary

@@ -23,7 +23,7 @@ def gate(name: str, status: str, summary: str = "fine", **evidence) -> GateResul
 def needle_gate(stub) -> GateResult:
     server = stub({"POST /v1/chat/completions": model(full_recall_tokens=1500, window_tokens=300)})
     return run_needle(
-        server.url, "dsv4", context_lengths=[1000, 2000], depths=[0, 1], required_tokens=1200, deadline_s=30
+        server.url, "dsv4", context_lengths=[1000, 2000], depths=[0, 1], required_tokens=1000, deadline_s=30
     )
 
 

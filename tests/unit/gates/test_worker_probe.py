@@ -1,11 +1,11 @@
-"""dsv4_worker_probe, the standard-library check that runs on a worker's own host, against stub servers."""
+"""dsv4_worker_check (run by the dsv4_worker_probe action) on a worker's own host, against stub servers."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from dsv4deploy.ansible.modules import dsv4_worker_probe as probe
+from dsv4deploy.ansible.modules import dsv4_worker_check as probe
 
 from .stubs import after, always
 

@@ -41,4 +41,5 @@ exec python3 -m sglang_router.launch_router \
   --worker-startup-check-interval 1 \
   --prometheus-port 29000 \
   --prometheus-host 127.0.0.1 \
+  --shutdown-grace-period-secs 60 \
   --api-key "$api_key"

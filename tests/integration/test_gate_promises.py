@@ -1,8 +1,10 @@
-"""The soak gate in a real deploy on the simulated host: tool calls under load, judged exactly.
+"""Gates that mean what they say, in real deploys on the simulated host.
 
-The seeds' bf16 index-K + CUDA-graph corruption of tool calls is a decode-side fault that only shows
-under concurrency: the same release serves single requests fine. These tests run in order on one
-host: a clean PD release is promoted first (soak passing), then the corrupting one must roll back.
+The needle's required length cannot be weakened by a grid too short for it, nor a gate variable be
+dropped by a typo: both are refused before anything changes. The soak gate catches the seeds' bf16
+index-K + CUDA-graph corruption of tool calls, a decode-side fault that only shows under
+concurrency (the same release serves single requests fine). These tests run in order on one host:
+a clean PD release is promoted first, and every refused or failed deploy must leave it serving.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import pytest
 
 from tests.integration.simhost import SimHost
+from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +44,33 @@ def test_clean_pd_deploy_passes_the_soak_gate(sim_host: SimHost) -> None:
     assert soak["evidence"]["corrupted_sessions"] == 0
     assert soak["evidence"]["tool_calls_checked"] >= soak["evidence"]["sessions"] * soak["evidence"]["turns"]
     assert "[soak] 50/50" in proc.stdout  # progress while it runs
+    assert gate(report, "smoke")["evidence"]["breaker_cooldown_s"] == 10  # the router's rendered window
+    config = gate(report, "config")
+    assert "prefill and decode agree on json_model_override_args, model_path" in config["summary"]
+    needle = gate(report, "needle")
+    assert all(c["sized"] for c in needle["evidence"]["cells"]), "every cell within the size tolerance"
+
+
+def test_a_needle_grid_too_short_for_its_requirement_is_refused_before_any_change(sim_host: SimHost) -> None:
+    good, pids = sim_host.active_release(), sim_host.pids()
+    proc = sim_host.playbook("deploy.yml", "-e", "needle_required_tokens=5500",
+                             "-e", '{"needle_lengths": [1000, 2000, 4000]}', "-e", "index_topk=512", *FAST)
+    assert proc.returncode != 0
+    assert ("needle_lengths [1000, 2000, 4000] cannot reach the required 5500 tokens (needle_required_tokens)"
+            in proc.stdout)
+    assert "nothing was changed" in proc.stdout
+    report = sim_host.report()
+    assert report["verdict"] == "failed" and report["failed_gate"] == "preflight"
+    assert (sim_host.active_release(), sim_host.pids()) == (good, pids)
+    assert_serving(sim_host, good)
+
+
+def test_a_misspelt_gate_variable_is_refused_naming_it(sim_host: SimHost) -> None:
+    good, pids = sim_host.active_release(), sim_host.pids()
+    proc = sim_host.playbook("deploy.yml", "-e", '{"soak_sesions": 5}', "-e", "index_topk=512", *FAST)
+    assert proc.returncode != 0
+    assert "unknown gate variable soak_sesions; did you mean soak_sessions?" in proc.stdout
+    assert (sim_host.active_release(), sim_host.pids()) == (good, pids)
 
 
 def test_bf16_index_k_on_the_decode_corrupts_tool_calls_and_rolls_back(sim_host: SimHost) -> None:

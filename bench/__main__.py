@@ -1,0 +1,245 @@
+"""One benchmark command: how fast a gated rollout reaches a verified release, notices readiness,
+runs its needle grid, gets back to service after a failure, and how its cost grows with hosts.
+
+    .venv/bin/python -m bench            # full: 3 repetitions, 20 s load, 16 hosts (about 20-30 min)
+    .venv/bin/python -m bench --quick    # 1 repetition, 5 s load, 4 hosts (a few minutes)
+
+Writes bench/results/latest.json and latest.md (medians, min, max, spread; the targets and whether
+each is met). Everything runs on private simulated hosts (own ports, install roots, GPUs) with the
+real sglang-router and supervisord; figures are ratios within one run where the machine's speed
+would otherwise dominate. Definitions: bench/metrics.py; the baseline: bench/baseline/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import metrics
+from bench.baseline import prepare as baseline
+from bench.scale import install_roots, scale_host
+from bench.world import NEEDLE, Run, bench_host, run_playbook, worker_logs
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGETS = {
+    "ratio_verified_vs_baseline": ("<=", 0.5),
+    "readiness_latency_s_median": ("<=", 0.3),
+    "needle_grid_vs_slowest_cell": ("<=", 1.5),
+    "rollback_to_verified_s": ("<=", "rollback_budget_s"),
+    "overhead_vs_limit": ("<=", 0.10),
+    "scale_vs_1": ("<=", 2.0),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _check(run: Run, what: str, want_ok: bool = True) -> None:
+    if (run.rc == 0) != want_ok:
+        tail = "\n".join(run.stdout.splitlines()[-40:])
+        raise RuntimeError(f"{what}: unexpected exit code {run.rc}\n{tail}")
+
+
+def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
+    """Per repetition: A promoted (off the clock), B promoted (ours, timed), B again (unchanged), C
+    failing its needle gate and rolled back to B, then the manual baseline switching A -> B."""
+    out: dict[str, list[Any]] = {k: [] for k in (
+        "verified_s", "baseline_s", "ratio", "readiness", "worker_notice", "needle", "overhead_s",
+        "overhead_ratio", "rollback", "unchanged_s", "runs", "smoke_tries")}
+    root = Path(tempfile.mkdtemp(prefix="dsv4-bench-"))
+    host = bench_host(root, load_s)
+    try:
+        for i in range(repeat):
+            # Distinct, harmless settings make A and B new releases in every repetition.
+            a = ("-e", f"sim_faults=warmup_s={0.001 * (2 * i + 1):.3f}")
+            b = ("-e", f"sim_faults=warmup_s={0.001 * (2 * i + 2):.3f}")
+            log(f"rep {i + 1}: promoting A (off the clock)")
+            prime = run_playbook(host, "deploy.yml", *a)
+            _check(prime, "deploy A")
+            log(f"rep {i + 1}: promoting B (timed)")
+            ours = run_playbook(host, "deploy.yml", *b, watch=worker_logs(host))
+            _check(ours, "deploy B")
+            out["runs"].append(ours)
+            out["verified_s"].append(ours.wall_s)
+            out["readiness"].append(metrics.readiness_latency(ours))
+            out["worker_notice"] += metrics.worker_notice_latencies(ours)
+            out["needle"].append(metrics.needle_ratio(ours))
+            spent, ratio = metrics.overhead(ours, load_s)
+            out["overhead_s"].append(spent)
+            out["overhead_ratio"].append(ratio)
+            log(f"rep {i + 1}: B again (unchanged)")
+            same = run_playbook(host, "deploy.yml", *b)
+            _check(same, "deploy B again")
+            out["unchanged_s"].append(same.wall_s)
+            log(f"rep {i + 1}: C with index_topk 512 (fails its needle, rolls back to B)")
+            failed = run_playbook(host, "deploy.yml", *b, "-e", "index_topk=512")
+            _check(failed, "deploy C", want_ok=False)
+            out["rollback"].append(metrics.rollback_to_verified(failed))
+            log(f"rep {i + 1}: the manual baseline, A -> B")
+            out["baseline_s"].append(_baseline(host, root / f"baseline-{i}", prime, ours))
+            out["ratio"].append(out["verified_s"][-1] / out["baseline_s"][-1])
+            log(f"rep {i + 1}: ours {ours.wall_s:.1f} s, baseline {out['baseline_s'][-1]:.1f} s")
+    finally:
+        host.teardown()
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _baseline(host: Any, work: Path, old: Run, new: Run) -> float:
+    """Our services stopped, release A started by hand, then manual.sh on the clock to B."""
+    host.supervisorctl("stop", "all")
+    baseline.prepare(host, work, new.report["release"], NEEDLE["needle_lengths"], NEEDLE["needle_depths"])
+    try:
+        baseline.start_release(host, work, old.report["release"])
+        seconds, rc, output = baseline.run_manual(work)
+        if rc != 0:
+            raise RuntimeError(f"the manual baseline did not verify (rc {rc}):\n{output[-3000:]}")
+        return seconds
+    finally:
+        baseline.stop_all(work)
+
+
+def scaling(hosts: int, load_s: float, repeat: int) -> dict[str, list[float]]:
+    """First deploys of 1 and `hosts` simulated hosts, alternating, `repeat` times each."""
+    out: dict[str, list[float]] = {"one": [], "many": [], "ratio": [], "tasks_one": []}
+    for i in range(repeat):
+        walls = {}
+        for n in (1, hosts):
+            root = Path(tempfile.mkdtemp(prefix=f"dsv4-bench-{n}h-"))
+            host = scale_host(root, n, load_s)
+            log(f"rep {i + 1}: first deploy on {n} host(s)")
+            try:
+                run = run_playbook(host, "deploy.yml", timeout=1800)
+                _check(run, f"deploy on {n} hosts")
+                walls[n] = run.wall_s
+            finally:
+                _teardown_scale(host)
+                shutil.rmtree(root, ignore_errors=True)
+        out["one"].append(walls[1])
+        out["many"].append(walls[hosts])
+        out["ratio"].append(walls[hosts] / walls[1])
+    return out
+
+
+def _teardown_scale(host: Any) -> None:
+    try:
+        host.playbook("stop.yml", timeout=600)
+    finally:
+        for root in install_roots(host):
+            pidfile = root / "supervisor" / "supervisord.pid"
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+
+
+def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float, hosts: int) -> dict[str, Any]:
+    """Flat figures (medians) and their summaries."""
+    s = metrics.summary
+    details = {
+        "ratio_verified_vs_baseline": s(vr["ratio"]),
+        "verified_release_s": s(vr["verified_s"]),
+        "baseline_s": s(vr["baseline_s"]),
+        "readiness_latency_s": s(vr["readiness"]),
+        "worker_readiness_notice_s": s(vr["worker_notice"]),
+        "needle_grid_vs_slowest_cell": s(vr["needle"]),
+        "rollback_to_verified_s": s(vr["rollback"]),
+        "overhead_s": s(vr["overhead_s"]),
+        "overhead_vs_limit": s(vr["overhead_ratio"]),
+        "unchanged_deploy_s": s(vr["unchanged_s"]),
+        "task_overhead_s": s(metrics.task_overhead(vr["runs"])),
+        "tasks_per_verified_deploy": s([len([t for t in r.tasks if t["status"] != "skipped"]) for r in vr["runs"]]),
+        f"scale_{hosts}_vs_1": s(sc["ratio"]),
+        "deploy_1_host_s": s(sc["one"]),
+        f"deploy_{hosts}_hosts_s": s(sc["many"]),
+    }
+    flat = {
+        "ratio_verified_vs_baseline": details["ratio_verified_vs_baseline"]["median"],
+        "readiness_latency_s_median": details["readiness_latency_s"]["median"],
+        "worker_readiness_notice_s_median": details["worker_readiness_notice_s"]["median"],
+        "needle_grid_vs_slowest_cell": details["needle_grid_vs_slowest_cell"]["median"],
+        "rollback_to_verified_s": details["rollback_to_verified_s"]["median"],
+        "rollback_budget_s": metrics.rollback_budget(load_s),
+        "overhead_vs_limit": details["overhead_vs_limit"]["median"],
+        f"scale_{hosts}_vs_1": details[f"scale_{hosts}_vs_1"]["median"],
+        "task_overhead_s_median": details["task_overhead_s"]["median"],
+    }
+    return {"figures": flat, "details": details}
+
+
+def judge(flat: dict[str, Any], hosts: int) -> dict[str, dict[str, Any]]:
+    """Each target and whether the median meets it."""
+    out = {}
+    for name, (op, bound) in TARGETS.items():
+        key = f"scale_{hosts}_vs_1" if name == "scale_vs_1" else name
+        value = flat.get(key)
+        limit = flat[bound] if isinstance(bound, str) else bound
+        out[key] = {"target": f"{op} {limit:g}", "met": value is not None and value <= limit}
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results as a Markdown table (figures first, then the details)."""
+    rows = ["| figure | median | min | max | spread | n | target | met |", "|---|---:|---:|---:|---:|---:|---|:-:|"]
+    for name, d in result["details"].items():
+        target = result["targets"].get(name) or result["targets"].get(name + "_median") or {}
+        cells = [_fmt(d[k]) for k in ("median", "min", "max", "spread", "n")]
+        met = "" if not target else ("yes" if target["met"] else "**no**")
+        rows.append(f"| {name} | {' | '.join(cells)} | {target.get('target', '')} | {met} |")
+    s = result["settings"]
+    head = (f"# dsv4deploy benchmark ({result['mode']}, {result['when']})\n\n"
+            f"{s['repeat']} repetition(s), simulated load {s['load_s']:g} s, {s['scale_hosts']} hosts at "
+            f"{s['scale_load_s']:g} s load for the scale figure; {result['machine']['cpus']} CPU(s), "
+            f"load average {result['machine']['loadavg_before']} before, {result['machine']['loadavg_after']} after.\n"
+            f"rollback budget: {result['figures']['rollback_budget_s']:g} s (load + 5 s).\n\n")
+    return head + "\n".join(rows) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else (f"{value:.3g}" if isinstance(value, float) else str(value))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 repetition, 5 s load, 4 hosts")
+    parser.add_argument("--repeat", type=int, help="repetitions (default 3, quick 1)")
+    parser.add_argument("--load", type=float, help="simulated load in seconds (default 20, quick 5)")
+    parser.add_argument("--hosts", type=int, help="hosts for the scale figure (default 16, quick 4)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    args = parser.parse_args(argv)
+    repeat = args.repeat or (1 if args.quick else 3)
+    load_s = args.load if args.load is not None else (5.0 if args.quick else 20.0)
+    hosts = args.hosts or (4 if args.quick else 16)
+    scale_load_s = min(load_s, 5.0)
+    before = os.getloadavg()
+    vr = verified_and_rollback(load_s, repeat)
+    sc = scaling(hosts, scale_load_s, repeat)
+    result: dict[str, Any] = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "mode": "quick" if args.quick else "full",
+        "settings": {"repeat": repeat, "load_s": load_s, "scale_hosts": hosts, "scale_load_s": scale_load_s,
+                     **NEEDLE},
+        "machine": {"cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in before],
+                    "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        **figures(vr, sc, load_s, hosts),
+    }
+    result["targets"] = judge(result["figures"], hosts)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = markdown(result)
+    (args.out / "latest.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""Simulated hosts for the benchmarks and the records of playbook runs against them.
+
+Each host is a private copy of `inventory/local` (tests/integration/simhost.py: own ports, install
+root and reports) with the servers' load fixed (`DSV4_SIM_STARTUP_S`) and an 8-cell needle grid.
+Playbooks run as a user runs them; an Ansible callback (bench/callbacks) records when each task
+started and ended, and a watcher notes when each server logs that it is ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.integration.simhost import REPO, VENV_BIN, SimHost, make_sim_host
+
+CALLBACKS = Path(__file__).resolve().parent / "callbacks"
+READY_LINE = "The server is fired up and ready to roll!"
+# 8 cells, the longest the required 5.5K tokens (index_topk 1024 recalls it; 512 does not).
+NEEDLE = {"needle_lengths": [1000, 2000, 4000, 5500], "needle_depths": [0.25, 0.75], "needle_required_tokens": 5500}
+WORKERS = ("sglang-dsv4-prefill", "sglang-dsv4-decode")
+
+
+@dataclass
+class Run:
+    """One playbook run: wall time, exit code, per-task records, the report it wrote."""
+
+    wall_s: float
+    rc: int
+    started: float  # epoch seconds when the command started
+    tasks: list[dict[str, Any]]
+    stdout: str
+    report: dict[str, Any] | None = None
+    ready_at: dict[str, float] = field(default_factory=dict)  # worker -> epoch of its ready line
+
+    def gates(self) -> list[dict[str, Any]]:
+        """Gate task records in order (name, passed, seconds, start, end)."""
+        return [t for t in self.tasks if t.get("gate")]
+
+    def gate_seconds(self, name: str) -> float:
+        """Seconds of the report's gate `name` (promote phase)."""
+        for gate in (self.report or {}).get("gates", []):
+            if gate["name"] == name and gate.get("phase", "deploy") != "rollback":
+                return float(gate["seconds"])
+        return 0.0
+
+    def gate_evidence(self, name: str) -> dict[str, Any]:
+        for gate in (self.report or {}).get("gates", []):
+            if gate["name"] == name:
+                return gate.get("evidence") or {}
+        return {}
+
+    def task_durations(self) -> list[float]:
+        """Seconds of every task that ran (not skipped), gates excluded (their time is their work)."""
+        return [t["end"] - t["start"] for t in self.tasks
+                if t.get("start") and t["status"] != "skipped" and not t.get("gate")]
+
+
+def bench_host(root: Path, load_s: float, extra: dict[str, Any] | None = None) -> SimHost:
+    """A private simulated host whose servers take `load_s` to load and ready, with the bench grid."""
+    host = make_sim_host(root)
+    group = host.inventory / "group_vars" / "all"
+    sim = yaml.safe_load((group / "sim.yml").read_text())
+    env = {**sim["server_env"], "DSV4_SIM_STARTUP_S": f"{load_s:g}"}
+    (group / "zz_bench.yml").write_text(yaml.safe_dump({"server_env": env, **NEEDLE, **(extra or {})}))
+    return host
+
+
+class ReadyWatch:
+    """Notes the moment each log file gains the server's ready line (polled every 10 ms)."""
+
+    def __init__(self, logs: dict[str, Path]) -> None:
+        self.logs = logs
+        self.offsets = {n: (p.stat().st_size if p.exists() else 0) for n, p in logs.items()}
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> ReadyWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for name, path in self.logs.items():
+                if name in self.seen or not path.exists():
+                    continue
+                size = path.stat().st_size
+                if size < self.offsets[name]:
+                    self.offsets[name] = 0  # rotated or recreated
+                with path.open(encoding="utf-8", errors="replace") as fh:
+                    fh.seek(self.offsets[name])
+                    if READY_LINE in fh.read():
+                        self.seen[name] = time.time()
+            time.sleep(0.01)
+
+
+def worker_logs(host: SimHost, names: tuple[str, ...] = WORKERS) -> dict[str, Path]:
+    return {n: host.install_root / "logs" / f"{n}.log" for n in names}
+
+
+def run_playbook(host: SimHost, name: str, *args: str, watch: dict[str, Path] | None = None,
+                 timeout: float = 1200, inventory: Path | None = None) -> Run:
+    """Run playbooks/`name` against `host` with the timing callback; optionally watch logs for ready lines."""
+    timing = host.root / f"timing-{time.monotonic_ns()}.jsonl"
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS), "ANSIBLE_CALLBACKS_ENABLED": "dsv4_timing",
+           "DSV4_BENCH_TIMING": str(timing)}
+    cmd = [str(VENV_BIN / "ansible-playbook"), f"playbooks/{name}", "-i", str(inventory or host.inventory),
+           "-e", f"dsv4_report_dir={host.reports}", *args]
+    watcher = ReadyWatch(watch or {})
+    with watcher:
+        started, t0 = time.time(), time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+        wall = time.monotonic() - t0
+    tasks = [r for r in map(json.loads, timing.read_text().splitlines()) if r["event"] == "task"] \
+        if timing.exists() else []
+    latest = host.reports / "latest" / "report.json"
+    report = json.loads(latest.read_text()) if latest.exists() and latest.stat().st_mtime >= started else None
+    return Run(wall, proc.returncode, started, tasks, proc.stdout + proc.stderr, report, dict(watcher.seen))

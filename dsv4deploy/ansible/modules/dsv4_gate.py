@@ -1,0 +1,115 @@
+#!/usr/bin/python
+"""Documentation of the dsv4_gate action; the work is done on the controller by action/dsv4_gate.py."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_gate
+short_description: Run one dsv4deploy verification gate (readiness, config, smoke, needle, soak) from the controller
+description:
+  - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
+    a failing server - it returns RV(gate) and RV(passed), so the play decides on every host at once.
+  - Deadlines and the needle grid come from the play's variables named in C(GateSettings)
+    (C(readiness_deadline_s), C(smoke_deadline_s), C(needle_deadline_s), C(needle_required_tokens),
+    C(needle_lengths), C(needle_depths), C(needle_concurrency)); O(settings) overrides them for one task.
+  - Run it with C(run_once).
+options:
+  name:
+    type: str
+    required: true
+    choices: [readiness, config, smoke, needle, soak]
+    description:
+      - Gate to run.
+  plan:
+    type: dict
+    required: true
+    description:
+      - The plan (the C(dsv4_plan) fact, or a restored release's targets from M(dsv4.deploy.dsv4_plan)).
+  logs:
+    type: dict
+    default: {}
+    description:
+      - Service name to the text its server logged since this start (the config gate reads them).
+  api_key:
+    type: str
+    default: ""
+    description:
+      - API key the servers require, sent as a Bearer token. Never logged.
+  settings:
+    type: dict
+    default: {}
+    description:
+      - "Overrides of the gate settings for this task, e.g. C({readiness_deadline_s: 15})."
+  probes:
+    type: dict
+    default: {}
+    description:
+      - "What M(dsv4.deploy.dsv4_worker_probe) found on each host (C({host: probe})), for workers only their
+        own host reaches."
+attributes:
+  action:
+    support: full
+    description: Runs on the controller as an action plugin.
+  check_mode:
+    support: none
+    description: Gates talk to running servers; the rollout does not run them in check mode.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    description: The controller.
+notes:
+  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
+author: dsv4deploy
+"""
+
+EXAMPLES = r"""
+- name: Readiness of what the plan deployed
+  dsv4.deploy.dsv4_gate:
+    name: readiness
+    plan: "{{ dsv4_plan }}"
+    api_key: "{{ dsv4_gates_api_key }}"
+    settings: {readiness_deadline_s: 60}
+  run_once: true
+  register: readiness
+
+- name: Stop when it failed
+  ansible.builtin.fail:
+    msg: "{{ readiness.gate.summary }}"
+  when: not readiness.passed
+"""
+
+RETURN = r"""
+passed:
+  description: Whether the gate passed.
+  returned: always
+  type: bool
+gate:
+  description: The gate's result and evidence, as in the report.
+  returned: always
+  type: dict
+  contains:
+    name:
+      description: Gate name.
+      type: str
+      returned: always
+    status:
+      description: C(passed) or C(failed).
+      type: str
+      returned: always
+    seconds:
+      description: How long the gate took.
+      type: float
+      returned: always
+    summary:
+      description: One line saying what was found.
+      type: str
+      returned: always
+      sample: "answer 'OK' after 1 try"
+    evidence:
+      description: What the gate saw (status codes, bodies, needle cells).
+      type: dict
+      returned: always
+"""

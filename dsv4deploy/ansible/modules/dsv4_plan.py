@@ -1,0 +1,78 @@
+#!/usr/bin/python
+"""Documentation of the dsv4_plan action; the work is done on the controller by action/dsv4_plan.py."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_plan
+short_description: Build the dsv4deploy rollout plan from the play's variables, on the controller
+description:
+  - Reads the deployment spec from the play's variables exactly as C(dsv4deploy validate) does (the
+    variables named in the role C(dsv4_plan)'s argument specification), validates it, checks that
+    every server fits its GPUs and renders each play host's release. It fails, listing every problem
+    with its field, host and fix, before anything on a host changes.
+  - Sets the fact named by O(fact) (default C(dsv4_plan)) for every host of the play; run it with
+    C(run_once).
+  - With O(release_spec) (the C(spec.json) of an installed release) it sets O(fact) to that release's
+    gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
+options:
+  release_spec:
+    type: str
+    description:
+      - Text of an installed release's C(spec.json). When given, only its gate targets are computed.
+  fact:
+    type: str
+    default: dsv4_plan
+    description:
+      - Name of the fact to set.
+attributes:
+  action:
+    support: full
+    description: Runs on the controller as an action plugin.
+  check_mode:
+    support: full
+    description: Changes nothing in any mode; the plan is computed in check mode too.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    description: The controller.
+notes:
+  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
+author: dsv4deploy
+"""
+
+EXAMPLES = r"""
+- name: Validate the spec, check memory and render every host's release
+  dsv4.deploy.dsv4_plan:
+  run_once: true
+
+- name: Gate targets of a release being restored
+  dsv4.deploy.dsv4_plan:
+    release_spec: "{{ spec_json.content | b64decode }}"
+    fact: dsv4_target_plan
+  run_once: true
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The fact named by O(fact).
+  returned: success
+  type: dict
+  contains:
+    dsv4_plan:
+      description:
+        - The plan - C(release_id), C(topology), C(endpoint), C(hosts_in_use), C(spec), C(memory) and, per
+          host under C(hosts), its C(install_root), C(service_manager), C(gpus), C(ports), C(services),
+          C(files) and C(content_hash). See docs/interfaces.md.
+      returned: success
+      type: dict
+problems:
+  description: Every problem found in the spec, one line each (field, host, fix).
+  returned: when the spec is invalid
+  type: list
+  elements: str
+  sample: ["index_topk (host gpu1): accepts 512 or 1024 only, got 2048; fix: set index_topk to 512 or 1024"]
+"""

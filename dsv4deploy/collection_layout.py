@@ -1,0 +1,113 @@
+"""Lay out the Ansible collection `dsv4.deploy` (and the package's data) from the source tree.
+
+The repository keeps its own layout (top-level `playbooks/`, `roles/`, `templates/`, `inventory/`,
+the plugins under `dsv4deploy/ansible/`). A collection needs another one
+(`ansible_collections/dsv4/deploy/{playbooks,roles,plugins/...}`), so it is assembled from those
+same files when it is needed, never kept as a second copy in the repository:
+
+- the wheel build (`setup.py`) writes it into the wheel, where ansible-core finds it on `sys.path`
+  with no configuration (its collection finder scans `sys.path` for `ansible_collections/`), and
+  puts the templates and example inventories inside the `dsv4deploy` package;
+- `python -m dsv4deploy.collection_layout OUT` writes `OUT/ansible_collections/dsv4/deploy` for
+  `ansible-galaxy collection build` and `ansible-test sanity`.
+
+Standard library only: `setup.py` loads this file by path before any dependency is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+NAMESPACE = "dsv4"
+NAME = "deploy"
+COLLECTION_DIR = Path("ansible_collections") / NAMESPACE / NAME
+
+# Source folder (relative to the repository) -> folder in the collection, copied recursively.
+COLLECTION_TREES: dict[str, str] = {
+    "playbooks": "playbooks",
+    "roles": "roles",
+    "dsv4deploy/ansible/modules": "plugins/modules",
+    "dsv4deploy/ansible/action_plugins": "plugins/action",
+    "dsv4deploy/ansible/meta": "meta",
+}
+# Single files: source -> place in the collection.
+COLLECTION_FILES: dict[str, str] = {
+    "dsv4deploy/ansible/galaxy.yml": "galaxy.yml",
+    "README.md": "README.md",
+}
+# Package data assembled into the installed `dsv4deploy` package (source -> folder in the package).
+PACKAGE_TREES: dict[str, str] = {
+    "templates": "templates",
+    "inventory/examples": "examples",
+    "inventory/local/group_vars": "examples/local/group_vars",
+}
+
+_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+
+
+def _copy_tree(src: Path, dst: Path) -> list[Path]:
+    """Copy `src` into `dst` (merging), returning the files written."""
+    shutil.copytree(src, dst, ignore=_SKIP, dirs_exist_ok=True)
+    return [p for p in dst.rglob("*") if p.is_file()]
+
+
+def _copy_file(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+    return dst
+
+
+def _pairs(source: Path, trees: dict[str, str], files: dict[str, str]) -> Iterator[tuple[Path, str, bool]]:
+    for src, dst in trees.items():
+        yield source / src, dst, True
+    for src, dst in files.items():
+        yield source / src, dst, False
+
+
+def write_collection(source: Path, out: Path) -> Path:
+    """Write the collection from the tree at `source` under `out` (a collections root); its path.
+
+    `out/ansible_collections/dsv4/deploy` is replaced, so removed files do not linger.
+    """
+    root = out / COLLECTION_DIR
+    if root.exists():
+        shutil.rmtree(root)
+    for src, dst, is_tree in _pairs(source, COLLECTION_TREES, COLLECTION_FILES):
+        if not src.exists():
+            raise FileNotFoundError(f"the collection needs {src}, which is missing from the source tree")
+        if is_tree:
+            _copy_tree(src, root / dst)
+        else:
+            _copy_file(src, root / dst)
+    return root
+
+
+def write_package_data(source: Path, package_dir: Path) -> list[Path]:
+    """Copy the templates and the example inventories into the built `dsv4deploy` package."""
+    written: list[Path] = []
+    for src, dst in PACKAGE_TREES.items():
+        written += _copy_tree(source / src, package_dir / dst)
+    return written
+
+
+def repo_root() -> Path:
+    """The source tree this module lives in (a clone or an unpacked sdist)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m dsv4deploy.collection_layout OUT`: write OUT/ansible_collections/dsv4/deploy."""
+    parser = argparse.ArgumentParser(prog="python -m dsv4deploy.collection_layout", description=main.__doc__)
+    parser.add_argument("out", type=Path, help="collections root to write (e.g. build/collections)")
+    parser.add_argument("--source", type=Path, default=repo_root(), help="source tree (default: this clone)")
+    args = parser.parse_args(argv)
+    print(write_collection(args.source, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The tool as a user installs it: a wheel built from this repository, pip-installed into a new venv,
+used from an empty folder outside the repository with no ansible.cfg and no paths set.
+
+init writes the embedded host's inventory; the collection's playbooks run by name
+(dsv4.deploy.deploy, .rollback, .stop); ansible-doc documents every module and action.
+The only change to what a user runs: the starter's ports are moved to a free block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_supervisord
+
+pytestmark = pytest.mark.integration
+
+# Every module and action plugin of the collection.
+PLUGINS = ["dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
+           "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe"]
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+
+
+@dataclass
+class Installed:
+    """A venv with only the wheel installed, and an empty working folder outside the repository."""
+
+    venv: Path
+    work: Path
+
+    def env(self) -> dict[str, str]:
+        # Nothing from the developer's shell that could point Ansible or Python at the repository.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV", "DSV4"))}
+        env.update(PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_FORCE_COLOR="0", HOME=str(self.work))
+        return env
+
+    def run(self, *cmd: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.venv / "bin" / cmd[0]), *cmd[1:]], cwd=self.work, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def report(self) -> dict:
+        return json.loads((self.work / "reports" / "latest" / "report.json").read_text())
+
+    def active_release(self) -> str | None:
+        link = self.work / "site" / ".state" / "current"
+        return os.path.basename(os.readlink(link)) if link.is_symlink() else None
+
+
+def _must(proc: subprocess.CompletedProcess, what: str) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"{what} failed (rc {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    root = tmp_path_factory.mktemp("installed")
+    dist, venv, work = root / "dist", root / "venv", root / "work"
+    work.mkdir()
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, f"building the wheel failed:\n{build.stderr[-3000:]}"
+    (wheel,) = dist.glob("dsv4deploy-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[sim]"],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, f"pip install of the wheel failed:\n{pip.stderr[-3000:]}"
+    inst = Installed(venv=venv, work=work)
+    try:
+        yield inst
+    finally:
+        if (work / "site").is_dir():
+            inst.run("ansible-playbook", "dsv4.deploy.stop", "-i", "site", timeout=300)
+        stop_supervisord(work / "site" / ".state")
+
+
+def test_init_writes_the_local_example(installed: Installed) -> None:
+    _must(installed.run("dsv4deploy", "init", "site", "--example", "local"), "init")
+    assert (installed.work / "site" / "hosts.yml").is_file()
+    assign_ports(installed.work / "site", free_port_block(5))
+    proc = _must(installed.run("dsv4deploy", "validate", "-i", "site"), "validate")
+    assert "topology pd" in proc.stdout
+    refused = installed.run("dsv4deploy", "init", "site", "--example", "2p1d")
+    assert refused.returncode == 2 and "already holds different" in refused.stderr
+
+
+def test_collection_deploy_promotes_from_outside_the_repository(installed: Installed) -> None:
+    proc = _must(installed.run("ansible-playbook", "dsv4.deploy.deploy", "-i", "site", "-e", "topology=pd",
+                               "-e", "index_topk=1024", *FAST), "deploy")
+    assert "[WARNING]" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    report = installed.report()
+    assert report["verdict"] == "promoted"
+    assert all(g["status"] == "passed" for g in report["gates"])
+    assert installed.active_release() == report["release"]
+
+
+def test_collection_rollback_returns_to_the_previous_release(installed: Installed) -> None:
+    first = installed.active_release()
+    _must(installed.run("ansible-playbook", "dsv4.deploy.deploy", "-i", "site", "-e", "topology=combined", *FAST),
+          "second deploy")
+    second = installed.active_release()
+    assert second != first
+    _must(installed.run("ansible-playbook", "dsv4.deploy.rollback", "-i", "site", *FAST), "rollback")
+    assert installed.active_release() == first
+    assert installed.report()["verdict"] == "rolled_back"
+
+
+def test_collection_stop_stops_everything(installed: Installed) -> None:
+    _must(installed.run("ansible-playbook", "dsv4.deploy.stop", "-i", "site"), "stop")
+    assert not (installed.work / "site" / ".state" / "supervisor" / "supervisord.pid").exists()
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_ansible_doc_documents_every_module_and_action(installed: Installed, plugin: str) -> None:
+    proc = _must(installed.run("ansible-doc", "--json", f"dsv4.deploy.{plugin}"), f"ansible-doc {plugin}")
+    doc = json.loads(proc.stdout)[f"dsv4.deploy.{plugin}"]
+    assert doc["doc"]["short_description"]
+    assert doc["doc"]["options"], "every option is documented"
+    assert doc["examples"].strip(), "EXAMPLES"
+    assert doc["return"], "RETURN"
+    assert set(doc["doc"]["attributes"]) >= {"check_mode", "diff_mode"}

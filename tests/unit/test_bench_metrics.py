@@ -1,0 +1,62 @@
+"""The benchmark's figures from run records: readiness, needle, rollback, overhead, summaries."""
+
+from __future__ import annotations
+
+from bench import metrics
+from bench.world import Run
+
+
+def _gate(name: str, end: float, seconds: float, passed: bool = True) -> dict:
+    return {"event": "task", "task": f"Gate: {name}", "action": "dsv4_gate", "status": "ok", "host": "local",
+            "start": end - seconds - 0.05, "end": end, "gate": name, "passed": passed, "seconds": seconds}
+
+
+def _run(tasks: list[dict], report: dict | None = None, ready_at: dict | None = None, wall: float = 40.0) -> Run:
+    return Run(wall_s=wall, rc=0, started=0.0, tasks=tasks, stdout="", report=report, ready_at=ready_at or {})
+
+
+def test_readiness_latency_is_last_ready_line_to_the_gate_verdict() -> None:
+    run = _run([_gate("readiness", end=121.0, seconds=18.0)], ready_at={"p": 119.5, "d": 120.6})
+    assert abs(metrics.readiness_latency(run) - 0.4) < 1e-9
+
+
+def test_worker_notice_uses_the_gate_evidence_time_to_ready() -> None:
+    report = {"gates": [{"name": "readiness", "seconds": 10.0, "evidence": {"endpoints": [
+        {"check": "p /health", "seconds_to_ready": 8.2}, {"check": "router /readiness", "seconds_to_ready": 9.9}]}}]}
+    run = _run([_gate("readiness", end=110.0, seconds=10.0)], report, ready_at={"p": 108.0})
+    assert [round(x, 3) for x in metrics.worker_notice_latencies(run)] == [0.2]
+
+
+def test_needle_ratio_is_grid_over_its_slowest_cell() -> None:
+    cells = [{"seconds": 1.0}, {"seconds": 2.0}]
+    report = {"gates": [{"name": "needle", "seconds": 3.0, "evidence": {"cells": cells}}]}
+    assert metrics.needle_ratio(_run([], report)) == 1.5
+    assert metrics.needle_ratio(_run([], {"gates": []})) is None
+
+
+def test_rollback_runs_from_the_failing_verdict_to_the_restored_smoke() -> None:
+    tasks = [_gate("readiness", 10, 5), _gate("needle", 20, 3, passed=False), _gate("readiness", 44, 20),
+             _gate("smoke", 45.5, 1)]
+    assert metrics.rollback_to_verified(_run(tasks)) == 25.5
+    # No failure, or a restored release that never passed smoke: no figure.
+    assert metrics.rollback_to_verified(_run(tasks[:1])) is None
+    assert metrics.rollback_to_verified(_run(tasks[:3])) is None
+    assert metrics.rollback_budget(20) == 25
+
+
+def test_overhead_takes_out_load_and_the_gates_own_work() -> None:
+    report = {"gates": [{"name": "readiness", "seconds": 19.0}, {"name": "config", "seconds": 0.5},
+                        {"name": "smoke", "seconds": 0.5}, {"name": "needle", "seconds": 3.0}]}
+    spent, ratio = metrics.overhead(_run([], report, wall=30.0), load_s=20.0)
+    assert (spent, ratio) == (6.0, 0.25)
+
+
+def test_task_overhead_leaves_out_gates_and_skipped_tasks() -> None:
+    tasks = [{"status": "ok", "start": 1.0, "end": 1.5}, {"status": "skipped", "start": 2.0, "end": 2.1},
+             _gate("smoke", 5.0, 1.0)]
+    assert metrics.task_overhead([_run(tasks)]) == [0.5]
+
+
+def test_summary_median_spread_and_empty() -> None:
+    assert metrics.summary([1.0, 3.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "spread": 1.0, "n": 3}
+    assert metrics.summary([None])["n"] == 0

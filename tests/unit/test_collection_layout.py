@@ -1,0 +1,52 @@
+"""The collection dsv4.deploy as assembled from the repository's own layout."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from dsv4deploy.collection_layout import repo_root, write_collection
+
+REPO = repo_root()
+
+
+def test_collection_version_follows_the_package() -> None:
+    galaxy = yaml.safe_load((REPO / "dsv4deploy" / "ansible" / "galaxy.yml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert (galaxy["namespace"], galaxy["name"]) == ("dsv4", "deploy")
+    assert galaxy["version"] == project["version"]
+
+
+def test_collection_holds_playbooks_roles_and_plugins_where_ansible_looks(tmp_path: Path) -> None:
+    root = write_collection(REPO, tmp_path)
+    assert root == tmp_path / "ansible_collections" / "dsv4" / "deploy"
+    for playbook in ("deploy", "rollback", "verify", "stop"):
+        assert (root / "playbooks" / f"{playbook}.yml").is_file()
+    roles = {p.name for p in (REPO / "roles").iterdir() if p.is_dir()}
+    assert {p.name for p in (root / "roles").iterdir()} == roles
+    actions = {p.stem for p in (root / "plugins" / "action").glob("*.py")}
+    modules = {p.stem for p in (root / "plugins" / "modules").glob("*.py")}
+    assert actions and modules
+    assert (root / "meta" / "runtime.yml").is_file() and (root / "galaxy.yml").is_file()
+    assert not list(root.rglob("__pycache__"))
+
+
+def test_rewriting_drops_files_that_are_gone(tmp_path: Path) -> None:
+    root = write_collection(REPO, tmp_path)
+    stale = root / "roles" / "gone.txt"
+    stale.write_text("x")
+    write_collection(REPO, tmp_path)
+    assert not stale.exists()
+
+
+def test_roles_and_playbooks_use_no_filter_of_our_own() -> None:
+    # Inside a collection, filters resolve by short name only from ansible.builtin: ours would be missing.
+    offenders = [f"{path.relative_to(REPO)}:{n}" for folder in ("roles", "playbooks")
+                 for path in (REPO / folder).rglob("*.yml")
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.search(r"\|\s*dsv4_\w+\s*\(", line)]
+    assert not offenders, f"use builtin filters instead: {offenders}"
+    assert not (REPO / "dsv4deploy" / "ansible" / "filter_plugins").exists()

@@ -1,0 +1,74 @@
+"""Every module and action plugin is documented the way ansible-doc shows it, and every action plugin's
+argument spec says what its documentation says."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+PLUGINS = Path(__file__).resolve().parents[2] / "dsv4deploy" / "ansible"
+MODULES = sorted((PLUGINS / "modules").glob("*.py"))
+ACTIONS = sorted((PLUGINS / "action_plugins").glob("*.py"))
+OPTION_KEYS = {"type", "elements", "required", "default", "choices", "description", "no_log", "aliases", "suboptions"}
+SPEC_KEYS = ("type", "elements", "required", "default", "choices")
+
+
+def doc_blocks(path: Path) -> dict[str, str]:
+    """DOCUMENTATION, EXAMPLES and RETURN of a plugin file, read without running it."""
+    tree = ast.parse(path.read_text())
+    return {node.targets[0].id: node.value.value for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN") and isinstance(node.value, ast.Constant)}
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_doc_test_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
+def test_module_is_documented_with_examples_return_and_modes(path: Path) -> None:
+    blocks = doc_blocks(path)
+    assert set(blocks) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, f"{path.name}: missing {blocks.keys()}"
+    doc = yaml.safe_load(blocks["DOCUMENTATION"])
+    assert doc["module"] == path.stem
+    assert {"check_mode", "diff_mode"} <= set(doc["attributes"])
+    for name, option in doc["options"].items():
+        # A flow mapping cut at a comma shows up as a stray key.
+        assert set(option) <= OPTION_KEYS, f"{path.stem} option {name}: unexpected {set(option) - OPTION_KEYS}"
+        assert option.get("description"), f"{path.stem} option {name} has no description"
+    examples = yaml.safe_load(blocks["EXAMPLES"])
+    assert any(f"dsv4.deploy.{path.stem}" in task for task in examples), "an example calls it by its FQCN"
+    assert yaml.safe_load(blocks["RETURN"])
+
+
+@pytest.mark.parametrize("path", ACTIONS, ids=lambda p: p.stem)
+def test_action_plugin_has_a_documentation_stub_matching_its_argument_spec(path: Path) -> None:
+    stub = PLUGINS / "modules" / path.name
+    assert stub.is_file(), f"action {path.stem} needs modules/{path.name} with its DOCUMENTATION, EXAMPLES, RETURN"
+    options = yaml.safe_load(doc_blocks(stub)["DOCUMENTATION"])["options"]
+    if "def main(" in stub.read_text():
+        # An action in front of a real module of its name (like ansible.builtin.template): the module's
+        # argument spec validates, and the module's documentation is the action's.
+        assert not hasattr(load(path), "ARGUMENT_SPEC"), "one argument spec, the module's"
+        return
+    spec = load(path).ARGUMENT_SPEC
+    assert set(options) == set(spec)
+    for name, arg in spec.items():
+        documented = {k: options[name][k] for k in SPEC_KEYS if k in options[name]}
+        declared = {k: arg[k] for k in SPEC_KEYS if k in arg}
+        documented.setdefault("required", False)
+        declared.setdefault("required", False)
+        assert documented == declared, f"{path.stem} option {name}"
+
+
+def test_the_api_key_is_never_logged() -> None:
+    spec = load(PLUGINS / "action_plugins" / "dsv4_gate.py").ARGUMENT_SPEC
+    assert spec["api_key"]["no_log"] is True
