@@ -23,7 +23,7 @@ from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_
 pytestmark = pytest.mark.integration
 
 # Every module and action plugin of the collection.
-PLUGINS = ["dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
+PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
            "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe"]
 FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
 

@@ -12,6 +12,8 @@ description:
     name, then renamed) and never changed; C(install_root/current) points at the active one.
   - O(state=present) installs a release unless one with the same content hash exists already (then
     that one is reused and nothing changes); with C(--diff) it shows each file against the active release.
+    It also returns RV(before), what O(state=query) says of the host before the install, so a deploy
+    reads and installs in one module run.
   - O(state=active) switches the pointer and prunes old releases (never the active, the previous or
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
@@ -104,6 +106,10 @@ release_id:
   description: Release installed, or the existing one with the same content that was reused.
   returned: O(state=present)
   type: str
+before:
+  description: What O(state=query) returns, as the host was before the install.
+  returned: O(state=present)
+  type: dict
 releases:
   description: Installed release ids, oldest first.
   returned: always
@@ -404,6 +410,16 @@ def _purge(module: AnsibleModule, root: str) -> dict:
     return {"changed": bool(removed), "removed": removed, "left": left}
 
 
+def _query(root: str) -> dict:
+    """The host's releases: active (with its content hash), previous, verified ones."""
+    result = _summary(root)
+    if result["active"]:
+        # An edited active release never counts as "this release is running": a deploy reinstalls it.
+        result["active_tampered"] = tampered(root, result["active"])
+        result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -421,16 +437,12 @@ def main() -> None:
     p = module.params
     root = p["install_root"]
     if p["state"] == "query":
-        result = {"changed": False, **_summary(root)}
-        if result["active"]:
-            # An edited active release never counts as "this release is running": a deploy reinstalls it.
-            result["active_tampered"] = tampered(root, result["active"])
-            result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
-        module.exit_json(**result)
+        module.exit_json(changed=False, **_query(root))
     if p["state"] == "purged":
         module.exit_json(**_purge(module, root))
     if p["state"] == "present":
-        module.exit_json(**_install(module, root, p["release_id"], p["files"]))
+        before = _query(root)
+        module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
         module.exit_json(**_verified(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"]))
