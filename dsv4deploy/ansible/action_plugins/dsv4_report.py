@@ -12,6 +12,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from dsv4deploy.gates import GateResult
+from dsv4deploy.hardening import score_plan
 from dsv4deploy.inventory import plain
 from dsv4deploy.report import build_report, free_name, update_latest, write_report
 
@@ -59,6 +60,8 @@ class ActionModule(ActionBase):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
+        data["hardening"] = score_plan(plan)
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
         root = Path(args["reports_dir"]).expanduser().absolute()
         name = free_name(root, data["release"])
