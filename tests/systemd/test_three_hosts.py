@@ -202,8 +202,12 @@ def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp
     assert run.returncode != 0, out[-5000:]
     assert "UNREACHABLE" in out and "decode1" in out, out[-5000:]
     # The report names the host that dropped out; the reachable hosts are back on the good release.
-    failure = checks.report(tmp_path).get("failure") or ""
+    report = checks.report(tmp_path)
+    failure = report.get("failure") or ""
     assert "UNREACHABLE decode1" in failure, failure
+    # Without its decode the restored PD pair cannot pass readiness: the run ends failed (not
+    # "rolled back and verified"), saying so.
+    assert report["verdict"] == "failed" and "decode1" in failure.split("ROLLBACK FAILED", 1)[-1], failure
     for name in ("prefill1", "router1"):
         assert checks.active_release(lab.hosts[name]) == state["good"], name
         for unit in UNITS[name]:
