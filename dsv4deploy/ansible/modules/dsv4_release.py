@@ -18,6 +18,8 @@ description:
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
     verified release, never one that failed).
+  - O(state=absent) removes a temporary release (an experiment's, see playbooks/isolate.yml) and
+    forgets it; it refuses the active release and any verified one.
   - O(state=query) changes nothing.
   - O(state=purged) removes what dsv4deploy created under O(install_root) (and the root when nothing
     else is left in it), never anything else.
@@ -29,7 +31,7 @@ options:
       - Root of the releases on this host.
   state:
     type: str
-    choices: [present, active, verified, query, purged]
+    choices: [present, active, verified, absent, query, purged]
     default: query
     description:
       - What to do.
@@ -367,6 +369,25 @@ def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
     return {"changed": True, **_summary(root)}
 
 
+def _remove(module: AnsibleModule, root: str, release_id: str) -> dict:
+    summary = _summary(root)
+    if release_id not in summary["releases"]:
+        return {"changed": False, **summary}
+    if release_id == summary["active"] or release_id in _state(root).get("good", []):
+        module.fail_json(msg=f"release {release_id} is active or verified on this host; only a temporary "
+                             "release can be removed", **summary)
+    if module.check_mode:
+        return {"changed": True, **summary}
+    shutil.rmtree(os.path.join(_releases_dir(root), release_id))
+    # Forget it, so `previous` names what served before it again.
+    state = _state(root)
+    history = [r for r in state.get("history", []) if r != release_id]
+    before = [r for r in history if r != summary["active"]]
+    previous = state.get("previous") if state.get("previous") != release_id else (before[-1] if before else None)
+    _save_state(root, history=history, previous=previous)
+    return {"changed": True, **_summary(root)}
+
+
 def _prune(root: str, keep: int, protected: set) -> None:
     releases = _list_releases(root)
     excess = len(releases) - max(keep, 2)
@@ -424,14 +445,14 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "active", "verified", "query", "purged"],
+            "state": {"type": "str", "choices": ["present", "active", "verified", "absent", "query", "purged"],
                       "default": "query"},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
-                     ("state", "verified", ("release_id",))],
+                     ("state", "verified", ("release_id",)), ("state", "absent", ("release_id",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -445,6 +466,8 @@ def main() -> None:
         module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
         module.exit_json(**_verified(module, root, p["release_id"]))
+    if p["state"] == "absent":
+        module.exit_json(**_remove(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"]))
 
 
