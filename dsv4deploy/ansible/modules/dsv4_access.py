@@ -7,20 +7,69 @@ DOCUMENTATION = r"""
 module: dsv4_access
 short_description: Check the service user and every path the services need, as their units will see them
 description:
-  - Changes nothing. Fails, one line per problem naming host, user, path and the fix, when the
-    service user does not exist (unless I(create_user)), when a launcher is missing, hidden by the
-    unit's sandbox (PrivateTmp, ProtectHome, InaccessiblePaths) or not executable by that user,
-    when the install root cannot be reached by it, or when the API key file is not readable by it
-    or is readable by anyone else but root.
-  - The needs come from dsv4deploy.access (the plan). A user that does not exist yet but will be
-    created is judged as a new user with no groups: by the files' "other" permissions.
+  - Changes nothing. Fails, one line per problem naming host, user, path and the fix, when the service
+    user does not exist (unless O(create_user)), when a launcher is missing, hidden by the unit's sandbox
+    (PrivateTmp, ProtectHome, InaccessiblePaths) or not executable by that user, when the install root
+    cannot be reached by it, or when the API key file is not readable by it or is readable by anyone
+    else but root.
+  - The needs come from C(dsv4deploy.access) (the plan). A user that does not exist yet but will be
+    created is judged as a new user with no groups, by the files' "other" permissions.
 options:
-  host: {type: str, required: true, description: Inventory name of this host (for the messages).}
-  user: {type: str, default: "", description: "Service user; empty: the service manager's own (root)."}
-  create_user: {type: bool, default: false, description: The deploy creates the user when it is missing.}
-  needs: {type: list, elements: dict, default: [], description: "PathNeed mappings (dsv4deploy.access)."}
+  host:
+    type: str
+    required: true
+    description:
+      - Inventory name of this host (for the messages).
+  user:
+    type: str
+    default: ""
+    description:
+      - Service user; empty means the service manager's own (root).
+  create_user:
+    type: bool
+    default: false
+    description:
+      - The deploy creates the user when it is missing.
+  needs:
+    type: list
+    elements: dict
+    default: []
+    description:
+      - PathNeed mappings (C(dsv4deploy.access)), as the plan lists them for this host.
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Nothing is changed.
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host.
 author: dsv4deploy
 """
+
+EXAMPLES = r"""
+- name: What the services will need, checked before anything changes
+  dsv4.deploy.dsv4_access:
+    host: "{{ inventory_hostname }}"
+    user: sglang
+    needs: "{{ dsv4_plan.hosts[inventory_hostname].access }}"
+"""
+
+RETURN = r"""
+problems:
+  description: One line per problem (host, user, path, fix); empty when everything is in place.
+  returned: always
+  type: list
+  elements: str
+create_user:
+  description: Whether the user is missing and is to be created (every check passed).
+  returned: always
+  type: bool
+"""
+
 
 import grp
 import os
