@@ -51,14 +51,17 @@ def checked_on_host(url: str, host_address: str, host_is_local: bool) -> bool:
     return url_address(url)[0] != host_address
 
 
-def endpoint_problem(what: str, url: str, host: str, host_is_local: bool) -> str | None:
-    """Why the client-facing ``url`` on ``host`` can never be reached from the controller, or None."""
-    address, port = url_address(url)
+def endpoint_problem(field: str, url: str, host: str, host_is_local: bool) -> str | None:
+    """Why the client-facing ``url`` on ``host`` can never be reached from the controller, or None.
+
+    ``field`` is the setting that chose the address (``router.listen``, or the host's ``listen``).
+    """
+    address = url_address(url)[0]
     if host_is_local or not is_loopback(address):
         return None
-    return (f"{what} {url} listens on {address}:{port}, a loopback address of host {host}: the controller, "
-            f"where this gate (and any client) runs, cannot reach it; fix: set its listen address to 0.0.0.0 "
-            f"or {host}'s own address (with an api_key)")
+    return (f"{field} (host {host}): the endpoint {url} would listen on {address}, a loopback address of {host}; "
+            f"the controller, where the gates run as any client off {host} would, cannot reach it; fix: set "
+            f"{field} to 0.0.0.0 or {host}'s own address (with an api_key)")
 
 
 def controller_reach(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:

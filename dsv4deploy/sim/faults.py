@@ -14,6 +14,7 @@ KNOWN_FAULTS: dict[str, str] = {
     "pd_transfer_truncate": "flag",
     "tool_call_corruption": "float",
     "slow_release": "float",
+    "kv_pool_fallback": "flag",
 }
 
 
@@ -33,6 +34,7 @@ class Faults:
     pd_transfer_truncate: bool = False
     tool_call_corruption: float = 0.0
     slow_release: float = 0.0
+    kv_pool_fallback: bool = False
 
 
 def parse_faults(spec: str | None) -> Faults:

@@ -163,6 +163,11 @@ class SimServer:
                 ("sglang/srt/layers/attention/deepseek_v4_backend.py", 881, "init_flashmla_related",
                  "assert self.index_topk in (512, 1024), ("),
             ], f"AssertionError: unexpected index_topk={s.index_topk}; supported: 512 (small) or 1024 (large)"))
+        if env.faults.kv_pool_fallback and s.mode in ("prefill", "decode"):
+            # sglang/srt/disaggregation/mooncake/utils.py when its custom pool cannot be set up: the
+            # KV transfer then runs on a slower path than the one configured.
+            log.line("Failed to import mooncake allocator for nvlink: No module named 'mooncake.allocator'. "
+                     "Falling back to default memory pool.", "TP0")
         kv_tokens = int(plan.kv_pool_gib * GIB_TOKENS * tp)
         log.line(f"KV Cache is allocated. #tokens: {kv_tokens}, KV size: {plan.kv_pool_gib:.2f} GB", "TP0")
         if s.cuda_graph:

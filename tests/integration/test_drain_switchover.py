@@ -6,6 +6,7 @@ stopped first and drains (no new connections, or smg's /readiness "draining"; th
 finish), then decode, then prefill. Measured: requests in flight when the old router stopped taking
 new ones, and how many of every request started before that moment failed (must be none). Requests
 refused while no router listens, and any failure after the new release came up, are counted apart.
+Then, on the same host, a release whose servers log a slower KV transfer path is promoted with a warning.
 """
 
 from __future__ import annotations
@@ -92,3 +93,16 @@ def test_requests_in_flight_survive_a_switchover(sim_host: SimHost) -> None:
     assert sim_host.report()["verdict"] == "promoted"
     assert in_flight, "no request was in flight at the switchover: the test proved nothing"
     assert not failed, [(o.status, o.error) for o in failed]
+
+
+def test_a_slower_kv_transfer_path_is_a_warning_in_the_report(sim_host: SimHost) -> None:
+    """The servers log sglang's "Falling back to default memory pool." at start: promoted, with a warning."""
+    proc = sim_host.playbook("deploy.yml", *SMG, *FAST, "-e", "sim_faults=kv_pool_fallback")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    config = next(g for g in report["gates"] if g["name"] == "config")
+    assert report["verdict"] == "promoted" and config["status"] == "passed"
+    assert "warning: KV transfer slower than configured on sglang-dsv4-" in config["summary"]
+    lines = config["evidence"]["warnings"]["kv_transfer_fallback"]
+    assert set(lines) == {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
+    assert all("Falling back to default memory pool." in found[0] for found in lines.values())

@@ -2,7 +2,7 @@
 used from an empty folder outside the repository with no ansible.cfg and no paths set.
 
 init writes the embedded host's inventory; the collection's playbooks run by name
-(dsv4.deploy.deploy, .rollback, .stop); ansible-doc documents every module and action.
+(dsv4.deploy.deploy, .rollback, .isolate, .stop); ansible-doc documents every module and action.
 The only change to what a user runs: the starter's ports are moved to a free block.
 """
 
@@ -23,8 +23,8 @@ from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_
 pytestmark = pytest.mark.integration
 
 # Every module and action plugin of the collection.
-PLUGINS = ["dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
-           "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe"]
+PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
+           "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe", "dsv4_isolate_report"]
 # A user's own playbook: the rollout is one role; its outcome comes back as documented facts.
 USER_PLAYBOOK = """\
 - name: My rollout
@@ -126,6 +126,15 @@ def test_a_playbook_of_ones_own_uses_the_rollout_role_then_rollback_returns(inst
     _must(installed.run("ansible-playbook", "dsv4.deploy.rollback", "-i", "site", *FAST), "rollback")
     assert installed.active_release() == first
     assert installed.report()["verdict"] == "rolled_back"
+
+
+def test_collection_isolate_runs_the_experiment_and_restores_the_release(installed: Installed) -> None:
+    release = installed.active_release()
+    _must(installed.run("ansible-playbook", "dsv4.deploy.isolate", "-i", "site", "-e", "suite=smoke", *FAST),
+          "isolate")
+    report = json.loads((installed.work / "reports" / "isolate" / "latest" / "report.json").read_text())
+    assert (report["verdict"], report["restored"], report["serving_release"]) == ("clean", True, release)
+    assert installed.active_release() == release
 
 
 def test_collection_stop_stops_everything(installed: Installed) -> None:

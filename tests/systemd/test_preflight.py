@@ -96,3 +96,18 @@ def test_a_key_file_only_the_service_user_may_read_or_it_is_refused(lab: Lab, tm
         gpu1.exec(restore)
     assert expected in lines
     assert len(lines.splitlines()) == 1, lines
+
+
+def test_a_client_endpoint_on_a_remote_loopback_is_refused_before_anything_changes(lab: Lab, tmp_path: Path) -> None:
+    """The example's combined server (-e topology=combined) listens where its workers do, 127.0.0.1:
+    no client off gpu1, and no gate on the controller, could reach it."""
+    gpu1 = lab.hosts["gpu1"]
+    before = _state(gpu1)
+    inventory = lab.write_inventory(tmp_path / "inventory", example="pd-single-host")
+    proc = lab.playbook("deploy.yml", inventory, "-e", "topology=combined", reports=tmp_path / "reports")
+    assert proc.returncode != 0
+    assert "FAILED at preflight, nothing was changed" in proc.stdout, proc.stdout[-4000:]
+    assert ("listen (host gpu1): the endpoint http://127.0.0.1:30010 would listen on 127.0.0.1, a loopback "
+            "address of gpu1") in proc.stdout
+    assert "fix: set listen to 0.0.0.0 or gpu1's own address" in proc.stdout
+    assert _state(gpu1) == before

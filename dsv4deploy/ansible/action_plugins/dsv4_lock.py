@@ -69,7 +69,8 @@ class ActionModule(ActionBase):
                     line = (f"previous run {holder.get('run_id') or '?'} of {holder.get('owner') or 'unknown'} died "
                             f"during phase '{holder.get('phase', '?')}' ({why}); took over its lock, this run "
                             "repairs what it left")
-                    display.warning(f"{task_vars.get('inventory_hostname', '')}: {line}")
+                    # On stdout with the play (warnings go to stderr): the operator reads it in order.
+                    display.display(f"  {task_vars.get('inventory_hostname', '')}: {line}")
                     module_result["msg"] = line
             else:
                 module_result["msg"] = self._held_message(module_result, holder, me, str(args.get("path")))

@@ -7,11 +7,11 @@ DOCUMENTATION = r"""
 module: dsv4_access
 short_description: Check the service user and every path the services need, as their units will see them
 description:
-  - Changes nothing. Fails, one line per problem naming host, user, path and the fix, when the service
-    user does not exist (unless O(create_user)), when a launcher is missing, hidden by the unit's sandbox
-    (PrivateTmp, ProtectHome, InaccessiblePaths) or not executable by that user, when the install root
-    cannot be reached by it, or when the API key file is not readable by it or is readable by anyone
-    else but root.
+  - Changes nothing. Fails, one line per problem naming host, user, path and the fix, when the
+    service user does not exist (unless O(create_user)), when a launcher is missing, hidden by the
+    unit's sandbox (C(PrivateTmp), C(ProtectHome), C(InaccessiblePaths)) or not executable by that
+    user, when the install root cannot be reached by it, or when the API key file is not readable by
+    it or is readable by anyone else but root.
   - The needs come from C(dsv4deploy.access) (the plan). A user that does not exist yet but will be
     created is judged as a new user with no groups, by the files' "other" permissions.
 options:
@@ -29,13 +29,14 @@ options:
     type: bool
     default: false
     description:
-      - The deploy creates the user when it is missing.
+      - The deploy creates the user when it is missing (C(service_user_create)).
   needs:
     type: list
     elements: dict
     default: []
     description:
-      - PathNeed mappings (C(dsv4deploy.access)), as the plan lists them for this host.
+      - "PathNeed mappings of the plan: C(path), C(need) (exec, search, secret), C(what), C(hidden),
+        C(search_path), C(no_dac_override)."
 attributes:
   check_mode:
     support: full
@@ -46,30 +47,33 @@ attributes:
   platform:
     support: full
     platforms: posix
-    description: A Linux host.
+    description: Any host with Python 3.
 author: dsv4deploy
 """
 
 EXAMPLES = r"""
-- name: What the services will need, checked before anything changes
+- name: Check that user sglang can run the launcher its unit will execute
   dsv4.deploy.dsv4_access:
     host: "{{ inventory_hostname }}"
     user: sglang
-    needs: "{{ dsv4_plan.hosts[inventory_hostname].access }}"
+    needs:
+      - path: /opt/sglang/venv/bin/python
+        need: exec
+        what: server_launcher[0] of sglang-dsv4-decode
+        hidden: {/tmp: PrivateTmp=yes}
 """
 
 RETURN = r"""
 problems:
-  description: One line per problem (host, user, path, fix); empty when everything is in place.
+  description: 'One line per problem: C(host H, user U: PATH (what): problem; fix: ...).'
   returned: always
   type: list
   elements: str
 create_user:
-  description: Whether the user is missing and is to be created (every check passed).
+  description: True when the user is missing, O(create_user) is set and nothing else is wrong.
   returned: always
   type: bool
 """
-
 
 import grp
 import os
@@ -78,7 +82,8 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-R, W, X = 4, 2, 1
+R = 4  # permission bits, as in a mode's rwx triplet
+X = 1
 
 
 class Who:

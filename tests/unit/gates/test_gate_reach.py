@@ -168,3 +168,13 @@ def test_controller_reach_takes_refused_as_reachable_and_names_the_rest(dead_url
 
     monkeypatch.setattr(socket, "create_connection", timeout)
     assert "no answer from 10.1.2.3:80 within 3 s" in reach.controller_reach("http://10.1.2.3")
+
+
+def test_a_loopback_endpoint_is_refused_only_on_a_remote_host():
+    problem = reach.endpoint_problem("router.listen", "http://127.0.0.1:30000", "gpu1", host_is_local=False)
+    assert problem == ("router.listen (host gpu1): the endpoint http://127.0.0.1:30000 would listen on 127.0.0.1, "
+                       "a loopback address of gpu1; the controller, where the gates run as any client off gpu1 "
+                       "would, cannot reach it; fix: set router.listen to 0.0.0.0 or gpu1's own address "
+                       "(with an api_key)")
+    assert reach.endpoint_problem("router.listen", "http://127.0.0.1:30000", "local", host_is_local=True) is None
+    assert reach.endpoint_problem("listen", "http://10.0.0.11:30010", "gpu1", host_is_local=False) is None

@@ -1,0 +1,90 @@
+"""Hostile specs through the real deploy.yml against a host that serves: each ends in a validation error
+naming the field, no traceback, nothing executed, and the install root unchanged byte for byte.
+
+The full corpus and the fuzzing run against the validator directly (tests/unit/test_hostile_spec.py); here a
+sample of each kind goes the whole way through Ansible, as a user would run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.integration.simhost import SimHost
+
+pytestmark = pytest.mark.integration
+CANARY = Path("/tmp/dsv4-hostile-deploy-canary")
+GRID = ["-e", "needle_required_tokens=2000", "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}',
+        "-e", "soak_enabled=false"]
+
+CASES = [
+    ("install_root (host local)", {"install_root": "/opt/x%(here)s"}),
+    ("install_root (host local)", {"install_root": "/"}),
+    ("install_root (host local)", {"install_root": "relative/root"}),
+    ("service_user (host local)", {"service_user": "root\\"}),
+    ("service_user (host local)", {"service_user": ""}),
+    ("model.served_name", {"model": {"path": "/models/m", "served_name": f"$(touch {CANARY})"}}),
+    ("chat_template", {"chat_template": f"/x\n[Service]\nExecStartPre=/bin/touch {CANARY}"}),
+    ("listen (host local)", {"listen": "0.0.0.0", "api_key": None}),
+    ("router.listen (host local)", {"api_key": None, "router": {"host": "local", "listen": "0.0.0.0"}}),
+    ("api_key.file", {"api_key": {"file": f"key; touch {CANARY}"}}),
+    ("router.extra_args", {"router": {"host": "local", "extra_args": ["--api-key=sk-inline"]}}),
+    ("server_env", {"server_env": {f"X;touch {CANARY}": "1"}}),
+]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file and link under the install root but the servers' own logs and GPU state."""
+    out = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("logs", "sim-gpus")]
+        for name in names:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            if rel.startswith("supervisor/") and rel.endswith((".log", ".sock", ".pid")):
+                continue
+            out[rel] = ("link:" + os.readlink(path)) if path.is_symlink() else \
+                hashlib.sha256(path.read_bytes()).hexdigest()
+    link = root / "current"
+    out["current"] = os.readlink(link) if link.is_symlink() else ""
+    return out
+
+
+@pytest.fixture(scope="module")
+def serving(sim_host: SimHost) -> SimHost:
+    proc = sim_host.playbook("deploy.yml", *GRID)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return sim_host
+
+
+@pytest.mark.parametrize(("field", "extra"), CASES, ids=[f"{f}={json.dumps(e)[:40]}" for f, e in CASES])
+def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, field: str, extra: dict) -> None:
+    host = serving
+    CANARY.unlink(missing_ok=True)
+    before, pids = snapshot(host.install_root), host.pids()
+    proc = host.playbook("deploy.yml", "-e", json.dumps(extra), *GRID)
+    assert proc.returncode != 0
+    assert "the deployment spec is invalid; nothing was changed" in proc.stdout
+    assert field in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not CANARY.exists(), "a hostile value was executed"
+    assert snapshot(host.install_root) == before
+    assert host.pids() == pids
+
+
+def test_purge_takes_the_lock_and_removes_only_what_dsv4deploy_created(serving: SimHost) -> None:
+    host = serving
+    keep = host.install_root / "models" / "weights.bin"
+    keep.parent.mkdir()
+    keep.write_text("not ours")
+    proc = host.playbook("stop.yml", "-e", "purge=true")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert host.pids() == {}
+    assert keep.read_text() == "not ours"
+    left = sorted(os.listdir(host.install_root))
+    assert "releases" not in left and "current" not in left and "state.json" not in left and "models" in left
+    assert "what dsv4deploy did not create" in proc.stdout + proc.stderr
