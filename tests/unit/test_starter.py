@@ -11,17 +11,24 @@ from dsv4deploy.inventory import spec_from_inventory
 from dsv4deploy.starter import EXAMPLES
 
 
+@pytest.fixture
+def short_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a short path: the local example's supervisord socket must stay under 108 bytes,
+    which a long test name (or a pytest-xdist worker's folder) would otherwise exceed."""
+    return tmp_path_factory.mktemp("s")
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_every_example_is_a_valid_inventory(tmp_path: Path, example: str) -> None:
-    assert main(["init", str(tmp_path / "site"), "--example", example]) == 0
-    spec = spec_from_inventory([str(tmp_path / "site")], [])
+def test_every_example_is_a_valid_inventory(short_dir: Path, example: str) -> None:
+    assert main(["init", str(short_dir / "site"), "--example", example]) == 0
+    spec = spec_from_inventory([str(short_dir / "site")], [])
     assert spec.hosts_in_use()
 
 
-def test_local_example_keeps_its_state_under_the_new_folder(tmp_path: Path) -> None:
-    assert main(["init", str(tmp_path / "site")]) == 0
-    spec = spec_from_inventory([str(tmp_path / "site")], [])
-    assert Path(spec.host("local").install_root) == tmp_path / "site" / ".state"
+def test_local_example_keeps_its_state_under_the_new_folder(short_dir: Path) -> None:
+    assert main(["init", str(short_dir / "site")]) == 0
+    spec = spec_from_inventory([str(short_dir / "site")], [])
+    assert Path(spec.host("local").install_root) == short_dir / "site" / ".state"
 
 
 def test_init_again_changes_nothing_but_refuses_a_different_folder(tmp_path: Path,
