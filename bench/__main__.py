@@ -90,9 +90,13 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
             out["baseline_s"].append(_baseline(host, root / f"baseline-{i}", prime, ours))
             out["ratio"].append(out["verified_s"][-1] / out["baseline_s"][-1])
             log(f"rep {i + 1}: ours {ours.wall_s:.1f} s, baseline {out['baseline_s'][-1]:.1f} s")
+    except Exception:
+        log(f"kept {root} for a look (logs, reports)")
+        raise
+    else:
+        shutil.rmtree(root, ignore_errors=True)
     finally:
         host.teardown()
-        shutil.rmtree(root, ignore_errors=True)
     return out
 
 

@@ -25,8 +25,9 @@ def scale_host(root: Path, hosts: int, load_s: float) -> SimHost:
     src = REPO / "inventory" / "local" / "group_vars" / "all"
     group = inv / "group_vars" / "all"
     group.mkdir(parents=True)
-    for name in ("sim.yml", "gates.yml"):
-        shutil.copy(src / name, group / name)
+    for path in src.glob("*.yml"):
+        if path.name != "deployment.yml":
+            shutil.copy(path, group / path.name)
     local = yaml.safe_load((src / "deployment.yml").read_text())
     names = [f"h{i:02d}" for i in range(hosts)]
     addr = {n: f"127.0.0.{11 + i}" for i, n in enumerate(names)}
@@ -48,14 +49,20 @@ def scale_host(root: Path, hosts: int, load_s: float) -> SimHost:
     (group / "zz_bench.yml").write_text(yaml.safe_dump({
         "server_env": {**sim["server_env"], "DSV4_SIM_STARTUP_S": f"{load_s:g}"},
         "dsv4_sim_state_dir": str(root / "sim-gpus"),
+        # The shared ledger's nvidia-smi stand-in shows all 8N GPUs; each host uses only its own 8.
+        "gpu_query_command": ["env", "DSV4_SIM_STATE_DIR={{ dsv4_sim_state_dir }}",
+                              "DSV4_SIM_GPU_COUNT={{ gpu_count }}", "{{ dsv4_python }}", "-m", "dsv4deploy.sim.smi"],
         "dsv4_repo_root": str(REPO),
         "api_key": {"file": str(key_file)},
         **NEEDLE,
     }))
+    local_hosts = yaml.safe_load((REPO / "inventory" / "local" / "hosts.yml").read_text())["all"]["children"]["dsv4"]
     hosts_yml = {"all": {"children": {"dsv4": {"hosts": {
         n: {"ansible_connection": "local", "ansible_host": addr[n],
             "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-            "install_root": str(root / n), "listen": addr[n]} for n in names}}}}}
+            "install_root": str(root / n), "listen": addr[n]} for n in names},
+        # The embedded host's group variables (e.g. where smg lives), with this inventory's state root.
+        "vars": {**local_hosts.get("vars", {}), "dsv4_local_root": str(root)}}}}}
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts_yml, sort_keys=False))
     return SimHost(root=root, base_port=base + 3 * hosts)
 

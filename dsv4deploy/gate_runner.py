@@ -44,6 +44,28 @@ REQUIRED_BY_TOPK = {512: 2000, 1024: 5500}
 DEFAULT_INDEX_TOPK = 512  # what DeepSeek-V4 runs with when the spec does not set index_topk
 # Gates that ask the workers themselves (the others talk to the client-facing endpoint only).
 WORKER_GATES = ("readiness", "config")
+# What each gate needs passed before it means anything: every gate needs servers that are ready;
+# the needle and the soak need the first real request through the PD path (smoke) behind them.
+# Gates named together (a group in dsv4_gates_names) run at the same time, so none may need another.
+GATE_NEEDS: dict[str, frozenset[str]] = {
+    "readiness": frozenset(),
+    "config": frozenset({"readiness"}),
+    "smoke": frozenset({"readiness"}),
+    "needle": frozenset({"readiness", "smoke"}),
+    "soak": frozenset({"readiness", "smoke"}),
+}
+
+
+def group_problem(names: list[str]) -> str:
+    """Why the gates `names` cannot run at the same time ('' when they can): none may need another."""
+    if not names:
+        return "name a gate to run"
+    for name in names:
+        beside = GATE_NEEDS.get(name, frozenset()) & set(names)
+        if beside:
+            return (f"gate {name} needs {', '.join(sorted(beside))} passed first: run them one after the other "
+                    "(separate entries of dsv4_gates_names), not together")
+    return ""
 
 
 class GateSettingsError(ValueError):

@@ -31,20 +31,14 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
     defs = _ordered_services(spec)
     rendered = render.render_all(spec)
     hosts: dict[str, Any] = {}
-    for name in play_hosts:
+    for name, layout in _layouts(spec, play_hosts, defs).items():
         files = rendered.get(name, {})
         host_defs = [d for d in defs if d.host == name]
-        settings = spec.hosts.get(name)
         hosts[name] = {
             "files": files,
             "content_hash": render.content_hash(files) if files else "",
-            "services": [d.name for d in host_defs],
-            "gpus": sorted({g for d in host_defs for g in d.gpus}),
-            "ports": sorted({p for d in host_defs for p in d.ports}),
-            "install_root": settings.install_root if settings else "",
-            "service_manager": settings.service_manager if settings else "supervisor",
-            # Preflight (dsv4_access): the user the services run as and the paths they need.
-            "service_user": settings.service_user if settings else "",
+            **layout,
+            # Preflight (dsv4_access): the paths the services need.
             "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
         }
     return {
@@ -54,6 +48,28 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
         "memory": [r.model_dump(mode="json") for r in reports],
         "spec": spec.model_dump(mode="json"),
     }
+
+
+def host_layouts(spec: Deployment, play_hosts: list[str]) -> dict[str, Any]:
+    """Per play host: its services, GPUs, ports, install root and service manager (no files)."""
+    return _layouts(spec, play_hosts, _ordered_services(spec))
+
+
+def _layouts(spec: Deployment, play_hosts: list[str], defs: list[services.ServiceDefinition]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in play_hosts:
+        host_defs = [d for d in defs if d.host == name]
+        settings = spec.hosts.get(name)
+        out[name] = {
+            "services": [d.name for d in host_defs],
+            "gpus": sorted({g for d in host_defs for g in d.gpus}),
+            "ports": sorted({p for d in host_defs for p in d.ports}),
+            "install_root": settings.install_root if settings else "",
+            "service_manager": settings.service_manager if settings else "supervisor",
+            # Preflight (dsv4_access): the user the services run as.
+            "service_user": settings.service_user if settings else "",
+        }
+    return out
 
 
 def _ordered_services(spec: Deployment) -> list[services.ServiceDefinition]:

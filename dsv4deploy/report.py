@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dsv4deploy import hardening
 from dsv4deploy.gates.result import GateResult, GateStatus
 from dsv4deploy.report_plot import write_heatmap
 
@@ -51,12 +52,12 @@ def build_report(
         "endpoint": endpoint,
         "generated_at": (generated_at or datetime.now(UTC)).isoformat(timespec="seconds"),
         "gates": [g.model_dump(mode="json") for g in gates],
-        "needle": _needle_section(gates),
+        "needle": needle_section(gates),
         "metadata": metadata or {},
     }
 
 
-def _needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
+def needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
     needle = next((g for g in gates if g.name == "needle" and "cells" in g.evidence), None)
     if needle is None:
         return None
@@ -80,10 +81,19 @@ def write_report(directory: Path | str, data: dict[str, Any]) -> dict[str, Path]
             paths["heatmap"] = out / HEATMAP_NAME
         else:
             heatmap_note = "Heatmap skipped: matplotlib is not installed (install the `plot` extra)."
-    paths["json"] = _write(out / JSON_NAME, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    paths["json"] = write_atomic(out / JSON_NAME, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     md = render_markdown(data, heatmap=paths.get("heatmap"), heatmap_note=heatmap_note)
-    paths["md"] = _write(out / MD_NAME, md)
+    paths["md"] = write_atomic(out / MD_NAME, md)
     return paths
+
+
+def free_name(root: Path, name: str) -> str:
+    """`name`, or `name-N` when `root/name` exists already (a re-run keeps the first report)."""
+    candidate, n = name, 1
+    while (root / candidate).exists():
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
 
 
 def update_latest(reports_root: Path | str, release: str) -> Path:
@@ -115,11 +125,11 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
         ("endpoint", "endpoint"),
         ("generated", "generated_at"),
     ):
-        lines.append(f"| {label} | {_cell(data.get(key) or '-')} |")
+        lines.append(f"| {label} | {md_cell(data.get(key) or '-')} |")
     lines += ["", "## Gates", "", "| gate | status | seconds | summary |", "|---|---|---:|---|"]
     for gate in data.get("gates", []):
         lines.append(
-            f"| {gate['name']} | {_status(gate['status'])} | {gate['seconds']:.1f} | {_cell(gate['summary'])} |"
+            f"| {gate['name']} | {status_mark(gate['status'])} | {gate['seconds']:.1f} | {md_cell(gate['summary'])} |"
         )
     needle = data.get("needle")
     if needle and needle.get("cells"):
@@ -128,7 +138,10 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
             lines += ["", f"![needle recall heatmap]({heatmap.name})"]
         elif heatmap_note:
             lines += ["", f"_{heatmap_note}_"]
-    failures = _failure_sections(data.get("gates", []))
+    scores = hardening.markdown(data.get("hardening") or {})
+    if scores:
+        lines += ["", *scores]
+    failures = failure_sections(data.get("gates", []))
     if failures:
         lines += ["", "## Failures (raw answers)", *failures]
     for host, log in sorted((data.get("failure_logs") or {}).items()):
@@ -159,14 +172,14 @@ def summary_line(data: dict[str, Any]) -> str:
             return f"**FAILED** `{release}`: {why or 'see the gates below'}"
 
 
-def needle_table(needle: dict[str, Any]) -> list[str]:
+def needle_table(needle: dict[str, Any], title: str = "Needle recall") -> list[str]:
     """Markdown table: target context length down, depth across, ✓/✗ per cell, recall per row."""
     cells = needle["cells"]
     lengths = sorted({c["context_tokens"] for c in cells})
     depths = sorted({c["depth"] for c in cells})
     by_key = {(c["context_tokens"], c["depth"]): c for c in cells}
     required = needle.get("required_tokens")
-    lines = ["## Needle recall", ""]
+    lines = [f"## {title}", ""]
     if required:
         lines += [f"Every cell up to {required} real tokens must recall; longer rows are the recall curve.", ""]
     header = " | ".join(f"depth {d:g}" for d in depths)
@@ -188,7 +201,7 @@ def needle_table(needle: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _failure_sections(gates: list[dict[str, Any]]) -> list[str]:
+def failure_sections(gates: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     for gate in gates:
         failures = gate.get("evidence", {}).get("failures") or []
@@ -220,11 +233,11 @@ def _mark(cell: dict[str, Any] | None) -> str:
     return MARKS["error"] if cell.get("error") else MARKS["missed"]
 
 
-def _status(status: str) -> str:
+def status_mark(status: str) -> str:
     return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped"}.get(status, status)
 
 
-def _cell(value: Any) -> str:
+def md_cell(value: Any) -> str:
     """Text safe inside a markdown table cell."""
     return " ".join(str(value).split()).replace("|", "\\|")
 
@@ -236,7 +249,7 @@ def _fenced(body: str) -> list[str]:
     return [fence, body.rstrip("\n"), fence]
 
 
-def _write(path: Path, text: str) -> Path:
+def write_atomic(path: Path, text: str) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+LEGEND = "green recalled, red missed, grey error"
 
 
 def write_heatmap(path: Path, cells: list[dict[str, Any]], required_tokens: int | None = None) -> bool:
@@ -12,23 +15,46 @@ def write_heatmap(path: Path, cells: list[dict[str, Any]], required_tokens: int 
     The classic view: context length across, depth down (0 = start of the document), green for
     recalled, red for missed, grey for cells that errored or did not run.
     """
+    title = f"Needle recall: {LEGEND}"
+    if required_tokens:
+        title += f"\nrequired: every cell up to {required_tokens} tokens"
+    return write_heatmaps(path, [(title, cells)])
+
+
+def write_heatmaps(path: Path, panels: Sequence[tuple[str, list[dict[str, Any]]]]) -> bool:
+    """Several heatmaps side by side in one PNG, one ``(title, cells)`` panel each (empty ones skipped).
+
+    False when matplotlib is missing or no panel has cells.
+    """
     try:
         from matplotlib.colors import ListedColormap
         from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
     except ImportError:
         return False
-    if not cells:
+    panels = [(title, cells) for title, cells in panels if cells]
+    if not panels:
         return False
+    widths = [max(5.5, 1.5 + 0.9 * len({int(c["context_tokens"]) for c in cells})) for _, cells in panels]
+    heights = [max(3.5, 1.5 + 0.45 * len({float(c["depth"]) for c in cells})) for _, cells in panels]
+    fig = Figure(figsize=(sum(widths), max(heights)))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    cmap = ListedColormap(["#bdbdbd", "#d73027", "#1a9850"])
+    for ax, (title, cells) in zip(axes, panels, strict=True):
+        _draw(ax, cells, cmap)
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def _draw(ax: Any, cells: list[dict[str, Any]], cmap: Any) -> None:
     lengths = sorted({int(c["context_tokens"]) for c in cells})
     depths = sorted({float(c["depth"]) for c in cells})
     grid = [[0.0] * len(lengths) for _ in depths]  # 0 = no answer, 1 = missed, 2 = recalled
     for cell in cells:
         value = 2.0 if cell.get("recalled") else (0.0 if cell.get("error") else 1.0)
         grid[depths.index(float(cell["depth"]))][lengths.index(int(cell["context_tokens"]))] = value
-
-    fig = Figure(figsize=(max(5.5, 1.5 + 0.9 * len(lengths)), max(3.5, 1.5 + 0.45 * len(depths))))
-    ax = fig.subplots()
-    ax.imshow(grid, cmap=ListedColormap(["#bdbdbd", "#d73027", "#1a9850"]), vmin=0, vmax=2, aspect="auto")
+    ax.imshow(grid, cmap=cmap, vmin=0, vmax=2, aspect="auto")
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=45)
     ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
     for y, row in enumerate(grid):
@@ -41,10 +67,3 @@ def write_heatmap(path: Path, cells: list[dict[str, Any]], required_tokens: int 
     ax.tick_params(which="minor", length=0)
     ax.set_xlabel("context length (target tokens)")
     ax.set_ylabel("needle depth (0% = start)")
-    title = "Needle recall: green recalled, red missed, grey error"
-    if required_tokens:
-        title += f"\nrequired: every cell up to {required_tokens} tokens"
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True

@@ -8,7 +8,6 @@ needle requests (the gate's own haystacks, same grid and seed), and the old rele
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
@@ -53,10 +52,12 @@ def start_release(host: SimHost, work: Path, release: str, timeout_s: float = 30
     """Start `release`'s serve scripts by hand (off the clock) and wait until the router is ready."""
     bin_dir = host.install_root / "releases" / release / "bin"
     for svc in SERVICES:
-        with (work / f"old-{svc}.log").open("ab") as log:
-            proc = subprocess.Popen(["bash", str(bin_dir / f"serve-sglang-dsv4-{svc}.sh")], stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        (work / "pids" / svc).write_text(str(proc.pid))
+        # As the engineer did (nohup ... &): the server is not our child, so its exit is reaped by init and
+        # manual.sh's `kill -0` sees it gone.
+        script, log = bin_dir / f"serve-sglang-dsv4-{svc}.sh", work / f"old-{svc}.log"
+        pid = subprocess.run(["bash", "-c", f"nohup bash {shlex.quote(str(script))} >> {shlex.quote(str(log))} 2>&1 "
+                              "< /dev/null & echo $!"], capture_output=True, text=True, check=True).stdout.strip()
+        (work / "pids" / svc).write_text(pid)
     deadline = time.monotonic() + timeout_s
     headers = {"Authorization": f"Bearer {host.api_key}"}
     while time.monotonic() < deadline:
@@ -88,17 +89,10 @@ def stop_all(work: Path) -> None:
         try:
             os.kill(pid, signal.SIGTERM)
             for _ in range(300):
-                _reap(pid)
                 os.kill(pid, 0)
                 time.sleep(0.1)
             os.kill(pid, signal.SIGKILL)
-            _reap(pid)
         except ProcessLookupError:
             pass
         pidfile.unlink()
 
-
-def _reap(pid: int) -> None:
-    """Collect the exit of a server this process started itself (start_release), so it does not linger."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)

@@ -19,8 +19,8 @@ type: aggregate
 short_description: Per-task wall times for dsv4deploy's benchmarks
 description:
   - Appends one JSON line per finished task and host (name, action, status, start, end; for a gate
-    task also the gate's name, verdict and seconds) to the file named by the environment variable
-    DSV4_BENCH_TIMING; does nothing when it is unset.
+    task one line per gate it ran, with the gate's name, verdict and seconds) to the file named by
+    the environment variable DSV4_BENCH_TIMING; does nothing when it is unset.
 requirements:
   - enable in the callbacks_enabled setting
 """
@@ -57,10 +57,14 @@ class CallbackModule(CallbackBase):
         task = result._task
         record = {"event": "task", "task": task.get_name(), "action": task.action, "status": status,
                   "host": result._host.get_name(), "start": self._started.get(task._uuid), "end": time.time()}
-        gate = result._result.get("gate") if isinstance(result._result, dict) else None
-        if isinstance(gate, dict):
-            record.update(gate=gate.get("name"), passed=gate.get("status") == "passed", seconds=gate.get("seconds"))
-        self._write(record)
+        data = result._result if isinstance(result._result, dict) else {}
+        gates = data.get("gates") or ([data["gate"]] if isinstance(data.get("gate"), dict) else [])
+        if not gates:
+            self._write(record)
+        # A task that ran several gates together: one record per gate, with the task's start and end.
+        for gate in gates:
+            self._write({**record, "gate": gate.get("name"), "passed": gate.get("status") != "failed",
+                         "seconds": gate.get("seconds")})
 
     def v2_runner_on_ok(self, result: Any) -> None:
         self._done(result, "ok")

@@ -44,8 +44,11 @@ NET = "10.213.9"
 CONTROLLER_ADDRESS = f"{NET}.1"
 FIRST_HOST = 11
 SIM_ROOT = "/opt/dsv4sim"
+# ServerAlive: a host that drops off the network ends its (multiplexed) connection within ~15 s
+# instead of hanging on TCP retries.
 SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-            "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
+            "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+            "-o", "BatchMode=yes"]
 BOOT_TIMEOUT_S = 90
 
 
@@ -380,13 +383,28 @@ class Lab:
 
     def env(self) -> dict[str, str]:
         """Environment for Ansible on the controller side (its ssh sockets kept inside the lab)."""
-        return {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+        # The venv's tools first: testinfra's ansible:// backend runs ansible-inventory by name.
+        return {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.dir / "cp"), "ANSIBLE_HOST_KEY_CHECKING": "False"}
 
     def run(self, argv: Sequence[str], *, timeout: float = 900, cwd: Path = REPO) -> subprocess.CompletedProcess:
         """Run a controller command (ansible-playbook, pytest) where it reaches the hosts."""
         return subprocess.run(self.controller_argv(argv), capture_output=True, text=True, timeout=timeout,
                               cwd=cwd, env=self.env())
+
+    def ssh_config(self) -> Path:
+        """An ssh_config naming the lab's hosts (by name and address): root, the lab's key, no host-key
+        pinning (the hosts are new every run). For `ssh -F` and testinfra's `--ssh-config`."""
+        path = self.dir / "ssh_config"
+        lines = []
+        for h in self.hosts.values():
+            lines += [f"Host {h.name} {h.address}", f"  HostName {h.address}", "  User root",
+                      f"  IdentityFile {self.key}", "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
+                      "  LogLevel ERROR", "  BatchMode yes", "  ConnectTimeout 5", "  ServerAliveInterval 5",
+                      "  ServerAliveCountMax 3", ""]
+        path.write_text("\n".join(lines))
+        return path
 
     def connection_vars(self) -> dict[str, Any]:
         """Ansible connection variables for the lab's hosts (root over ssh with the lab's key)."""
@@ -407,7 +425,9 @@ class Lab:
             "dsv4_hostkit_sim_env": {
                 "PYTHONPATH": SIM_ROOT, "DSV4_SIM_STATE_DIR": state,
                 "DSV4_SIM_SGLANG_VERSION": "{{ sglang_version }}",
-                "DSV4_SIM_GPU_COUNT": "{{ gpu_count }}", "DSV4_SIM_GPU_MEMORY_GIB": "{{ gpu_memory_gib }}"},
+                "DSV4_SIM_GPU_COUNT": "{{ gpu_count }}", "DSV4_SIM_GPU_MEMORY_GIB": "{{ gpu_memory_gib }}",
+                # Faults of the simulated servers: -e sim_faults=crash_on_start (dsv4deploy/sim/README.md).
+                "DSV4_SIM_FAULTS": "{{ sim_faults | default('') }}"},
         }
 
     def write_inventory(self, dest: Path, example: str | Path | None = None,

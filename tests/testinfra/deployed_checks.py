@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dsv4deploy.gates.config import parse_logged_overrides
-from dsv4deploy.services import ServiceDefinition, api_key_file, build_services
+from dsv4deploy.services import ServiceDefinition, api_key_file, build_services, prometheus_port
 from dsv4deploy.spec import Deployment, WorkerSpec
 
 WILDCARDS = {"0.0.0.0": "0.0.0.0", "::": "::", "[::]": "::"}
@@ -225,6 +225,13 @@ def running_problems(manager: ServiceManager, d: Deployed) -> list[str]:
     return problems
 
 
+def enabled_problems(host: Any, d: Deployed) -> list[str]:
+    """Each systemd unit of the release starts at boot (enabled), so a rebooted host serves again."""
+    return [f"{svc.name}: not enabled at boot (systemctl is-enabled: "
+            f"{host.run('systemctl is-enabled %s', svc.name).stdout.strip() or 'no answer'})"
+            for svc in d.services if not host.service(svc.name).is_enabled]
+
+
 def process_tree(host: Any, pid: int) -> list[int]:
     """`pid` and all its descendants, from `ps` on the host."""
     children: dict[int, list[int]] = {}
@@ -267,9 +274,11 @@ def cwd_problems(host: Any, manager: ServiceManager, d: Deployed) -> list[str]:
     return problems
 
 
-def listen_address(d: Deployed, svc: ServiceDefinition) -> str:
-    """The address the service's ports are bound to, per its spec."""
+def listen_address(d: Deployed, svc: ServiceDefinition, port: int | None = None) -> str:
+    """The address the service's `port` is bound to, per its spec (the router's metrics have their own)."""
     if svc.role == "router" and d.spec.router is not None:
+        if port is not None and port == prometheus_port(d.spec.router):
+            return d.spec.router.prometheus_listen
         return d.spec.router.listen
     return d.spec.host(svc.host).listen
 
@@ -285,8 +294,8 @@ def port_problems(host: Any, d: Deployed) -> list[str]:
     """Every port of every service of the release is listening where the spec binds it."""
     problems = []
     for svc in d.services:
-        address = listen_address(d, svc)
         for port in svc.ports:
+            address = listen_address(d, svc, port)
             if not listening(host, address, port):
                 problems.append(f"{svc.name}: nothing listens on {address}:{port}")
     return problems

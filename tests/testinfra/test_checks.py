@@ -6,6 +6,7 @@ and the override check on a wrong log line, so a green test_deployed.py means so
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 from pathlib import Path
@@ -34,7 +35,7 @@ def make_spec(root: Path) -> Deployment:
         "router": {"host": "h", "port": 40000},
         "api_key": {"file": str(root / "api_key")},
     }
-    hostvars = {"h": {"service_manager": "supervisor", "install_root": str(root), "service_user": ""}}
+    hostvars = {"h": {"service_manager": "supervisor", "install_root": str(root), "service_user": getpass.getuser()}}
     return load_spec(common, hostvars)
 
 

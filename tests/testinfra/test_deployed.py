@@ -55,6 +55,13 @@ def test_services_are_running(deployed: checks.Deployed, manager: checks.Service
     assert not problems, report(problems)
 
 
+def test_units_are_enabled_at_boot(host: Any, deployed: checks.Deployed) -> None:
+    if deployed.spec.host(deployed.host_name).service_manager != "systemd":
+        pytest.skip("supervisord programs start with supervisord, not at boot")
+    problems = checks.enabled_problems(host, deployed)
+    assert not problems, report(problems)
+
+
 def test_processes_run_from_the_active_release(host: Any, deployed: checks.Deployed,
                                                manager: checks.ServiceManager) -> None:
     problems = checks.cwd_problems(host, manager, deployed)

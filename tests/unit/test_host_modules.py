@@ -93,6 +93,19 @@ def test_an_intact_release_is_reused(tmp_path: Path) -> None:
     assert (again["changed"], again["release_id"]) == (False, "r1")
 
 
+def test_install_says_what_the_host_had_before_it(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+                       files=release_files())
+    assert (first["before"]["active"], first["before"]["releases"]) == (None, [])
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r1")
+    query = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2",
+                       files=release_files())
+    assert again["before"] == {k: v for k, v in query.items() if k not in ("changed", "invocation")}
+    assert again["before"]["active"] == "r1" and again["before"]["active_hash"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
 def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "root"

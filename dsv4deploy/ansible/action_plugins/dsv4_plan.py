@@ -12,12 +12,20 @@ from ansible.plugins.action import ActionBase
 from dsv4deploy import reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
+from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.plan import make_plan, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
 ARGUMENT_SPEC = {
     "release_spec": {"type": "str"},
     "fact": {"type": "str", "default": "dsv4_plan"},
+    # derive=combined: the isolation plan of the PD release in release_spec (playbooks/isolate.yml).
+    "derive": {"type": "str", "choices": ["combined"]},
+    "release_id": {"type": "str", "default": ""},
+    "gpus": {"type": "list", "elements": "int", "default": []},
+    "port": {"type": "int", "default": 0},
+    "env": {"type": "dict", "default": {}},
+    "suite": {"type": "raw", "default": ""},
 }
 
 
@@ -31,6 +39,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
         fact = args["fact"]
+        if args.get("derive"):
+            return self._derive(result, args, task_vars)
         if args.get("release_spec"):
             try:
                 targets = targets_from_release_spec(args["release_spec"])
@@ -68,6 +78,46 @@ class ActionModule(ActionBase):
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
                           f"endpoint {plan['endpoint']}")
+        return result
+
+    def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """The isolation plan: the serving PD release and its combined twin."""
+        if args["derive"] != "combined" or not args.get("release_spec"):
+            result.update(failed=True, msg="the serving release's spec.json was not found on any host "
+                                           "(derive=combined needs release_spec); nothing was changed")
+            return result
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        try:
+            suite = parse_suite(args.get("suite") or "")
+            plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
+                                  gpus=[int(g) for g in args.get("gpus") or []],
+                                  port=int(args.get("port") or 0) or None, env=args.get("env") or {})
+        except SpecError as exc:
+            result.update(failed=True, problems=[str(p) for p in exc.problems],
+                          msg="the experiment cannot be set up; nothing was changed:\n- "
+                              + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        except (ValueError, KeyError) as exc:
+            result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
+            return result
+        try:  # the suite's settings, judged by what the serving release runs (its index_topk)
+            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None,
+                               plan_index_topk(plan["original"]))
+        except GateSettingsError as exc:
+            result.update(failed=True, problems=exc.problems,
+                          msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
+            return result
+        problem = self._unreachable_endpoint(plan["combined"], task_vars["hostvars"])
+        if problem:  # the suite talks to the combined server from here, like a client
+            result.update(failed=True, problems=[problem],
+                          msg=f"the combined server could not be tested; nothing was changed:\n- {problem} "
+                              "(isolate_port, or the host's listen address)")
+            return result
+        plan["suite"] = suite
+        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_isolation"
+        result.update(changed=False, ansible_facts={fact: plan},
+                      msg=f"combined release {plan['combined']['release_id']} on "
+                          f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")
         return result
 
     def _unreachable_endpoint(self, plan: dict[str, Any], hostvars: Any) -> str | None:

@@ -12,8 +12,9 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from dsv4deploy.gates import GateResult
+from dsv4deploy.hardening import score_plan
 from dsv4deploy.inventory import plain
-from dsv4deploy.report import build_report, update_latest, write_report
+from dsv4deploy.report import build_report, free_name, update_latest, write_report
 
 ARGUMENT_SPEC = {
     "reports_dir": {"type": "path", "required": True},
@@ -29,15 +30,6 @@ ARGUMENT_SPEC = {
 }
 
 display = Display()
-
-
-def _free_name(root: Path, release: str) -> str:
-    """`release`, or `release-N` when that release already has a report (a re-run keeps the first)."""
-    name, n = release, 1
-    while (root / name).exists():
-        n += 1
-        name = f"{release}-{n}"
-    return name
 
 
 class ActionModule(ActionBase):
@@ -68,9 +60,11 @@ class ActionModule(ActionBase):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
+        data["hardening"] = score_plan(plan)
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
         root = Path(args["reports_dir"]).expanduser().absolute()
-        name = _free_name(root, data["release"])
+        name = free_name(root, data["release"])
         paths = list(write_report(root / name, data).values())
         update_latest(root, name)
         for path in paths:

@@ -5,21 +5,24 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_gate
-short_description: Run one dsv4deploy verification gate (readiness, config, smoke, needle, soak) from the controller
+short_description: Run dsv4deploy verification gates (readiness, config, smoke, needle, soak) from the controller
 description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
-    a failing server - it returns RV(gate) and RV(passed), so the play decides on every host at once.
+    a failing server - it returns RV(gates), RV(gate) and RV(passed), so the play decides on every host at once.
+  - Several gates named together run at the same time (threads), e.g. C([needle, soak]).
   - Deadlines and the needle grid come from the play's variables named in C(GateSettings)
     (C(readiness_deadline_s), C(smoke_deadline_s), C(needle_deadline_s), C(needle_required_tokens),
     C(needle_lengths), C(needle_depths), C(needle_concurrency)); O(settings) overrides them for one task.
   - Run it with C(run_once).
 options:
   name:
-    type: str
+    type: list
+    elements: str
     required: true
     choices: [readiness, config, smoke, needle, soak]
     description:
-      - Gate to run.
+      - Gate to run, or several to run at the same time; none of them may need another (readiness
+        before all, smoke before needle and soak), else the task fails saying so.
   plan:
     type: dict
     required: true
@@ -83,11 +86,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 passed:
-  description: Whether the gate passed.
+  description: Whether every gate named passed.
   returned: always
   type: bool
+gates:
+  description: Each gate's result and evidence, as in the report, in the order named.
+  returned: always
+  type: list
+  elements: dict
 gate:
-  description: The gate's result and evidence, as in the report.
+  description: The first gate that failed, else the first named; its result and evidence, as in the report.
   returned: always
   type: dict
   contains:

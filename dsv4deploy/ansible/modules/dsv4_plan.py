@@ -15,6 +15,11 @@ description:
     C(run_once).
   - With O(release_spec) (the C(spec.json) of an installed release) it sets O(fact) to that release's
     gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
+  - With O(derive=combined) and the O(release_spec) of a PD release it sets O(fact) to the isolation plan
+    of C(playbooks/isolate.yml) - the original's gate targets and host layouts, the plan of a combined
+    server with the same model, overrides, environment switches and CUDA graphs, the settings side by
+    side, how the combined server had to differ, and the O(suite) to run. An unknown suite, a combined
+    layout that cannot work or gate settings that cannot prove the requirement fail before any change.
 options:
   release_spec:
     type: str
@@ -24,7 +29,39 @@ options:
     type: str
     default: dsv4_plan
     description:
-      - Name of the fact to set.
+      - Name of the fact to set (with O(derive), C(dsv4_plan) means C(dsv4_isolation)).
+  derive:
+    type: str
+    choices: [combined]
+    description:
+      - Plan the combined twin of the PD release in O(release_spec).
+  release_id:
+    type: str
+    default: ""
+    description:
+      - Id of the release in O(release_spec) (with O(derive)).
+  gpus:
+    type: list
+    elements: int
+    default: []
+    description:
+      - GPUs of the combined server (with O(derive)); empty means the first prefill's.
+  port:
+    type: int
+    default: 0
+    description:
+      - Port of the combined server (with O(derive)); 0 means the router's when it shares the prefill's
+        host (clients keep their endpoint), else the prefill's.
+  env:
+    type: dict
+    default: {}
+    description:
+      - Environment switches set on purpose on the combined server (with O(derive)); each is reported.
+  suite:
+    type: raw
+    default: ""
+    description:
+      - Suites to run on each side (with O(derive)), a list or comma-separated - C(smoke), C(needle), C(soak).
 attributes:
   action:
     support: full
@@ -47,6 +84,15 @@ author: dsv4deploy
 EXAMPLES = r"""
 - name: Validate the spec, check memory and render every host's release
   dsv4.deploy.dsv4_plan:
+  run_once: true
+
+- name: The isolation plan of the serving PD release
+  dsv4.deploy.dsv4_plan:
+    release_spec: "{{ spec_json.content | b64decode }}"
+    derive: combined
+    release_id: "{{ serving_release }}"
+    suite: needle
+    fact: dsv4_isolation
   run_once: true
 
 - name: Gate targets of a release being restored

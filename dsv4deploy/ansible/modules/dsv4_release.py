@@ -12,10 +12,14 @@ description:
     name, then renamed) and never changed; C(install_root/current) points at the active one.
   - O(state=present) installs a release unless one with the same content hash exists already (then
     that one is reused and nothing changes); with C(--diff) it shows each file against the active release.
+    It also returns RV(before), what O(state=query) says of the host before the install, so a deploy
+    reads and installs in one module run.
   - O(state=active) switches the pointer and prunes old releases (never the active, the previous or
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
     verified release, never one that failed).
+  - O(state=absent) removes a temporary release (an experiment's, see playbooks/isolate.yml) and
+    forgets it; it refuses the active release and any verified one.
   - O(state=query) changes nothing.
   - O(state=purged) removes what dsv4deploy created under O(install_root) (and the root when nothing
     else is left in it), never anything else.
@@ -27,7 +31,7 @@ options:
       - Root of the releases on this host.
   state:
     type: str
-    choices: [present, active, verified, query, purged]
+    choices: [present, active, verified, absent, query, purged]
     default: query
     description:
       - What to do.
@@ -104,6 +108,10 @@ release_id:
   description: Release installed, or the existing one with the same content that was reused.
   returned: O(state=present)
   type: str
+before:
+  description: What O(state=query) returns, as the host was before the install.
+  returned: O(state=present)
+  type: dict
 releases:
   description: Installed release ids, oldest first.
   returned: always
@@ -361,6 +369,25 @@ def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
     return {"changed": True, **_summary(root)}
 
 
+def _remove(module: AnsibleModule, root: str, release_id: str) -> dict:
+    summary = _summary(root)
+    if release_id not in summary["releases"]:
+        return {"changed": False, **summary}
+    if release_id == summary["active"] or release_id in _state(root).get("good", []):
+        module.fail_json(msg=f"release {release_id} is active or verified on this host; only a temporary "
+                             "release can be removed", **summary)
+    if module.check_mode:
+        return {"changed": True, **summary}
+    shutil.rmtree(os.path.join(_releases_dir(root), release_id))
+    # Forget it, so `previous` names what served before it again.
+    state = _state(root)
+    history = [r for r in state.get("history", []) if r != release_id]
+    before = [r for r in history if r != summary["active"]]
+    previous = state.get("previous") if state.get("previous") != release_id else (before[-1] if before else None)
+    _save_state(root, history=history, previous=previous)
+    return {"changed": True, **_summary(root)}
+
+
 def _prune(root: str, keep: int, protected: set) -> None:
     releases = _list_releases(root)
     excess = len(releases) - max(keep, 2)
@@ -404,35 +431,43 @@ def _purge(module: AnsibleModule, root: str) -> dict:
     return {"changed": bool(removed), "removed": removed, "left": left}
 
 
+def _query(root: str) -> dict:
+    """The host's releases: active (with its content hash), previous, verified ones."""
+    result = _summary(root)
+    if result["active"]:
+        # An edited active release never counts as "this release is running": a deploy reinstalls it.
+        result["active_tampered"] = tampered(root, result["active"])
+        result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "active", "verified", "query", "purged"],
+            "state": {"type": "str", "choices": ["present", "active", "verified", "absent", "query", "purged"],
                       "default": "query"},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
-                     ("state", "verified", ("release_id",))],
+                     ("state", "verified", ("release_id",)), ("state", "absent", ("release_id",))],
         supports_check_mode=True,
     )
     p = module.params
     root = p["install_root"]
     if p["state"] == "query":
-        result = {"changed": False, **_summary(root)}
-        if result["active"]:
-            # An edited active release never counts as "this release is running": a deploy reinstalls it.
-            result["active_tampered"] = tampered(root, result["active"])
-            result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
-        module.exit_json(**result)
+        module.exit_json(changed=False, **_query(root))
     if p["state"] == "purged":
         module.exit_json(**_purge(module, root))
     if p["state"] == "present":
-        module.exit_json(**_install(module, root, p["release_id"], p["files"]))
+        before = _query(root)
+        module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
         module.exit_json(**_verified(module, root, p["release_id"]))
+    if p["state"] == "absent":
+        module.exit_json(**_remove(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"]))
 
 

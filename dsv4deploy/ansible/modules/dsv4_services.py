@@ -444,6 +444,9 @@ class Systemd:
         name -> error text for each unit that did not start."""
         if not names:
             return {}
+        # A deliberate start clears the start limit: a release that crash-looped (StartLimitBurst) would
+        # otherwise keep the same unit names refusing to start, the rollback's restored release included.
+        self.run("reset-failed", *[f"{n}.service" for n in names])
         proc = self.run("start", *[f"{n}.service" for n in names])
         if proc.returncode == 0:
             return {}

@@ -1,0 +1,177 @@
+"""The decisive experiment (playbooks/isolate.yml) on the simulated host, behind the real sglang-router.
+
+One host for the module, tests in order: each deploys (or keeps) a PD release, runs the experiment,
+and checks the verdict and that the same PD release serves again afterwards, whatever happened.
+The needle grids are one or two cells, sized to land on the side of the model's limits they test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+import pytest
+
+from tests.integration.simhost import SimHost
+
+pytestmark = pytest.mark.integration
+
+FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+# The longest length is the requirement (the gate refuses a grid that cannot reach it); a cell's real
+# size (usage.prompt_tokens) lands near its target, so the shorter row is the one surely within it.
+# A weak check a production could have passed: the needle sits inside the sliding window (128 tokens).
+WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
+# Far beyond the window and well within what index_topk 1024 recalls (6144 tokens for certain).
+NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.5]}']
+# Beyond what index_topk 512 can ever recall (4096 tokens) yet within 1024's certain range.
+NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
+PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
+
+
+def isolate_report(host: SimHost) -> dict:
+    return json.loads((host.reports / "isolate" / "latest" / "report.json").read_text())
+
+
+def assert_restored(host: SimHost, release: str, report: dict) -> None:
+    """The release that served before is active again, in PD, verified, and answers clients."""
+    assert report["restored"] is True and report["status"] == "ok"
+    assert report["serving_release"] == release == report["original_release"]
+    assert host.active_release() == release
+    assert set(host.pids()) == PD_PROGRAMS
+    restore = {g["name"]: g["status"] for g in report["restore"]["gates"]}
+    assert restore == {"readiness": "passed", "smoke": "passed"}
+    body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": "Say OK"}], "max_tokens": 8}
+    r = httpx.post(f"{host.endpoint}/v1/chat/completions", json=body, timeout=30,
+                   headers={"Authorization": f"Bearer {host.api_key}"})
+    assert r.status_code == 200 and "OK" in r.json()["choices"][0]["message"]["content"]
+    # The combined release was temporary: gone, and never a rollback target.
+    combined = report["combined_release"]
+    assert combined and combined not in os.listdir(host.install_root / "releases")
+    state = json.loads((host.install_root / "state.json").read_text())
+    assert combined not in state.get("good", []) and combined not in state.get("history", [])
+    assert not (host.install_root / "deploy.lock").exists()
+
+
+def deploy(host: SimHost, *extra: str) -> str:
+    proc = host.playbook("deploy.yml", "-e", "topology=pd", *WEAK_NEEDLE, *FAST, *extra)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert host.report()["verdict"] in ("promoted", "unchanged")
+    return host.active_release() or ""
+
+
+def test_clean_pd_gives_clean_and_is_restored(sim_host: SimHost) -> None:
+    release = deploy(sim_host)
+    deploy_report = sim_host.report()
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke,needle", *NEEDLE_2K, *FAST)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "clean", report["why"]
+    assert report["suite"] == ["smoke", "needle"]
+    for side in ("pd", "combined"):
+        assert report["sides"][side]["ran"] and report["sides"][side]["passed"]
+        assert [g["name"] for g in report["sides"][side]["gates"] if g["phase"] == side][-2:] == ["smoke", "needle"]
+        curve = report["sides"][side]["recall_curve"]
+        assert [(p["context_tokens"], p["fraction"]) for p in curve] == [(2000, 1.0), (2200, 1.0)]
+    assert report["sides"]["combined"]["endpoint"] == sim_host.endpoint  # the router's port, kept for clients
+    # Same model, overrides, environment switches and CUDA graphs on both sides.
+    same = {row["setting"]: row["same"] for row in report["settings"]}
+    assert same["json_model_override_args"] and same["environment"] and same["model"] and same["CUDA graphs"]
+    assert_restored(sim_host, release, report)
+    # The deploy's own report and its latest link are untouched by the experiment.
+    assert sim_host.report() == deploy_report
+    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
+    assert "**CLEAN**" in md and "Recall curve" in md and "restored and verified" in md
+    assert "ISOLATED: **CLEAN**" in proc.stdout
+
+
+def test_combined_server_that_crashes_on_start_is_inconclusive_and_restored(sim_host: SimHost) -> None:
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST,
+                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "crash_on_start"}}')
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "inconclusive"
+    assert "combined side could not be tested" in report["why"] and "did not start" in report["why"]
+    assert report["sides"]["pd"]["ran"] and report["sides"]["combined"]["ran"] is False
+    assert any("DSV4_SIM_FAULTS" in note and "on purpose" in note for note in report["notes"])
+    assert_restored(sim_host, release, report)
+
+
+def experiment(host: SimHost, faults: str, needle: list[str]) -> tuple[str, dict]:
+    """Deploy PD with `faults` (passing the weak check), run the needle experiment; (release, report)."""
+    release = deploy(host, "-e", f"sim_faults={faults}")
+    proc = host.playbook("isolate.yml", "-e", "suite=needle", *needle, *FAST)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    return release, isolate_report(host)
+
+
+def test_pd_transfer_truncation_gives_pd_specific_and_the_release_is_restored(sim_host: SimHost) -> None:
+    # A production that passed a weak check: its PD transfer loses every fact beyond the window.
+    release, report = experiment(sim_host, "pd_transfer_truncate", NEEDLE_2K)
+    assert report["verdict"] == "pd_specific", report["why"]
+    pd, combined = report["sides"]["pd"], report["sides"]["combined"]
+    assert pd["passed"] is False and pd["failed_suites"] == ["needle"] and pd["recall_breaks_at"] == 2000
+    assert combined["passed"] is True and combined["recall_breaks_at"] is None
+    assert_restored(sim_host, release, report)
+
+
+def test_the_same_corruption_on_both_sides_gives_shared_path(sim_host: SimHost) -> None:
+    # Every server logs index_topk 1024 but computes with 512: it loses 5K-token needles in PD and alone.
+    release, report = experiment(sim_host, "ignore_override", NEEDLE_5K)
+    assert report["verdict"] == "shared_path", report["why"]
+    assert report["sides"]["pd"]["failed_suites"] == report["sides"]["combined"]["failed_suites"] == ["needle"]
+    assert_restored(sim_host, release, report)
+
+
+def test_an_unknown_suite_is_refused_before_anything_changes(sim_host: SimHost) -> None:
+    before = sim_host.pids()
+    release = sim_host.active_release()
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle,sanity", *FAST)
+    assert proc.returncode != 0
+    assert "unknown suite 'sanity'" in proc.stdout and "nothing was changed" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"]) == ("refused", False)
+    assert sim_host.pids() == before and sim_host.active_release() == release
+
+
+def test_an_unhealthy_original_is_refused_unless_forced_and_then_comes_back_healthy(sim_host: SimHost) -> None:
+    release = sim_host.active_release() or ""
+    sim_host.supervisorctl("stop", "sglang-dsv4-router")
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST)
+    assert proc.returncode != 0
+    assert f"REFUSED, nothing was changed: the serving release {release} is not healthy" in proc.stdout
+    assert "isolate_force=true" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"], report["verdict"]) == ("refused", False, "inconclusive")
+    assert set(sim_host.pids()) == PD_PROGRAMS - {"sglang-dsv4-router"}, "nothing was started or stopped"
+    assert not (sim_host.install_root / "deploy.lock").exists()
+    # Forced: the experiment runs, and the restore starts the whole original release again.
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, "-e", "isolate_force=true")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "inconclusive" and "PD side could not be tested" in report["why"]
+    assert report["sides"]["combined"]["ran"] is True
+    assert_restored(sim_host, release, report)
+
+
+def test_a_restore_that_fails_is_the_loudest_failure(sim_host: SimHost) -> None:
+    # The combined server's GPU memory is released late, beyond the restore's wait: the original
+    # cannot be started. The run fails with the manual steps and a failed report.
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, "-e", "dsv4_service_gpu_free_timeout_s=6",
+                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "slow_release=30"}}')
+    assert proc.returncode != 0
+    assert f"RESTORE FAILED: release {release} is NOT serving verified" in proc.stdout
+    assert f"point {sim_host.install_root}/current at releases/{release}" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"], report["serving_release"]) == ("failed", False, None)
+    assert "GPU memory not released" in report["restore"]["error"]
+    assert "Manual steps" in report["restore"]["manual_steps"]
+    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
+    assert "**RESTORE FAILED**" in md and "## Manual steps" in md
+    assert not (sim_host.install_root / "deploy.lock").exists()
+    # The operator's way back: roll back to the release by hand, once the memory is free.
+    back = sim_host.playbook("rollback.yml", "-e", f"release={release}", *FAST)
+    assert back.returncode == 0, back.stdout[-5000:]
+    assert sim_host.active_release() == release and set(sim_host.pids()) == PD_PROGRAMS

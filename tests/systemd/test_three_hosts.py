@@ -1,0 +1,227 @@
+"""1P1D across three real systemd hosts over ssh: prefill, decode and router each on its own host.
+
+The inventory is inventory/examples/1p1d-three-hosts with the lab's addresses and the simulator
+standing in for sglang and nvidia-smi (each host's simulated GPUs are its own). The decode reaches
+the prefill's bootstrap port across the bridge. The API key comes from a vault variable, so the
+playbook installs it on each host for the service user. Tests run in order on the same three hosts.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.systemd import checks
+from tests.systemd.checks import GATES, INSTALL_ROOT, output
+from tests.systemd.hostkit import REPO, VENV_BIN, Lab
+
+UNITS = {"prefill1": ["sglang-dsv4-prefill"], "decode1": ["sglang-dsv4-decode"], "router1": ["sglang-dsv4-router"]}
+API_KEY = "sk-three-hosts-" + "5f1e0c2a9b7d"
+KEY_FILE = f"{INSTALL_ROOT}/secrets/api_key"
+
+
+@pytest.fixture(scope="module")
+def lab(hostkit) -> Iterator[Lab]:
+    with hostkit.lab(list(UNITS), routers=["router1"]) as booted:
+        yield booted
+
+
+@pytest.fixture(scope="module")
+def inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    group_vars = {**GATES, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": API_KEY}
+    return lab.write_inventory(tmp_path_factory.mktemp("three") / "inventory", example="1p1d-three-hosts",
+                               group_vars=group_vars)
+
+
+@pytest.fixture(scope="module")
+def state() -> dict[str, str]:
+    """What earlier tests of the module found (release ids)."""
+    return {}
+
+
+def assert_serving(lab: Lab, release: str) -> None:
+    """Every host runs `release`, its units active, enabled and installed from that release."""
+    for name, units in UNITS.items():
+        host = lab.hosts[name]
+        assert checks.active_release(host) == release, name
+        for unit in units:
+            assert checks.unit_state(host, unit) == ("active", "enabled"), f"{name} {unit}"
+            installed = host.exec(["cat", f"/etc/systemd/system/{unit}.service"]).stdout
+            shipped = host.exec(["cat", f"{INSTALL_ROOT}/releases/{release}/units/{unit}.service"]).stdout
+            assert installed == shipped, f"{name}: {unit} is not the unit of release {release}"
+
+
+def test_promote_1p1d_across_three_hosts(lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
+    assert proc.returncode == 0, output(proc)
+    report = checks.report(tmp_path)
+    assert report["verdict"] == "promoted"
+    assert all(g["status"] == "passed" for g in report["gates"]), report["gates"]
+    assert_serving(lab, report["release"])
+    # The router hands the decode the prefill's address on the other host; the decode fetches the KV
+    # from the prefill's bootstrap port there (the simulated decode fails the request without it, so
+    # the passing smoke and needle gates prove the transfer crossed the bridge).
+    prefill1, router1 = lab.hosts["prefill1"], lab.hosts["router1"]
+    script = router1.exec(["cat", f"{INSTALL_ROOT}/current/bin/serve-sglang-dsv4-router.sh"]).stdout
+    assert f"http://{prefill1.address}:30001" in script and "8998" in script, script
+    assert prefill1.sh("ss -Hltn '( sport = :8998 )'").stdout.strip(), "the prefill's bootstrap port is not open"
+    # Every unit's exposure is in the report, as the host's own systemd scores the installed unit.
+    for name, units in UNITS.items():
+        for unit in units:
+            scored = report["hardening"][name][f"{unit}.service"]
+            on_host = lab.hosts[name].exec(["systemd-analyze", "security", "--offline=true", "--no-pager",
+                                           f"/etc/systemd/system/{unit}.service"], check=False).stdout
+            assert f"{unit}.service: {scored['exposure']:.1f} {scored['rating']}" in on_host, (scored, on_host[-300:])
+    state["good"] = report["release"]
+
+
+def test_api_key_is_the_service_users_alone(lab: Lab) -> None:
+    for name in UNITS:
+        host = lab.hosts[name]
+        assert host.exec(["runuser", "-u", "sglang", "--", "cat", KEY_FILE]).stdout.strip() == API_KEY, name
+        denied = host.exec(["runuser", "-u", "nobody", "--", "cat", KEY_FILE], check=False)
+        assert denied.returncode != 0, f"{name}: another user can read the key"
+        # No other file a user could read holds the key: not the units, scripts, specs or reports on the host.
+        holders = host.sh(f"grep -rlsF {API_KEY} /opt /etc /var/lib /var/log /tmp /home /root /run || true").stdout
+        for path in holders.split():
+            readable = host.exec(["runuser", "-u", "nobody", "--", "test", "-r", path], check=False).returncode == 0
+            assert path == KEY_FILE or not readable, f"{name}: {path} holds the key and others can read it"
+        assert not [p for p in holders.split() if p.startswith("/etc/systemd")], f"{name}: a unit holds the key"
+        ours = host.sh("journalctl -o cat --no-pager -t sudo -t ansible-dsv4_services -t ansible-dsv4_release "
+                       "-t ansible-ansible.legacy.copy || true").stdout
+        assert API_KEY not in ours, f"{name}: the key is in a journal line the deploy wrote"
+
+
+def run_testinfra(lab: Lab, *hosts_args: str) -> subprocess.CompletedProcess:
+    """The deployed-state suite (tests/testinfra) from the controller side, as a user runs it."""
+    return lab.run([str(VENV_BIN / "python"), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                    "tests/testinfra/test_deployed.py", f"--dsv4-install-root={INSTALL_ROOT}", *hosts_args],
+                   timeout=600)
+
+
+def test_testinfra_over_ssh_and_ansible_passes_then_names_the_broken_check(lab: Lab, inventory: Path) -> None:
+    over_ssh = ["--hosts=" + ",".join(f"ssh://{name}" for name in UNITS), f"--ssh-config={lab.ssh_config()}"]
+    via_ansible = ["--hosts=ansible://all", f"--ansible-inventory={inventory}"]
+    for args in (over_ssh, via_ansible):
+        proc = run_testinfra(lab, *args)
+        assert proc.returncode == 0, output(proc)
+        assert " passed" in proc.stdout and "error" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    # Drift an operator would catch: the decode stopped and disabled by hand.
+    decode1 = lab.hosts["decode1"]
+    decode1.exec(["systemctl", "disable", "--now", "sglang-dsv4-decode"])
+    try:
+        # One backend and the drifted host suffice here (each run costs a minute on a loaded machine).
+        for args in (["--hosts=ssh://decode1", f"--ssh-config={lab.ssh_config()}"],):
+            proc = run_testinfra(lab, *args)
+            assert proc.returncode != 0
+            failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+            assert any("test_services_are_running" in line and "decode1" in line for line in failed), failed
+            assert any("test_units_are_enabled_at_boot" in line and "decode1" in line for line in failed), failed
+            assert "sglang-dsv4-decode: not enabled at boot" in proc.stdout, proc.stdout[-3000:]
+    finally:
+        decode1.exec(["systemctl", "enable", "--now", "sglang-dsv4-decode"])
+
+
+def test_unchanged_rerun(lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path)
+    assert proc.returncode == 0, output(proc)
+    assert checks.report(tmp_path)["verdict"] == "unchanged"
+    assert_serving(lab, state["good"])
+
+
+def test_failed_gate_rolls_back_all_three_hosts(lab: Lab, inventory: Path, tmp_path: Path,
+                                                state: dict[str, str]) -> None:
+    # index_topk 512 loses the 4K needle: the needle gate fails after the switch.
+    proc = lab.playbook("deploy.yml", inventory, "-e", "index_topk=512", reports=tmp_path)
+    assert proc.returncode != 0
+    assert "ROLLED BACK" in proc.stdout, output(proc)
+    report = checks.report(tmp_path)
+    assert report["verdict"] == "rolled_back"
+    assert report["serving_release"] == state["good"]
+    # The restored release's units are the installed and enabled ones, never the failed release's.
+    assert_serving(lab, state["good"])
+
+
+def test_server_dying_after_start_rolls_back_all_three_hosts(lab: Lab, inventory: Path, tmp_path: Path,
+                                                             state: dict[str, str]) -> None:
+    # Type=exec: the start itself succeeds, the servers die a moment later.
+    proc = lab.playbook("deploy.yml", inventory, "-e", "sim_faults=crash_on_start", reports=tmp_path)
+    assert proc.returncode != 0
+    assert "ROLLED BACK" in proc.stdout, output(proc)
+    report = checks.report(tmp_path)
+    assert report["verdict"] == "rolled_back" and report["serving_release"] == state["good"]
+    assert_serving(lab, state["good"])
+
+
+def test_rollback_playbook_returns_to_the_previous_release(lab: Lab, inventory: Path, tmp_path: Path,
+                                                           state: dict[str, str]) -> None:
+    proc = lab.playbook("deploy.yml", inventory, "-e", "context_length=262144", reports=tmp_path / "second")
+    assert proc.returncode == 0, output(proc)
+    second = checks.report(tmp_path / "second")["release"]
+    assert second != state["good"]
+    assert_serving(lab, second)
+    proc = lab.playbook("rollback.yml", inventory, reports=tmp_path / "rollback")
+    assert proc.returncode == 0, output(proc)
+    assert_serving(lab, state["good"])
+
+
+def test_reboot_of_every_host_serves_the_active_release(lab: Lab, inventory: Path, tmp_path: Path,
+                                                         state: dict[str, str]) -> None:
+    for host in lab.hosts.values():
+        host.reboot()
+    for name, units in UNITS.items():
+        checks.wait_active(lab.hosts[name], units)
+    assert_serving(lab, state["good"])
+    proc = lab.playbook("verify.yml", inventory, reports=tmp_path)
+    assert proc.returncode == 0, output(proc)
+
+
+def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp_path: Path,
+                                                   state: dict[str, str]) -> None:
+    decode1 = lab.hosts["decode1"]
+    argv = [str(VENV_BIN / "ansible-playbook"), "playbooks/deploy.yml", "-i", str(inventory),
+            "-e", "context_length=131072", "-e", f"dsv4_report_dir={tmp_path}"]
+    run = subprocess.Popen(lab.controller_argv(argv), cwd=REPO, env=lab.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        # The switchover has begun once the deploy stopped the decode: then its host drops off.
+        deadline = time.monotonic() + 600
+        while checks.unit_state(decode1, "sglang-dsv4-decode")[0] == "active" and run.poll() is None:
+            assert time.monotonic() < deadline, "the deploy never stopped the decode"
+            time.sleep(0.2)
+        decode1.link(False)
+        out, _ = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        decode1.link(True)
+    assert run.returncode != 0, out[-5000:]
+    assert "UNREACHABLE" in out and "decode1" in out, out[-5000:]
+    # The report names the host that dropped out; the reachable hosts are back on the good release.
+    report = checks.report(tmp_path)
+    failure = report.get("failure") or ""
+    assert "UNREACHABLE decode1" in failure, failure
+    # Without its decode the restored PD pair cannot pass readiness: the run ends failed (not
+    # "rolled back and verified"), saying so.
+    assert report["verdict"] == "failed" and "decode1" in failure.split("ROLLBACK FAILED", 1)[-1], failure
+    for name in ("prefill1", "router1"):
+        assert checks.active_release(lab.hosts[name]) == state["good"], name
+        for unit in UNITS[name]:
+            assert checks.unit_state(lab.hosts[name], unit) == ("active", "enabled"), f"{name} {unit}"
+    # Back on the network, a deploy of the good release puts decode1 back in line (the dead run's
+    # lock there is taken over).
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "again")
+    assert proc.returncode == 0, output(proc)
+    assert_serving(lab, state["good"])
+
+
+def test_stop_stops_every_host(lab: Lab, inventory: Path) -> None:
+    proc = lab.playbook("stop.yml", inventory)
+    assert proc.returncode == 0, output(proc)
+    for name, units in UNITS.items():
+        for unit in units:
+            assert checks.unit_state(lab.hosts[name], unit) == ("inactive", "disabled"), f"{name} {unit}"
