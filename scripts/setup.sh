@@ -79,9 +79,15 @@ fi
 # The newest ansible-core needs Python 3.12+: a second venv, .venv-newest, for the CI tier that runs the
 # unit tests and one gated deploy on it (DSV4_NEWEST=1; PYTHON_NEWEST names the interpreter).
 if [ "${DSV4_NEWEST:-0}" = 1 ]; then
-  newest=${PYTHON_NEWEST:-$(command -v python3.13 || command -v python3.12 \
-    || ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[23]*/bin/python 2>/dev/null | tail -1 || true)}
-  [ -n "$newest" ] && [ -x "$newest" ] || { log "no Python 3.12+ found for .venv-newest: set PYTHON_NEWEST"; exit 1; }
+  newest=${PYTHON_NEWEST:-}
+  if [ -z "$newest" ]; then
+    # The first that really runs (a pyenv shim may name a version it does not select).
+    for c in python3.12 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python \
+             "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python; do
+      if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then newest=$c; break; fi
+    done
+  fi
+  [ -n "$newest" ] || { log "no Python 3.12+ found for .venv-newest: set PYTHON_NEWEST"; exit 1; }
   [ -x .venv-newest/bin/python ] || { log "creating .venv-newest with $newest"; "$newest" -m venv .venv-newest; }
   log "installing dsv4deploy with the newest ansible-core into .venv-newest"
   .venv-newest/bin/pip install -q -e '.[sim]' 'ansible-core>=2.21' pytest hypothesis 2>&1 | grep -v '^WARNING: Location' || true

@@ -165,6 +165,7 @@ def check_readiness(
         slowest = max(checks, key=lambda c: c.seconds_to_ready or 0.0)
         summary = (
             f"ready in {slowest.seconds_to_ready:.1f} s: {len(workers) + len(settled)} worker(s) /health 200"
+            + _where(done_elsewhere)
             + (", router /readiness 200" if router else "")
             + f", model {served_model_name!r} listed (last: {slowest.label})"
         )
@@ -213,6 +214,12 @@ def _answers_now(check: _Check) -> str:
         return f"{check.label} no answer ({check.last_error or 'waiting'})"
     body = " ".join(check.last_body.split())[:100]
     return f"{check.label} {check.last_status}{f' {body}' if body else ''} ({check.attempts} tries)"
+
+
+def _where(elsewhere: list[_Check]) -> str:
+    """The note ' (2 checked on gpu1)' for checks that ran on the workers' own hosts ('' for none)."""
+    hosts = sorted({c.checked_on for c in elsewhere if c.checked_on})
+    return f" ({len(elsewhere)} checked on {', '.join(hosts)})" if hosts else ""
 
 
 def _satisfied(check: _Check, text: str, model: str) -> bool:

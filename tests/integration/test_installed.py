@@ -25,6 +25,19 @@ pytestmark = pytest.mark.integration
 # Every module and action plugin of the collection.
 PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
            "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe", "dsv4_isolate_report"]
+# A user's own playbook: the rollout is one role; its outcome comes back as documented facts.
+USER_PLAYBOOK = """\
+- name: My rollout
+  hosts: dsv4
+  gather_facts: false
+  any_errors_fatal: true
+  roles:
+    - dsv4.deploy.dsv4_rollout
+  post_tasks:
+    - name: Use what the role hands on
+      ansible.builtin.debug:
+        msg: "my verdict: {{ dsv4_rollout_verdict }}, serving {{ dsv4_rollout_serving }}"
+"""
 FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
 
 
@@ -102,10 +115,12 @@ def test_collection_deploy_promotes_from_outside_the_repository(installed: Insta
     assert installed.active_release() == report["release"]
 
 
-def test_collection_rollback_returns_to_the_previous_release(installed: Installed) -> None:
+def test_a_playbook_of_ones_own_uses_the_rollout_role_then_rollback_returns(installed: Installed) -> None:
     first = installed.active_release()
-    _must(installed.run("ansible-playbook", "dsv4.deploy.deploy", "-i", "site", "-e", "topology=combined", *FAST),
-          "second deploy")
+    (installed.work / "mine.yml").write_text(USER_PLAYBOOK)
+    proc = _must(installed.run("ansible-playbook", "mine.yml", "-i", "site", "-e", "topology=combined", *FAST),
+                 "deploy through the role")
+    assert "my verdict: promoted" in proc.stdout
     second = installed.active_release()
     assert second != first
     _must(installed.run("ansible-playbook", "dsv4.deploy.rollback", "-i", "site", *FAST), "rollback")
@@ -125,6 +140,11 @@ def test_collection_isolate_runs_the_experiment_and_restores_the_release(install
 def test_collection_stop_stops_everything(installed: Installed) -> None:
     _must(installed.run("ansible-playbook", "dsv4.deploy.stop", "-i", "site"), "stop")
     assert not (installed.work / "site" / ".state" / "supervisor" / "supervisord.pid").exists()
+
+
+def test_ansible_doc_documents_the_rollout_role(installed: Installed) -> None:
+    proc = _must(installed.run("ansible-doc", "-t", "role", "dsv4.deploy.dsv4_rollout"), "ansible-doc -t role")
+    assert "dsv4_reports_dir" in proc.stdout
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

@@ -111,3 +111,24 @@ def test_a_client_endpoint_on_a_remote_loopback_is_refused_before_anything_chang
             "address of gpu1") in proc.stdout
     assert "fix: set listen to 0.0.0.0 or gpu1's own address" in proc.stdout
     assert _state(gpu1) == before
+
+
+def test_service_user_create_makes_the_missing_user_and_the_deploy_promotes(lab: Lab, tmp_path: Path) -> None:
+    """Last in this module: it changes the host. The key comes from a vault variable (a key file
+    could not belong to a user that does not exist yet; preflight says so, tested in tests/unit)."""
+    gpu1 = lab.hosts["gpu1"]
+    assert gpu1.exec(["getent", "passwd", "dsv4svc"], check=False).returncode != 0
+    # The simulated GPUs' state folder is the kit's user's; the new user must be able to use it too.
+    gpu1.exec(["chmod", "1777", "/var/lib/dsv4-sim"])
+    inventory = lab.write_inventory(
+        tmp_path / "inventory", example="pd-single-host",
+        group_vars={"service_user_create": True, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": "sk-new",
+                    "readiness_deadline_s": 120},
+        host_vars={"gpu1": {"service_user": "dsv4svc"}})
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "reports")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    entry = gpu1.exec(["getent", "passwd", "dsv4svc"]).stdout.strip().split(":")
+    assert entry[5] == "/var/lib/dsv4svc" and entry[6] == "/usr/sbin/nologin", entry
+    for unit in ("sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"):
+        assert gpu1.exec(["systemctl", "show", "-p", "User", "--value", unit]).stdout.strip() == "dsv4svc"
+        assert gpu1.exec(["systemctl", "is-active", unit], check=False).stdout.strip() == "active", unit

@@ -9,6 +9,7 @@ playbook installs it on each host for the service user. Tests run in order on th
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from tests.systemd import checks
 from tests.systemd.checks import GATES, INSTALL_ROOT, output
-from tests.systemd.hostkit import VENV_BIN, Lab
+from tests.systemd.hostkit import REPO, VENV_BIN, Lab
 
 UNITS = {"prefill1": ["sglang-dsv4-prefill"], "decode1": ["sglang-dsv4-decode"], "router1": ["sglang-dsv4-router"]}
 API_KEY = "sk-three-hosts-" + "5f1e0c2a9b7d"
@@ -177,6 +178,47 @@ def test_reboot_of_every_host_serves_the_active_release(lab: Lab, inventory: Pat
     assert_serving(lab, state["good"])
     proc = lab.playbook("verify.yml", inventory, reports=tmp_path)
     assert proc.returncode == 0, output(proc)
+
+
+def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp_path: Path,
+                                                   state: dict[str, str]) -> None:
+    decode1 = lab.hosts["decode1"]
+    argv = [str(VENV_BIN / "ansible-playbook"), "playbooks/deploy.yml", "-i", str(inventory),
+            "-e", "context_length=131072", "-e", f"dsv4_report_dir={tmp_path}"]
+    run = subprocess.Popen(lab.controller_argv(argv), cwd=REPO, env=lab.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        # The switchover has begun once the deploy stopped the decode: then its host drops off.
+        deadline = time.monotonic() + 600
+        while checks.unit_state(decode1, "sglang-dsv4-decode")[0] == "active" and run.poll() is None:
+            assert time.monotonic() < deadline, "the deploy never stopped the decode"
+            time.sleep(0.2)
+        decode1.link(False)
+        out, _ = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        decode1.link(True)
+    assert run.returncode != 0, out[-5000:]
+    assert "UNREACHABLE" in out and "decode1" in out, out[-5000:]
+    # The report names the host that dropped out; the reachable hosts are back on the good release.
+    report = checks.report(tmp_path)
+    failure = report.get("failure") or ""
+    assert "UNREACHABLE decode1" in failure, failure
+    # The run fails (the deployment is not whole), the hosts still here are back and their workers verified.
+    assert report["verdict"] == "failed" and report["serving_release"] == state["good"], report
+    assert "PARTLY ROLLED BACK" in out and "ROLLBACK FAILED" not in out, out[-5000:]
+    assert [(g["name"], g["status"]) for g in report["gates"]] == [("readiness", "passed")], report["gates"]
+    assert report["metadata"]["gate_phases"] == ["rollback"]
+    for name in ("prefill1", "router1"):
+        assert checks.active_release(lab.hosts[name]) == state["good"], name
+        for unit in UNITS[name]:
+            assert checks.unit_state(lab.hosts[name], unit) == ("active", "enabled"), f"{name} {unit}"
+    # Back on the network, a deploy of the good release puts decode1 back in line (the dead run's
+    # lock there is taken over).
+    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "again")
+    assert proc.returncode == 0, output(proc)
+    assert_serving(lab, state["good"])
 
 
 def test_stop_stops_every_host(lab: Lab, inventory: Path) -> None:

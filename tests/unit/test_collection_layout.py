@@ -50,3 +50,17 @@ def test_roles_and_playbooks_use_no_filter_of_our_own() -> None:
                  if re.search(r"\|\s*dsv4_\w+\s*\(", line)]
     assert not offenders, f"use builtin filters instead: {offenders}"
     assert not (REPO / "dsv4deploy" / "ansible" / "filter_plugins").exists()
+
+
+def test_the_plan_role_declares_every_spec_variable_it_reads() -> None:
+    from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS
+
+    specs = yaml.safe_load((REPO / "roles" / "dsv4_plan" / "meta" / "argument_specs.yml").read_text())
+    assert set(specs["argument_specs"]["main"]["options"]) == set(DEPLOYMENT_KEYS) | set(HOST_KEYS)
+
+
+def test_every_role_declares_its_inputs() -> None:
+    for role in (REPO / "roles").iterdir():
+        specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+        main = specs["argument_specs"]["main"]
+        assert main["short_description"] and main.get("options"), f"{role.name} documents its inputs"

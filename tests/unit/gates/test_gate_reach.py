@@ -74,7 +74,7 @@ def test_readiness_counts_the_hosts_checks_and_asks_the_router_itself(stub):
                         decode={"health": health("decode", p["workers"][1]["url"])})
     result = run_gate("readiness", p, GateSettings(readiness_deadline_s=20), probes=probes)
     assert result.status is GateStatus.PASSED, result.summary
-    assert "2 worker(s) /health 200" in result.summary
+    assert "2 worker(s) /health 200 (2 checked on gpu1)" in result.summary
     checks = {e["check"]: e for e in result.evidence["endpoints"]}
     assert checks["prefill /health"]["checked_on"] == "gpu1" and checks["prefill /health"]["attempts"] == 7
     assert "checked_on" not in checks["router /readiness"]  # asked from the controller, as a client

@@ -1,0 +1,82 @@
+"""`--check --diff` tells the truth on a fresh and on a serving host, and a failure is one line, once.
+
+The tests of this module run in order on one simulated host: fresh first, then serving.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.integration.simhost import SimHost
+
+pytestmark = pytest.mark.integration
+
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+
+
+def snapshot(host: SimHost) -> dict[str, object]:
+    """Everything a check run must leave alone: files under the install root, reports, running processes."""
+    files = {}
+    for root in (host.install_root, host.reports):
+        for path in sorted(root.rglob("*")) if root.exists() else []:
+            if path.is_symlink():
+                files[str(path)] = ("link", os.readlink(path))
+            elif path.is_file() and "logs" not in path.parts:  # servers keep logging while they run
+                files[str(path)] = ("file", path.stat().st_mtime_ns, path.read_bytes())
+    return {"files": files, "pids": host.pids() if host.install_root.exists() else {}}
+
+
+def one_line(output: str, start: str) -> list[str]:
+    """Each place `output` says the line starting with `start`, whitespace joined (callbacks may wrap a
+    long message over several terminal lines): up to the end of that message."""
+    flat = " ".join(output.replace("\\n", " ").split())
+    return [start + part.split("TASK [")[0].split(" fatal: ")[0].split("PLAY RECAP")[0]
+            for part in flat.split(start)[1:]]
+
+
+def test_check_on_a_fresh_host_changes_nothing_and_shows_the_files(sim_host: SimHost) -> None:
+    before = snapshot(sim_host)
+    proc = sim_host.playbook("deploy.yml", "--check", "--diff", "-e", "topology=pd", "-e", "index_topk=1024")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert snapshot(sim_host) == before
+    assert not (sim_host.reports / "latest").exists()
+    assert "+++ after: new/bin/serve-sglang-dsv4-router.sh" in proc.stdout, "the release's files are shown as diffs"
+    lines = one_line(proc.stdout, "CHECK MODE")
+    assert len(lines) == 1, lines
+    assert "a real run would install release" in lines[0] and "now serving: nothing" in lines[0]
+    assert "local" in lines[0]
+
+
+def test_check_on_a_serving_host_changes_nothing(sim_host: SimHost) -> None:
+    first = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=1024", *FAST)
+    assert first.returncode == 0, first.stdout[-5000:]
+    serving = sim_host.active_release()
+    before = snapshot(sim_host)
+
+    proc = sim_host.playbook("deploy.yml", "--check", "--diff", "-e", "topology=pd", "-e", "index_topk=512", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert snapshot(sim_host) == before, "files, reports/latest and the running servers are untouched"
+    assert "512" in proc.stdout and "1024" in proc.stdout, "the diff shows index_topk changing"
+    (line,) = one_line(proc.stdout, "CHECK MODE")
+    assert f"now serving: {serving}" in line and "run its gates" in line
+
+    same = sim_host.playbook("deploy.yml", "--check", "-e", "topology=pd", "-e", "index_topk=1024", *FAST)
+    assert same.returncode == 0, same.stdout[-5000:]
+    (line,) = one_line(same.stdout, "CHECK MODE")
+    assert f"a real run would change nothing: release {serving} already serves" in line
+    assert snapshot(sim_host) == before
+
+
+def test_a_failure_is_one_line_printed_once(sim_host: SimHost) -> None:
+    refused = sim_host.playbook("deploy.yml", "-e", "index_topk=2048")
+    assert refused.returncode == 2
+    lines = one_line(refused.stdout + refused.stderr, "FAILED at preflight, nothing was changed:")
+    assert len(lines) == 1, lines
+
+    rolled = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=512", *FAST)
+    assert rolled.returncode == 2
+    lines = one_line(rolled.stdout + rolled.stderr, "ROLLED BACK: gate needle failed")
+    assert len(lines) == 1, lines
+    assert sim_host.report()["verdict"] == "rolled_back"
