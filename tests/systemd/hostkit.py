@@ -425,7 +425,8 @@ class Lab:
             "dsv4_hostkit_sim_env": {
                 "PYTHONPATH": SIM_ROOT, "DSV4_SIM_STATE_DIR": state,
                 "DSV4_SIM_SGLANG_VERSION": "{{ sglang_version }}",
-                "DSV4_SIM_GPU_COUNT": "{{ gpu_count }}", "DSV4_SIM_GPU_MEMORY_GIB": "{{ gpu_memory_gib }}",
+                "DSV4_SIM_GPU_COUNT": "{{ gpu_count | default(0) }}",
+                "DSV4_SIM_GPU_MEMORY_GIB": "{{ gpu_memory_gib | default(0) }}",
                 # Faults of the simulated servers: -e sim_faults=crash_on_start (dsv4deploy/sim/README.md).
                 "DSV4_SIM_FAULTS": "{{ sim_faults | default('') }}"},
         }
