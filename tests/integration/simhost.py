@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -19,30 +18,10 @@ from typing import Any
 
 import yaml
 
+from tests.ports import free_port_block
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("DSV4_VENV_BIN", REPO / ".venv" / "bin"))
-
-
-def free_port_block(size: int = 4) -> int:
-    """A base port with `size` consecutive free ports on loopback."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + size >= 65000:
-            continue
-        if all(_is_free(base + i) for i in range(size)):
-            return base
-    raise RuntimeError("no block of free ports found")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.integration.simhost import REPO, SimHost
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +34,7 @@ def test_a_gpu_held_by_a_process_that_is_not_ours_is_refused(sim_host: SimHost) 
     # Someone else's server on GPUs 0-3 of this (simulated) host, started outside any deploy.
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "0,1,2,3",
            "DSV4_SIM_STATE_DIR": str(sim_host.install_root / "sim-gpus"), "DSV4_SIM_STARTUP_S": "0"}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     other = subprocess.Popen([sys.executable, "-m", "dsv4deploy.sim.server", "--model-path", "/m", "--tp-size", "4",
                               "--port", str(port), "--mem-fraction-static", "0.5"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

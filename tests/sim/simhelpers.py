@@ -15,15 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port  # noqa: F401  (re-exported to the simulator tests)
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:

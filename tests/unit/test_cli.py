@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dsv4deploy import cli
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = str(REPO / "inventory" / "local")
@@ -178,14 +179,6 @@ def test_subcommands_are_a_registry() -> None:
 
 
 # -- gate: against the real simulated server ---------------------------------------------------------
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:

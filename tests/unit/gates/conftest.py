@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 
 import pytest
+
+from tests.ports import free_port
 
 from .stubs import Route, StubServer
 
@@ -28,7 +29,4 @@ def stub() -> Iterator[Callable[[dict[str, Route]], StubServer]]:
 @pytest.fixture
 def dead_url() -> str:
     """A URL on a free local port where nothing listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
