@@ -75,7 +75,7 @@ def test_key_from_a_vault_variable_never_shows_and_lands_0600(sim_host: SimHost)
     assert leaks(sim_host, key, proc.stdout + proc.stderr) == []
     secret = sim_host.install_root / "secrets" / "api_key"
     assert secret.read_text() == key
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o400  # the service user's, read-only
     assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
     # The servers really use it: the gates passed with it, and a worker asked without it refuses.
     import httpx
