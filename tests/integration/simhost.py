@@ -127,6 +127,10 @@ def make_sim_host(root: Path) -> SimHost:
     src = REPO / "inventory" / "local"
     shutil.copytree(src, host.inventory)
     assign_ports(host.inventory, host.base_port, install_root=host.install_root)
+    # The copy lives outside the repository: point the smg launcher at the repository's .smg-venv.
+    hosts = host.inventory / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("inventory_dir ~ '/../../.smg-venv/bin/python'",
+                                               repr(str(REPO / ".smg-venv" / "bin" / "python"))))
     # An API key by file, as production uses it: the gates and the router must present it.
     key_file = root / "api_key"
     key_file.write_text("sk-integration-" + os.urandom(8).hex() + "\n")
