@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -129,8 +130,10 @@ def make_sim_host(root: Path) -> SimHost:
     assign_ports(host.inventory, host.base_port, install_root=host.install_root)
     # The copy lives outside the repository: point the smg launcher at the repository's .smg-venv.
     hosts = host.inventory / "hosts.yml"
-    hosts.write_text(hosts.read_text().replace("inventory_dir ~ '/../../.smg-venv/bin/python'",
-                                               repr(str(REPO / ".smg-venv" / "bin" / "python"))))
+    smg_python = REPO / ".smg-venv" / "bin" / "python"
+    text, count = re.subn(r"(?m)^(\s*dsv4_smg_python:).*$", rf'\1 "{smg_python}"', hosts.read_text())
+    assert count == 1, "inventory/local/hosts.yml no longer sets dsv4_smg_python"
+    hosts.write_text(text)
     # An API key by file, as production uses it: the gates and the router must present it.
     key_file = root / "api_key"
     key_file.write_text("sk-integration-" + os.urandom(8).hex() + "\n")
