@@ -261,13 +261,19 @@ def _unreachable(asked: list[dict[str, str]], probes: Mapping[str, Any]) -> list
 
 def _died_result(watch: Stopwatch, died: list[dict[str, Any]]) -> GateResult:
     """Readiness failed at once: a program exited or was restarted while the hosts waited for it."""
-    lines = [f"{d['name']} on host {d['host']} {'stopped serving' if d.get('was_healthy') else 'did not start'}: "
-             f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait (now stopped)"
+    lines = [f"{d['name']} on host {d['host']} {_fate(d)}: "
+             f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait"
              + (f"\n--- {d.get('log_source') or 'log'} ---\n{d['log']}" if d.get("log") else "")
              for d in died]
     failures = [{"what": f"{d['name']} ({d['host']})", "status": None, "body": d.get("log", ""), "error": d["why"]}
                 for d in died]
     return make_result("readiness", GateStatus.FAILED, watch, "\n".join(lines), {"died": died, "failures": failures})
+
+
+def _fate(died: dict[str, Any]) -> str:
+    if str(died.get("why", "")).startswith("was stopped"):
+        return "is not running"
+    return "stopped serving" if died.get("was_healthy") else "did not start"
 
 
 def _unreachable_result(name: str, watch: Stopwatch, unreachable: list[dict[str, Any]]) -> GateResult:

@@ -23,8 +23,9 @@ description:
   - O(state=watched) waits while the services of this host come up, as the readiness gate does - until
     every worker of O(health_urls) answers C(/health) 200 (asked from this host) or O(timeout_s) passes
     - and watches O(names) meanwhile. The first that exits, or is restarted by its service manager, ends
-    the wait at once - stopped, so it does not crash-loop - and is returned in RV(died) with its exit status and the
-    end of its log. It never fails for a server; the readiness gate turns RV(died) into its verdict.
+    the wait at once; it is returned in RV(died) with its exit status and the end of its log, and left
+    as it is (a deploy's rollback stops it, a verify run changes nothing). It never fails for a server;
+    the readiness gate turns RV(died) into its verdict.
   - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
     supervisord; the releases stay.
   - O(state=status) and O(state=logs) change nothing.
@@ -894,14 +895,13 @@ def watch(mgr: Supervisor | Systemd, names: list[str], urls: dict[str, str], sin
 
 
 def _died(mgr: Supervisor | Systemd, name: str, why: str, base: dict, offsets: dict[str, int], t0: float) -> dict:
-    """What the wait returns for a service that exited: why, when, the end of its log; stopped, so its
-    manager does not keep restarting a server that cannot run."""
+    """What the wait returns for a service that exited: why, when, the end of its log. It is left to the
+    caller (a deploy's rollback stops it; a verify run changes nothing)."""
     seconds = round(time.monotonic() - t0, 2)
     if isinstance(mgr, Supervisor):
         log = _read_from(mgr.log_path(name), int(offsets.get(name, 0)))
     else:
         log = mgr.logs(name, base.get("invocation") or None)
-    mgr.stop(name)
     return {"name": name, "why": why, "seconds": seconds, "log": _tail(redact(log), lines=20),
             "log_source": "last log lines" if isinstance(mgr, Supervisor) else "its journal"}
 

@@ -12,7 +12,7 @@ description:
   - For C(readiness) with O(services), it first waits on the host (M(dsv4.deploy.dsv4_services),
     O(dsv4.deploy.dsv4_services#module:state=watched)) until the host's workers answer C(/health), within
     the readiness deadline, watching every program of the host meanwhile. A program that exits or is
-    restarted ends the wait at once, stopped; it is returned in RV(probe.died) and the gate fails on it
+    restarted ends the wait at once; it is returned in RV(probe.died) and the gate fails on it
     at once, naming program, host and exit status, with the end of its log.
   - For the workers of this host bound to an address the controller cannot count
     on reaching (a loopback or other address than the one Ansible reaches the host at), it runs
