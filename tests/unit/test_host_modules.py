@@ -158,6 +158,23 @@ def test_lock_records_controller_and_phase_and_names_the_holder(tmp_path: Path) 
     assert lock(tmp_path, "r2", state="phase", phase="x")["failed"]
 
 
+def test_a_service_call_records_the_lock_phase_with_its_own_run(tmp_path: Path) -> None:
+    assert lock(tmp_path, "r1", phase="preflight")["changed"]
+    path = tmp_path / "root" / "deploy.lock"
+
+    def stop(run_id: str, **phases: str) -> dict:
+        # Nothing runs under this root: the stop has nothing to do, and still records its phases.
+        return run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(tmp_path / "root"),
+                          state="stopped", lock={"path": str(path), "run_id": run_id, "target": "rel-2", **phases})
+
+    assert not stop("r1", before="switch: stopping", after="switch: stopped").get("failed")
+    record = json.loads(path.read_text())
+    assert (record["phase"], record["target"], record["controller_pid"]) == ("switch: stopped", "rel-2", 4242)
+    other = stop("r2", before="switch: stopping")
+    assert other["failed"] and f"this run no longer holds {path}" in other["msg"]
+    assert json.loads(path.read_text())["phase"] == "switch: stopped"
+
+
 def test_takeover_replaces_only_the_named_dead_run(tmp_path: Path) -> None:
     lock(tmp_path, "r1")
     assert lock(tmp_path, "r3", takeover_from="someone-else")["failed"]

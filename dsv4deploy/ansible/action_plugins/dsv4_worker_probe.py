@@ -103,6 +103,8 @@ class ActionModule(ActionBase):
         }
         if services.get("supervisor_bin_dir"):
             module_args["supervisor_bin_dir"] = services["supervisor_bin_dir"]
+        if services.get("lock"):
+            module_args["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
         found = self._execute_module(module_name=self._beside("dsv4_services"), module_args=module_args,
                                      task_vars=task_vars)
         if found.get("failed"):

@@ -44,8 +44,9 @@ options:
     description:
       - "The host's services to watch during the readiness wait: C(manager) (systemd or supervisor),
         C(install_root), C(supervisor_bin_dir), C(since) and C(log_offsets) (as
-        O(dsv4.deploy.dsv4_services#module:state=started) returned them). Without C(install_root) there is
-        no wait."
+        O(dsv4.deploy.dsv4_services#module:state=started) returned them), and C(lock), the deploy lock to
+        record a phase in as the wait begins (O(dsv4.deploy.dsv4_services#module:lock)). Without
+        C(install_root) there is no wait."
 attributes:
   action:
     support: full
