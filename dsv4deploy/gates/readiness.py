@@ -94,7 +94,7 @@ def check_readiness(
     router_url: str | None,
     served_model_name: str,
     deadline_s: float,
-    poll_interval_s: float = 0.25,
+    poll_interval_s: float = 0.1,
     api_key: str | None = None,
     progress: Progress | None = None,
     request_timeout_s: float = 5.0,

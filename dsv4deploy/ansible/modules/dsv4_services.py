@@ -384,7 +384,8 @@ class Supervisor:
             state, out = "UNKNOWN", f"{name}: {exc.faultString}"
         except OSError as exc:
             state, out = "UNKNOWN", f"supervisord at {self.dir} did not answer: {exc}"
-        pid = info.get("pid") if state == "RUNNING" else None
+        # A program still in its startsecs (STARTING) or stopping has a process too: it is ours.
+        pid = (info.get("pid") or None) if state in ("RUNNING", "STARTING", "STOPPING") else None
         # STARTING/BACKOFF count as active: supervisord is (re)trying them and a stop must end that too.
         return {"name": name, "state": state, "running": state == "RUNNING",
                 "active": state in ("RUNNING", "STARTING", "BACKOFF", "STOPPING"), "pid": pid, "detail": out}
