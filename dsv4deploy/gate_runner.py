@@ -175,6 +175,9 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         return skipped("soak", "soak_enabled is false")
     watch = Stopwatch()
     probes = probes or {}
+    died = [data["died"] for data in probes.values() if data.get("died")]
+    if name == "readiness" and died:
+        return _died_result(watch, died)
     on_host = {w: (host, found) for host, data in probes.items() for w, found in (data.get("workers") or {}).items()}
     here = _asked_here(name, plan, on_host)
     unreachable = _unreachable(here, probes) + [
@@ -254,6 +257,23 @@ def _unreachable(asked: list[dict[str, str]], probes: Mapping[str, Any]) -> list
                     out.append({**item, "checked_from": "controller",
                                 "reason": f"unreachable from the controller, where this check runs: {why}"})
     return out
+
+
+def _died_result(watch: Stopwatch, died: list[dict[str, Any]]) -> GateResult:
+    """Readiness failed at once: a program exited or was restarted while the hosts waited for it."""
+    lines = [f"{d['name']} on host {d['host']} {_fate(d)}: "
+             f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait"
+             + (f"\n--- {d.get('log_source') or 'log'} ---\n{d['log']}" if d.get("log") else "")
+             for d in died]
+    failures = [{"what": f"{d['name']} ({d['host']})", "status": None, "body": d.get("log", ""), "error": d["why"]}
+                for d in died]
+    return make_result("readiness", GateStatus.FAILED, watch, "\n".join(lines), {"died": died, "failures": failures})
+
+
+def _fate(died: dict[str, Any]) -> str:
+    if str(died.get("why", "")).startswith("was stopped"):
+        return "is not running"
+    return "stopped serving" if died.get("was_healthy") else "did not start"
 
 
 def _unreachable_result(name: str, watch: Stopwatch, unreachable: list[dict[str, Any]]) -> GateResult:

@@ -9,6 +9,7 @@ KNOWN_FAULTS: dict[str, str] = {
     "warmup_s": "float",
     "first_errors": "int",
     "crash_on_start": "flag",
+    "crash_after_s": "float",
     "never_ready": "flag",
     "ignore_override": "flag",
     "pd_transfer_truncate": "flag",
@@ -29,6 +30,7 @@ class Faults:
     warmup_s: float = 0.0
     first_errors: int = 0
     crash_on_start: bool = False
+    crash_after_s: float = 0.0
     never_ready: bool = False
     ignore_override: bool = False
     pd_transfer_truncate: bool = False

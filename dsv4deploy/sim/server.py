@@ -220,6 +220,24 @@ class SimServer:
         else:
             self.ledger.remove(os.getpid())
 
+    def crash_later(self, after_s: float) -> None:
+        """Die ``after_s`` seconds after the start, whatever it is doing then (a CUDA error mid-load or
+        mid-serving, as a real server can): traceback, memory released, exit 1."""
+
+        def crash() -> None:
+            time.sleep(after_s)
+            if self.shutting_down:
+                return
+            self.log.raw(traceback_text(
+                [("sglang/srt/managers/scheduler.py", 2705, "run_scheduler_process", "scheduler.event_loop_normal()"),
+                 ("sglang/srt/model_executor/model_runner.py", 1911, "forward", "return self.forward_extend(...)")],
+                f"RuntimeError: CUDA error: an illegal memory access was encountered "
+                f"(simulated crash_after_s={after_s:g})"))
+            self.ledger.remove(os.getpid())
+            os._exit(1)
+
+        threading.Thread(target=crash, daemon=True).start()
+
     def stop(self, signum: int) -> None:
         """SIGTERM/SIGINT: refuse health checks, release, exit 0 promptly."""
         if self.shutting_down:
@@ -267,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         sim = SimServer(env, settings, log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, _frame: (sim.stop(signum) if sim else os._exit(0)))
+        if env.faults.crash_after_s > 0:
+            sim.crash_later(env.faults.crash_after_s)
         sim.load()
         sim.open_ports()
         threading.Thread(target=sim.warm_up, daemon=True).start()

@@ -133,13 +133,33 @@ def test_never_ready_rolls_back_at_readiness(sim_host: SimHost) -> None:
     assert_serving(sim_host, good)
 
 
-def test_crash_on_start_rolls_back_at_switchover(sim_host: SimHost) -> None:
+def test_crash_on_start_rolls_back_at_readiness_with_its_log(sim_host: SimHost) -> None:
+    # The start does not wait for supervisord's startsecs: the readiness wait sees the prefill exit.
     good = sim_host.active_release()
     proc = sim_host.playbook("deploy.yml", "-e", '{"sim_faults_by_role": {"prefill": "crash_on_start"}}', *FAST)
     assert proc.returncode != 0
     report = sim_host.report()
-    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "switchover")
-    assert "sglang-dsv4-prefill did not start" in proc.stdout
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "readiness")
+    assert "sglang-dsv4-prefill on host local did not start" in proc.stdout
+    assert "simulated crash_on_start" in proc.stdout  # the end of its log
+    assert_serving(sim_host, good)
+
+
+def test_server_crashing_after_supervisords_start_window_fails_readiness_at_once(sim_host: SimHost) -> None:
+    # The decode dies 7 s into its start, after supervisord's startsecs (5): supervisord counts it as
+    # running and restarts it forever. The readiness wait must fail on the first exit, naming the
+    # program, the host, the exit status and the log, not wait out its deadline (120 s here).
+    good = sim_host.active_release()
+    crash = '{"sim_faults_by_role": {"decode": "warmup_s=60,crash_after_s=7"}}'
+    proc = sim_host.playbook("deploy.yml", "-e", crash, *FAST, "-e", "readiness_deadline_s=120")
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "readiness")
+    readiness = next(g for g in report["gates"] if g["name"] == "readiness" and g["status"] == "failed")
+    summary = readiness["summary"]
+    assert "sglang-dsv4-decode on host local did not start: it exited (exit status 1" in summary, summary
+    assert "an illegal memory access was encountered" in summary, summary
+    assert "not ready after" not in summary, summary
     assert_serving(sim_host, good)
 
 

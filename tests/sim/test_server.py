@@ -115,6 +115,16 @@ def test_start_failures(state_dir: Path) -> None:
     assert _used(state_dir) == [4] * 8  # nothing left held
 
 
+def test_crash_after_s_kills_a_ready_server(state_dir: Path) -> None:
+    port = free_port()
+    started = time.monotonic()
+    res = _run(_args(port), sim_env(state_dir, "crash_after_s=1.5"))
+    assert res.returncode == 1 and time.monotonic() - started >= 1.5
+    # It had become ready before it died, and says why it died.
+    assert READY_LINE in res.stderr and "RuntimeError: CUDA error: an illegal memory access" in res.stderr
+    assert _used(state_dir) == [4] * 8  # its memory is released
+
+
 def test_gpu_memory_held_and_released(launcher: Launcher, state_dir: Path) -> None:
     p1, p2 = free_port(), free_port()
     fast = launcher.sim(_args(p1, "--mem-fraction-static", "0.8"), sim_env(state_dir))

@@ -1,7 +1,10 @@
-"""Action plugin: run a gate's worker checks on the host, for workers the controller cannot reach.
+"""Action plugin: run a gate's host-side part on each host - for readiness, the wait for the host's
+servers with its programs watched; for readiness and config, the checks of workers the controller
+cannot reach.
 
 Documented in modules/dsv4_worker_probe.py (ansible-doc dsv4.deploy.dsv4_worker_probe); ARGUMENT_SPEC
-follows it. The check itself is the module dsv4_worker_check, of the same collection (or library).
+follows it. The wait is the module dsv4_services (state=watched), the checks dsv4_worker_check, both of
+the same collection (or library).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
     "plan": {"type": "dict", "required": True},
     "settings": {"type": "dict", "default": {}},
+    "services": {"type": "dict", "default": {}},
 }
 
 
@@ -42,7 +46,9 @@ class ActionModule(ActionBase):
         local = self._connection.transport == "local"
         probe: dict[str, Any] = {"local": local, "seconds": 0.0, "workers": {}}
         checks = host_checks(plan, host, local) if name in WORKER_GATES else []
-        if not checks:
+        services = args["services"]
+        watching = name == "readiness" and bool(services.get("install_root"))
+        if not checks and not watching:
             result.update(changed=False, probe=probe)
             return result
         try:
@@ -52,6 +58,11 @@ class ActionModule(ActionBase):
             # dsv4_gate, next, refuses the same settings naming each problem; nothing to run here.
             result.update(changed=False, probe=probe)
             return result
+        if watching:
+            died = self._watch(plan, host, services, settings.readiness_deadline_s, task_vars, probe)
+            if died or not checks:
+                result.update(changed=False, probe=probe)
+                return result
         module_args = {
             "checks": [{"name": w["name"], "url": w["url"]} for w in checks],
             "mode": name,
@@ -62,10 +73,8 @@ class ActionModule(ActionBase):
             module_args["api_key_file"] = key_file
         display.display(f"  [{name}] on {host}: {', '.join(w['name'] for w in checks)} "
                         f"(listening where only {host} reaches them)")
-        # The module beside this action: dsv4.deploy.dsv4_worker_check in the collection, else the library's.
-        collection = self._task.resolved_action.rpartition(".")[0] if self._task.resolved_action else ""
-        module = f"{collection}.dsv4_worker_check" if collection else "dsv4_worker_check"
-        found = self._execute_module(module_name=module, module_args=module_args, task_vars=task_vars)
+        found = self._execute_module(module_name=self._beside("dsv4_worker_check"), module_args=module_args,
+                                     task_vars=task_vars)
         if found.get("failed"):
             # The probe itself could not run (no python3, key file unreadable, ...): the gate says so.
             why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]
@@ -73,6 +82,40 @@ class ActionModule(ActionBase):
                                 for w in checks}
         else:
             probe["workers"] = found.get("workers") or {}
-            probe["seconds"] = float(found.get("seconds") or 0.0)
+            probe["seconds"] += float(found.get("seconds") or 0.0)
         result.update(changed=False, probe=probe)
         return result
+
+    def _beside(self, module: str) -> str:
+        """The module of this collection (dsv4.deploy.NAME), else the library's."""
+        collection = self._task.resolved_action.rpartition(".")[0] if self._task.resolved_action else ""
+        return f"{collection}.{module}" if collection else module
+
+    def _watch(self, plan: dict[str, Any], host: str, services: dict[str, Any], deadline_s: float,
+               task_vars: dict, probe: dict[str, Any]) -> bool:
+        """Wait on `host` until its workers answer /health, watching its programs; True when one died
+        (recorded in probe["died"], with the host named: the gate fails on it at once)."""
+        urls = {w["name"]: w["url"] for w in plan["workers"] if w["host"] == host}
+        module_args = {
+            "state": "watched", "manager": services.get("manager"), "install_root": services["install_root"],
+            "health_urls": urls, "timeout_s": deadline_s, "since": services.get("since") or {},
+            "log_offsets": services.get("log_offsets") or {},
+        }
+        if services.get("supervisor_bin_dir"):
+            module_args["supervisor_bin_dir"] = services["supervisor_bin_dir"]
+        found = self._execute_module(module_name=self._beside("dsv4_services"), module_args=module_args,
+                                     task_vars=task_vars)
+        if found.get("failed"):
+            # The wait itself could not run (service manager unreachable, ...): the gate says so.
+            why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]
+            probe["died"] = {"host": host, "name": "(the wait)", "why": f"could not watch the services: {why}",
+                             "log": "", "seconds": 0.0, "log_source": ""}
+            return True
+        probe["seconds"] = float(found.get("seconds") or 0.0)
+        probe["healthy_on_host"] = found.get("healthy") or {}
+        if found.get("died"):
+            healthy = probe["healthy_on_host"]
+            probe["died"] = {**found["died"], "host": host, "was_healthy": found["died"]["name"] in healthy}
+            display.display(f"  [readiness] on {host}: {found['died']['name']} {found['died']['why']}")
+            return True
+        return False

@@ -16,9 +16,16 @@ description:
     timeout, the drain deadline), then decode workers, then prefill workers and the combined server (a
     decode still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
   - O(state=started) first does what O(state=installed) does, then starts O(names) all at once (the
-    service manager's own ordering still applies) and fails with the log tail of a service that dies at
-    once (supervisord - within its C(startsecs)); whether a started server becomes ready is the
-    readiness gate's to judge.
+    service manager's own ordering still applies) and returns as soon as they are started, without a
+    start wait. It fails only when the service manager refuses a start (a missing or non-executable
+    script; under systemd a unit that cannot be executed, with systemd's reason from the journal).
+    A service that exits later is caught by O(state=watched).
+  - O(state=watched) waits while the services of this host come up, as the readiness gate does - until
+    every worker of O(health_urls) answers C(/health) 200 (asked from this host) or O(timeout_s) passes
+    - and watches O(names) meanwhile. The first that exits, or is restarted by its service manager, ends
+    the wait at once; it is returned in RV(died) with its exit status and the end of its log, and left
+    as it is (a deploy's rollback stops it, a verify run changes nothing). It never fails for a server;
+    the readiness gate turns RV(died) into its verdict.
   - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
     supervisord; the releases stay.
   - O(state=status) and O(state=logs) change nothing.
@@ -36,7 +43,7 @@ options:
       - Root of the releases on this host.
   state:
     type: str
-    choices: [installed, started, stopped, status, logs, removed]
+    choices: [installed, started, watched, stopped, status, logs, removed]
     default: status
     description:
       - What to do.
@@ -71,6 +78,31 @@ options:
     default: {}
     description:
       - systemd invocation ids per service, as O(state=started) returned them (O(state=logs) under systemd).
+  health_urls:
+    type: dict
+    default: {}
+    description:
+      - O(state=watched) - worker name to its URL; the wait ends when each answers C(/health) 200. An address
+        that is not this host's own (a wildcard listener reached at the inventory address) is asked on 127.0.0.1.
+  since:
+    type: dict
+    default: {}
+    description:
+      - O(state=watched) - each service's life at its start, as O(state=started) returned it (RV(programs)); a
+        service running under another pid or invocation since then has been restarted. Without it, the state
+        at the first look counts.
+  timeout_s:
+    type: float
+    default: 600
+    description:
+      - O(state=watched) - how long to wait for the workers at most.
+  lock:
+    type: dict
+    description:
+      - The deploy lock this run holds, to record its phase in (as M(dsv4.deploy.dsv4_lock) O(state=phase) does)
+        with the work of this call rather than in a module run of its own - C(path), C(run_id), C(target),
+        C(before) (the phase recorded before acting) and C(after) (the phase recorded once done). A lock
+        this run no longer holds fails the call before anything is done. Nothing is written in check mode.
   enabled:
     type: bool
     description:
@@ -147,6 +179,24 @@ invocations:
   description: systemd invocation id of each started service, for O(state=logs).
   returned: O(state=started)
   type: dict
+programs:
+  description: Each service's life right after the start (state, pid, start time or invocation, restarts),
+    for O(since).
+  returned: O(state=started)
+  type: dict
+died:
+  description: The service that exited or was restarted during the wait - C(name), C(why) (exit status, and
+    whether its manager started it again), C(seconds) after the wait began, C(log) (the end of its log).
+  returned: O(state=watched), when one did
+  type: dict
+healthy:
+  description: Seconds from the start of the wait until each worker answered C(/health) 200.
+  returned: O(state=watched)
+  type: dict
+seconds:
+  description: How long the wait took.
+  returned: O(state=watched)
+  type: float
 logs:
   description: Service name to the text it logged since its start.
   returned: O(state=logs)
@@ -162,8 +212,12 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+import urllib.error
+import urllib.request
 import xmlrpc.client
+from urllib.parse import urlsplit, urlunsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -335,6 +389,42 @@ class Supervisor:
         return {"name": name, "state": state, "running": state == "RUNNING",
                 "active": state in ("RUNNING", "STARTING", "BACKOFF", "STOPPING"), "pid": pid, "detail": out}
 
+    def lives(self, names: list[str]) -> dict[str, dict]:
+        """Each program's life now: state, pid, start time, last exit status (one XML-RPC call)."""
+        try:
+            infos = {i["name"]: i for i in self.rpc().supervisor.getAllProcessInfo()}
+        except (OSError, xmlrpc.client.Error) as exc:
+            why = f"supervisord at {self.dir} did not answer: {exc}"
+            return {n: {"state": "UNKNOWN", "detail": why} for n in names}
+        return {n: {"name": n, "state": infos[n]["statename"], "pid": infos[n]["pid"], "since": infos[n]["start"],
+                    "exit": infos[n]["exitstatus"], "detail": infos[n]["spawnerr"] or infos[n]["description"]}
+                if n in infos else {"state": "UNKNOWN", "detail": "supervisord does not know it"} for n in names}
+
+    def gone(self, now: dict, base: dict) -> str:
+        """Why a program started as `base` no longer runs as started ('' while it does)."""
+        state, name = now["state"], now.get("name", "")
+        if state in ("STARTING", "RUNNING"):
+            if base.get("since") is not None and (now["since"], now["pid"]) != (base.get("since"), base.get("pid")):
+                return f"exited ({self.last_exit(name)}) and supervisord started it again"
+            return ""
+        return {"BACKOFF": f"exited ({self.last_exit(name)}) and supervisord is about to start it again",
+                "EXITED": f"exited ({self.last_exit(name)})",
+                "FATAL": f"exited and supervisord gave up starting it ({now.get('detail')})",
+                "STOPPING": "was stopped", "STOPPED": "was stopped"}.get(
+                    state, f"is {state} ({now.get('detail', '')})")
+
+    def last_exit(self, name: str) -> str:
+        """How `name` last exited, from supervisord's log ("exit status 1; not expected"): getProcessInfo
+        forgets the exit status as soon as supervisord starts the program again."""
+        try:
+            with open(os.path.join(self.dir, "supervisord.log"), "rb") as fh:
+                fh.seek(max(os.path.getsize(fh.name) - 65536, 0))
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return "exit status unknown"
+        found = re.findall(rf"exited: {re.escape(name)} \(([^)]*)\)", text)
+        return found[-1] if found else "exit status unknown"
+
     def start_all(self, names: list[str]) -> dict[str, str]:
         """Ask supervisord to start every program without waiting; name -> error text for a refused start."""
         errors = {}
@@ -439,6 +529,36 @@ class Systemd:
                 "active": props.get("ActiveState") in ("active", "activating", "reloading", "deactivating"),
                 "invocation": props.get("InvocationID", ""), "detail": f"{props.get('SubState', '')}"}
 
+    def lives(self, names: list[str]) -> dict[str, dict]:
+        """Each unit's life now: state, main pid, invocation, restarts, last exit (one systemctl call)."""
+        props = "ActiveState,SubState,MainPID,NRestarts,InvocationID,ExecMainCode,ExecMainStatus,Result"
+        out = self.run("show", "-p", props, *[f"{n}.service" for n in names]).stdout
+        blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+                  for block in out.strip().split("\n\n")] if names else []
+        lives = {}
+        for name, b in zip(names, blocks + [{}] * (len(names) - len(blocks)), strict=False):
+            code = EXIT_CODES.get(b.get("ExecMainCode", ""))
+            lives[name] = {"state": b.get("ActiveState", "unknown"), "sub": b.get("SubState", ""),
+                           "pid": int(b.get("MainPID") or 0), "invocation": b.get("InvocationID", ""),
+                           "restarts": int(b.get("NRestarts") or 0), "result": b.get("Result", ""),
+                           "exit": f"{code} {b.get('ExecMainStatus')}" if code else "no exit status"}
+        return lives
+
+    @staticmethod
+    def gone(now: dict, base: dict) -> str:
+        """Why a unit started as `base` no longer runs as started ('' while it does)."""
+        state = now["state"]
+        if state == "activating" and now["sub"] == "auto-restart":
+            return f"exited ({now['result']}, {now['exit']}) and systemd is about to start it again"
+        if state in ("active", "activating", "reloading"):
+            if base.get("invocation") is not None and (
+                    now["restarts"] > base.get("restarts", 0) or now["invocation"] != base.get("invocation")):
+                return "exited and systemd started it again"
+            return ""
+        if state == "failed":
+            return f"failed ({now['result']}, {now['exit']})"
+        return f"was stopped ({state})"
+
     def start_all(self, names: list[str]) -> dict[str, str]:
         """One systemctl call for all units (systemd starts them in parallel, After= still ordering them);
         name -> error text for each unit that did not start."""
@@ -488,6 +608,8 @@ class Systemd:
         return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
 
 
+# systemd's ExecMainCode (the si_code of the main process's end) in words.
+EXIT_CODES = {"1": "exit status", "2": "killed by signal", "3": "dumped core, signal"}
 # systemd's own last word on a failed start ("...: Failed with result 'exit-code'.").
 SYSTEMD_VERDICT = "Failed with result"
 # Lines of systemd's own that say why a unit did not start: exit statuses such as 217/USER or
@@ -552,8 +674,8 @@ def main() -> None:
         argument_spec={
             "manager": {"type": "str", "choices": ["systemd", "supervisor"], "required": True},
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["installed", "started", "stopped", "status", "logs", "removed"],
-                      "default": "status"},
+            "state": {"type": "str", "choices": ["installed", "started", "watched", "stopped", "status", "logs",
+                                                 "removed"], "default": "status"},
             "names": {"type": "list", "elements": "str"},
             "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
@@ -561,6 +683,10 @@ def main() -> None:
             "log_offsets": {"type": "dict", "default": {}},
             "invocations": {"type": "dict", "default": {}},
             "enabled": {"type": "bool"},
+            "health_urls": {"type": "dict", "default": {}},
+            "since": {"type": "dict", "default": {}},
+            "timeout_s": {"type": "float", "default": 600},
+            "lock": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -577,6 +703,18 @@ def main() -> None:
     elif p["only"] != "all":
         names = [n for n in names if kind_of(n) == p["only"]]
     state = p["state"]
+    lock = p["lock"] if p["lock"] and not module.check_mode else None
+    if lock and lock.get("before"):
+        record_phase(module, lock, lock["before"])
+    if lock and lock.get("after"):
+        # Every way out of a call that did its work records the phase it reached.
+        done = module.exit_json
+
+        def exit_json(**kwargs: object) -> None:
+            record_phase(module, lock, lock["after"])
+            done(**kwargs)
+
+        module.exit_json = exit_json  # type: ignore[method-assign]
 
     idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
     if is_sup and (state in ("status", "logs", "stopped", "removed") and not os.path.exists(mgr.conf)):
@@ -584,6 +722,8 @@ def main() -> None:
         module.exit_json(changed=False, services=idle, pids=[])
     if is_sup and state in ("status", "stopped", "removed") and not mgr.running():
         module.exit_json(changed=False, services=idle, pids=[])
+    if state == "watched":
+        module.exit_json(**watch(mgr, names, p["health_urls"], p["since"], p["timeout_s"], p["log_offsets"]))
 
     if state == "installed":
         if module.check_mode:
@@ -635,23 +775,22 @@ def main() -> None:
             removed = mgr.shutdown() if is_sup else mgr.remove()
         module.exit_json(changed=bool(stopped) or removed, stopped=stopped, stop_seconds=seconds)
 
-    # started: every program at once; only a program that dies at once fails the task.
+    # started: every program at once, no start wait; only a start the service manager refuses fails here
+    # (a program that exits later is the readiness wait's to catch: state=watched).
     if module.check_mode:
         module.exit_json(changed=True)
     installed = (mgr.ensure() | mgr.reload()) if is_sup else mgr.install()
-    todo = [n for n in names if not mgr.status(n)["running"]]
+    todo = [n for n in names if not _started(mgr.status(n))]
     offsets: dict[str, int] = {}
     for name in todo if is_sup else []:
         path = mgr.log_path(name)
         offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
     cursor, since = "" if is_sup else mgr.cursor(), time.time()
     errors = mgr.start_all(todo)
-    states = _settle(mgr, todo, errors) if is_sup else {n: mgr.status(n) for n in todo}
-    failed = [n for n in todo if n in errors or not states[n]["running"]]
-    if failed:
+    if errors:
         lines, journal = [], []
-        for name in failed:
-            after = states.get(name) or mgr.status(name)
+        for name in errors:
+            after = mgr.status(name)
             if is_sup:
                 log, reason = redact(_read_from(mgr.log_path(name), offsets.get(name, 0))), ""
             else:
@@ -664,30 +803,108 @@ def main() -> None:
                          f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
                          f"{_tail(log, lines=20)}")
         # Do not leave the service manager retrying a server that cannot start.
-        for name in failed:
+        for name in errors:
             mgr.stop(name)
-        module.fail_json(msg="\n".join(lines), started=[n for n in todo if n not in failed], log_offsets=offsets,
+        module.fail_json(msg="\n".join(lines), started=[n for n in todo if n not in errors], log_offsets=offsets,
                          journal=journal[-40:])
-    invocations = {} if is_sup else {n: states[n].get("invocation", "") for n in todo}
+    lives = mgr.lives(names)
+    invocations = {} if is_sup else {n: lives[n]["invocation"] for n in todo}
     module.exit_json(changed=bool(todo) or installed, started=todo, log_offsets=offsets, invocations=invocations,
-                     started_at=time.time())
+                     programs=lives, started_at=time.time())
 
 
-def _settle(mgr: Supervisor, names: list[str], errors: dict[str, str], limit_s: float = 120) -> dict[str, dict]:
-    """Poll supervisord until each program is RUNNING (it outlived its startsecs) or has failed.
+def record_phase(module: AnsibleModule, lock: dict, phase: str) -> None:
+    """Record `phase` (and the target release) in the deploy lock this run holds, atomically; fail when
+    another run holds it now. The record's layout is dsv4_lock's (state=phase); the few lines of the atomic
+    write are repeated here because a module runs alone on the host and cannot import another."""
+    path = lock["path"]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            held = json.load(fh)
+    except (OSError, ValueError):
+        held = None
+    if not isinstance(held, dict) or held.get("run_id") != lock["run_id"]:
+        module.fail_json(msg=f"this run no longer holds {path} (now: {held or 'no lock'}); stopping here")
+    held.update(phase=phase, target=lock.get("target", ""), phase_since=time.time())
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".deploy.lock-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(held, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
-    The programs were started together, so this costs one startsecs, not one per program. BACKOFF
-    (died within startsecs) is a failure at once: supervisord's retries would only repeat it.
-    """
-    deadline = time.monotonic() + limit_s
-    states = {n: mgr.status(n) for n in names}
-    while time.monotonic() < deadline:
-        pending = [n for n in names if n not in errors and states[n]["state"] == "STARTING"]
-        if not pending:
-            break
-        time.sleep(0.05)
-        states.update({n: mgr.status(n) for n in pending})
-    return states
+
+def _started(status: dict) -> bool:
+    """Running, or being started by supervisord (STARTING): either way not to be started again."""
+    return status["running"] or status["state"] == "STARTING"
+
+
+def local_url(url: str) -> str:
+    """`url` as this host asks it: its address when that is one of this host's own, else 127.0.0.1 (a
+    server listening on every address, reached from elsewhere at an address this host may not have)."""
+    parts = urlsplit(url)
+    address = parts.hostname or ""
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((sockaddr[0], 0))
+        return url
+    except OSError:
+        return urlunsplit(parts._replace(netloc=f"127.0.0.1:{parts.port}"))
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with _OPENER.open(f"{url}/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+# No environment proxies: the addresses asked are this host's own.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+WATCH_POLL_S = 0.2
+
+
+def watch(mgr: Supervisor | Systemd, names: list[str], urls: dict[str, str], since: dict[str, dict],
+          timeout_s: float, offsets: dict[str, int]) -> dict:
+    """Wait until every worker of `urls` is healthy, or `timeout_s`, or the first of `names` exits or is
+    restarted (then stopped, and returned as `died` with its log); the module's result."""
+    t0 = time.monotonic()
+    urls = {n: local_url(u) for n, u in urls.items()}
+    first = mgr.lives(names)
+    base = {n: since.get(n) or first[n] for n in names}
+    healthy: dict[str, float] = {}
+    lives = first
+    while True:
+        for name in names:
+            why = mgr.gone(lives[name], base[name])
+            if why:
+                return {"changed": True, "died": _died(mgr, name, why, base[name], offsets, t0),
+                        "healthy": healthy, "seconds": round(time.monotonic() - t0, 3)}
+        for name, url in urls.items():
+            if name not in healthy and _healthy(url):
+                healthy[name] = round(time.monotonic() - t0, 3)
+        elapsed = time.monotonic() - t0
+        if len(healthy) == len(urls) or elapsed >= timeout_s:
+            return {"changed": False, "healthy": healthy, "seconds": round(elapsed, 3),
+                    "waiting": sorted(set(urls) - set(healthy))}
+        time.sleep(min(WATCH_POLL_S, max(timeout_s - elapsed, 0)))
+        lives = mgr.lives(names)
+
+
+def _died(mgr: Supervisor | Systemd, name: str, why: str, base: dict, offsets: dict[str, int], t0: float) -> dict:
+    """What the wait returns for a service that exited: why, when, the end of its log. It is left to the
+    caller (a deploy's rollback stops it; a verify run changes nothing)."""
+    seconds = round(time.monotonic() - t0, 2)
+    if isinstance(mgr, Supervisor):
+        log = _read_from(mgr.log_path(name), int(offsets.get(name, 0)))
+    else:
+        log = mgr.logs(name, base.get("invocation") or None)
+    return {"name": name, "why": why, "seconds": seconds, "log": _tail(redact(log), lines=20),
+            "log_source": "last log lines" if isinstance(mgr, Supervisor) else "its journal"}
+
 
 if __name__ == "__main__":
     main()

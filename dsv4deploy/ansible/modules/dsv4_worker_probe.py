@@ -5,15 +5,21 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_worker_probe
-short_description: Run a gate's worker checks on the host of each worker the controller cannot reach
+short_description: Run the host side of a gate - the readiness wait, and checks the controller cannot make
 description:
   - Runs on every host (not C(run_once)), before the gate itself (M(dsv4.deploy.dsv4_gate), C(run_once)
-    on the controller). For the workers of this host bound to an address the controller cannot count
+    on the controller).
+  - For C(readiness) with O(services), it first waits on the host (M(dsv4.deploy.dsv4_services),
+    O(dsv4.deploy.dsv4_services#module:state=watched)) until the host's workers answer C(/health), within
+    the readiness deadline, watching every program of the host meanwhile. A program that exits or is
+    restarted ends the wait at once; it is returned in RV(probe.died) and the gate fails on it
+    at once, naming program, host and exit status, with the end of its log.
+  - For the workers of this host bound to an address the controller cannot count
     on reaching (a loopback or other address than the one Ansible reaches the host at), it runs
     M(dsv4.deploy.dsv4_worker_check) on the host - one module run per host and gate, whatever the
     number of tries.
   - Hosts reached through the local connection, and workers the controller reaches, are left to the
-    gate; nothing runs on the host then.
+    gate; without O(services) nothing runs on the host then.
   - Returns RV(probe) for the gate's O(dsv4.deploy.dsv4_gate#module:probes). Never fails for a failing
     server; a check that cannot run is reported per worker as unreachable, with the reason.
 options:
@@ -32,10 +38,19 @@ options:
     default: {}
     description:
       - Overrides of the gate settings for this task.
+  services:
+    type: dict
+    default: {}
+    description:
+      - "The host's services to watch during the readiness wait: C(manager) (systemd or supervisor),
+        C(install_root), C(supervisor_bin_dir), C(since) and C(log_offsets) (as
+        O(dsv4.deploy.dsv4_services#module:state=started) returned them). Without C(install_root) there is
+        no wait."
 attributes:
   action:
     support: full
-    description: An action plugin; it runs M(dsv4.deploy.dsv4_worker_check) on the host when needed.
+    description: An action plugin; it runs M(dsv4.deploy.dsv4_services) and M(dsv4.deploy.dsv4_worker_check) on
+      the host when needed.
   check_mode:
     support: full
     description: Only reads from the servers.
@@ -52,10 +67,14 @@ author: dsv4deploy
 """
 
 EXAMPLES = r"""
-- name: Worker checks on the hosts that reach them
+- name: Wait on each host for its servers, and check the workers the controller cannot reach
   dsv4.deploy.dsv4_worker_probe:
     name: readiness
     plan: "{{ dsv4_plan }}"
+    services:
+      manager: supervisor
+      install_root: /opt/dsv4deploy
+      since: "{{ started.programs }}"
   register: probe
 """
 
@@ -77,4 +96,13 @@ probe:
       description: Worker name to its evidence, as M(dsv4.deploy.dsv4_worker_check) returns it.
       type: dict
       returned: always
+    healthy_on_host:
+      description: Seconds into the wait at which each of the host's workers answered C(/health) 200.
+      type: dict
+      returned: when the readiness wait ran
+    died:
+      description: The program that exited or was restarted during the wait - C(name), C(host), C(why), C(seconds),
+        C(log), C(was_healthy).
+      type: dict
+      returned: when one did
 """

@@ -24,3 +24,18 @@ def test_soak_switched_off_asks_nothing(stub):
     result = run_gate("soak", plan(server.url), GateSettings(soak_enabled=False))
     assert (result.status, result.summary) == (GateStatus.SKIPPED, "soak_enabled is false")
     assert server.calls == []
+
+
+def test_a_program_that_died_on_its_host_fails_readiness_at_once_asking_nothing(stub):
+    server = stub({})
+    died = {"name": "sglang-dsv4-decode", "host": "gpu2", "why": "exited (exit status 1; not expected) and "
+            "supervisord started it again", "seconds": 61.5, "log": "RuntimeError: CUDA out of memory",
+            "log_source": "last log lines", "was_healthy": False}
+    probes = {"gpu1": {"local": True, "seconds": 61.5, "workers": {}}, "gpu2": {"local": False, "died": died}}
+    result = run_gate("readiness", plan(server.url, workers=[{"name": "sglang-dsv4-decode", "role": "decode",
+                                                               "url": server.url, "host": "gpu2"}]),
+                      GateSettings(readiness_deadline_s=600), probes=probes)
+    assert result.status is GateStatus.FAILED and server.calls == []
+    assert result.summary.startswith("sglang-dsv4-decode on host gpu2 did not start: it exited (exit status 1")
+    assert "61.5 s into the readiness wait" in result.summary and "CUDA out of memory" in result.summary
+    assert result.evidence["failures"][0]["what"] == "sglang-dsv4-decode (gpu2)"
