@@ -1,0 +1,166 @@
+"""Role contracts: each role reads only what it declares in meta/argument_specs.yml and hands its
+results on through facts it documents; `__dsv4_*` variables stay inside the role (or playbook) that
+uses them.
+
+The checks read the YAML of roles/ and playbooks/ and the Jinja inside it (comments are not code).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
+PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
+
+PRIVATE = re.compile(r"(?<![\w.])__dsv4_\w+")
+PUBLIC = re.compile(r"(?<![\w.'\"])dsv4_\w+")
+JINJA = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+# Task keys whose value is a bare Jinja expression.
+EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
+INCLUDE_ROLE = {"include_role", "import_role", "ansible.builtin.include_role", "ansible.builtin.import_role"}
+SET_FACT = {"set_fact", "ansible.builtin.set_fact"}
+# The plan action sets a fact named by its `fact` option (default dsv4_plan).
+PLAN_ACTION = {"dsv4_plan", "dsv4.deploy.dsv4_plan"}
+
+
+def strings(node: Any) -> Iterator[str]:
+    """Every string in a YAML document, keys included (comments are gone)."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from strings(key)
+            yield from strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from strings(item)
+
+
+def tasks(node: Any) -> Iterator[dict]:
+    """Every task (blocks, rescue and always entered; plays' tasks too) of a task file or playbook."""
+    if isinstance(node, list):
+        for item in node:
+            yield from tasks(item)
+    elif isinstance(node, dict):
+        if not {"hosts", "block", "import_playbook"} & set(node):
+            yield node
+        for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
+            yield from tasks(node.get(key))
+
+
+def expressions(task: dict) -> Iterator[str]:
+    """The Jinja a task evaluates: {{ }} and {% %} in any value, and its bare conditions."""
+    for key, value in task.items():
+        for text in strings(value):
+            for match in JINJA.finditer(text):
+                yield match.group(1) or match.group(2)
+        if key in EXPRESSION_KEYS:
+            yield from (text for text in strings(value) if "{{" not in text)
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) or []
+
+
+def role_files(role: Path) -> list[Path]:
+    return sorted((role / "tasks").glob("*.yml")) + sorted((role / "defaults").glob("*.yml"))
+
+
+def produced(documents: list[Any]) -> set[str]:
+    """Variables the tasks set: set_fact keys, registers, loop variables, task vars, plan facts."""
+    names: set[str] = set()
+    for task in (t for doc in documents for t in tasks(doc)):
+        for key, value in task.items():
+            if key in SET_FACT and isinstance(value, dict):
+                names |= set(value)
+            elif key in PLAN_ACTION:
+                names.add((value or {}).get("fact", "dsv4_plan"))
+        if "register" in task:
+            names.add(task["register"])
+        names.add((task.get("loop_control") or {}).get("loop_var", "item"))
+        if not INCLUDE_ROLE & set(task):  # an include's vars are the included role's inputs
+            names |= set(task.get("vars") or {})
+    return names
+
+
+def included_roles(documents: list[Any]) -> set[str]:
+    return {str(task[key]["name"]).rsplit(".", 1)[-1]
+            for doc in documents for task in tasks(doc) for key in INCLUDE_ROLE & set(task)}
+
+
+def specs(role: Path) -> dict:
+    return load(role / "meta" / "argument_specs.yml")["argument_specs"]
+
+
+def declared(role: Path) -> set[str]:
+    return {name for entry in specs(role).values() for name in entry.get("options") or {}}
+
+
+def test_private_variables_stay_in_one_role_or_playbook() -> None:
+    users: dict[str, set[str]] = defaultdict(set)
+    units = {f"roles/{role.name}": role_files(role) for role in ROLES} | {
+        f"playbooks/{p.name}": [p] for p in PLAYBOOKS}
+    for unit, files in units.items():
+        for path in files:
+            for text in strings(load(path)):
+                for name in PRIVATE.findall(text):
+                    users[name].add(unit)
+    shared = {name: sorted(where) for name, where in users.items() if len(where) > 1}
+    assert not shared, f"hand these on as documented dsv4_* facts instead: {shared}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_a_role_declares_every_variable_it_reads_from_outside(role: Path) -> None:
+    documents = [load(p) for p in sorted((role / "tasks").glob("*.yml"))]
+    defaults = {name for p in (role / "defaults").glob("*.yml") for name in (load(p) or {})}
+    reads = {name for doc in documents for task in tasks(doc) for expr in expressions(task)
+             for name in PUBLIC.findall(expr)}
+    reads |= {name for p in (role / "defaults").glob("*.yml") for text in strings(load(p))
+              for expr in JINJA.findall(text) for name in PUBLIC.findall("".join(expr))}
+    # Facts of the roles this one runs itself are not inputs of it.
+    available = produced(documents) | defaults
+    for name in included_roles(documents) - {role.name}:
+        available |= produced([load(p) for p in sorted((REPO / "roles" / name / "tasks").glob("*.yml"))])
+    undeclared = sorted(reads - available - declared(role))
+    assert not undeclared, f"{role.name} reads these without declaring them in meta/argument_specs.yml: {undeclared}"
+    assert defaults <= declared(role), f"{role.name}: defaults not declared: {sorted(defaults - declared(role))}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_a_role_documents_every_public_fact_it_sets(role: Path) -> None:
+    documents = [load(p) for p in sorted((role / "tasks").glob("*.yml"))]
+    text = " ".join(strings([entry.get("description", "") for entry in specs(role).values()]))
+    sets = {name for name in produced(documents) if name.startswith("dsv4_")}
+    sets -= {name for doc in documents for task in tasks(doc) for name in task.get("vars") or {}}
+    missing = sorted(name for name in sets if f"C({name})" not in text)
+    assert "Facts this" in text, f"{role.name}: say which facts it sets in its argument_specs description"
+    assert not missing, f"{role.name} sets facts its argument_specs description does not name: {missing}"
+
+
+@pytest.mark.parametrize(("role", "missing"), [("dsv4_gates", "dsv4_plan_host"), ("dsv4_release", "dsv4_plan")])
+def test_a_role_run_without_its_inputs_stops_at_its_start_naming_them(
+        role: str, missing: str, tmp_path: Path) -> None:
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "connection": "local",
+        "tasks": [{"name": "Use the role alone", "ansible.builtin.include_role": {"name": role}},
+                  {"name": "Not reached", "ansible.builtin.debug": {"msg": "REACHED"}}]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
+    run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", str(playbook)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert "Validation of arguments failed" in out and missing in out, out
+    assert "REACHED" not in out
