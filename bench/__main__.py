@@ -177,7 +177,7 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
         f"scale_{hosts}_vs_1": details[f"scale_{hosts}_vs_1"]["median"],
         "task_overhead_s_median": details["task_overhead_s"]["median"],
     }
-    return {"figures": flat, "details": details}
+    return {"figures": flat, "details": details, "slowest_tasks": metrics.slowest_tasks(vr["runs"])}
 
 
 def judge(flat: dict[str, Any], hosts: int) -> dict[str, dict[str, Any]]:
@@ -205,7 +205,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"{s['scale_load_s']:g} s load for the scale figure; {result['machine']['cpus']} CPU(s), "
             f"load average {result['machine']['loadavg_before']} before, {result['machine']['loadavg_after']} after.\n"
             f"rollback budget: {result['figures']['rollback_budget_s']:g} s (load + 5 s).\n\n")
-    return head + "\n".join(rows) + "\n"
+    slow = [f"| {t['task']} | {t['median_s']:.2f} |" for t in result.get("slowest_tasks", [])]
+    tail = ("\n\nSlowest tasks of the timed deploy (median s; a task's slowest host):\n\n| task | s |\n|---|---:|\n"
+            + "\n".join(slow)) if slow else ""
+    return head + "\n".join(rows) + tail + "\n"
 
 
 def _fmt(value: Any) -> str:

@@ -93,3 +93,18 @@ def rollback_budget(load_s: float) -> float:
 def task_overhead(runs: list[Run]) -> list[float]:
     """Every non-gate task's duration across `runs`."""
     return [d for run in runs for d in run.task_durations()]
+
+
+def slowest_tasks(runs: list[Run], top: int = 15) -> list[dict[str, Any]]:
+    """The tasks that took longest (median over the runs, gates included): where a deploy's time goes."""
+    by_name: dict[str, list[float]] = {}
+    for run in runs:
+        seen: dict[str, float] = {}
+        for t in run.tasks:
+            if t.get("start") and t["status"] != "skipped" and not t.get("gate"):
+                # A task of several hosts counts once, with its slowest host (the others wait for it).
+                seen[t["task"]] = max(seen.get(t["task"], 0.0), t["end"] - t["start"])
+        for name, seconds in seen.items():
+            by_name.setdefault(name, []).append(seconds)
+    ranked = sorted(((statistics.median(v), k) for k, v in by_name.items()), reverse=True)[:top]
+    return [{"task": name, "median_s": round(seconds, 3)} for seconds, name in ranked]

@@ -60,3 +60,14 @@ def test_task_overhead_leaves_out_gates_and_skipped_tasks() -> None:
 def test_summary_median_spread_and_empty() -> None:
     assert metrics.summary([1.0, 3.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "spread": 1.0, "n": 3}
     assert metrics.summary([None])["n"] == 0
+
+
+def test_slowest_tasks_take_each_tasks_slowest_host_and_the_median_over_runs() -> None:
+    def task(name: str, host: str, seconds: float, status: str = "ok") -> dict:
+        return {"task": name, "host": host, "status": status, "start": 10.0, "end": 10.0 + seconds}
+
+    runs = [_run([task("start", "a", 1.0), task("start", "b", 3.0), task("lock", "a", 0.5),
+                  task("skip", "a", 9.0, status="skipped")]),
+            _run([task("start", "a", 5.0), task("lock", "a", 0.7)]),
+            _run([task("start", "a", 4.0), task("lock", "a", 0.6)])]
+    assert metrics.slowest_tasks(runs) == [{"task": "start", "median_s": 4.0}, {"task": "lock", "median_s": 0.6}]
