@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dsv4deploy.inventory import InventoryError, spec_from_inventory
+from dsv4deploy.inventory import InventoryError, deployment_from_inventory
 from dsv4deploy.memory import WorkerMemory, check_memory, problems_from_memory
 from dsv4deploy.spec import Deployment, Problem, SpecError
 
@@ -55,18 +55,35 @@ def load_deployment(inventories: list[str] | None, extra_vars: list[str] | None,
                     check_fit: bool = True) -> tuple[Deployment, list[WorkerMemory]]:
     """The validated spec and its memory report; CliError listing every problem otherwise.
 
-    With `check_fit`, a server that does not fit its GPUs is a problem too (as in preflight).
+    The gates' variables are checked as the deploy's plan checks them (unknown names, bad values, a
+    needle grid that cannot reach its requirement). With `check_fit`, a server that does not fit its
+    GPUs is a problem too (as in preflight).
     """
+    from dsv4deploy.gate_runner import GATE_VAR_PREFIXES, GateSettingsError, settings_from_vars
+
     try:
-        spec = spec_from_inventory(inventories or default_inventory(), extra_vars or [])
+        spec, gate_vars = deployment_from_inventory(inventories or default_inventory(), extra_vars or [],
+                                                    GATE_VAR_PREFIXES)
         reports = check_memory(spec)
     except SpecError as exc:
         raise CliError([str(p) for p in exc.problems]) from None
     except InventoryError as exc:
         raise CliError([str(exc)]) from None
+    try:
+        settings_from_vars(gate_vars, lambda value: value, None, spec_index_topk(spec))
+    except GateSettingsError as exc:
+        raise CliError(exc.problems) from None
     if check_fit and (problems := problems_from_memory(reports)):
         raise CliError([str(p) for p in problems])
     return spec, reports
+
+
+def spec_index_topk(spec: Deployment) -> int | None:
+    """The smallest index_topk a server of `spec` runs with (None: the model's default), as the plan reads it."""
+    from dsv4deploy.gate_runner import plan_index_topk
+    from dsv4deploy.plan import gate_targets
+
+    return plan_index_topk(gate_targets(spec))
 
 
 def render_files(spec: Deployment) -> RenderedFiles:

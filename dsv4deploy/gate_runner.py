@@ -126,7 +126,7 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
     try:
         settings = GateSettings.model_validate(data)
     except ValidationError as exc:
-        problems += [f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors()]
+        problems += [_invalid(e) for e in exc.errors()]
         raise GateSettingsError(problems) from None
     required = settings.required_tokens(index_topk)
     if required > 0 and max(settings.needle_lengths, default=0) < required:
@@ -138,6 +138,15 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
     if problems:
         raise GateSettingsError(problems)
     return settings
+
+
+def _invalid(error: Mapping[str, Any]) -> str:
+    where = ".".join(map(str, error["loc"]))
+    line = f"{where}: {error['msg']} (got {error.get('input')!r})"
+    if error["type"] == "list_type" and str(error.get("input", "")).lstrip().startswith("["):
+        # `-e key=[1,2]` is text to ansible-playbook; JSON extra vars keep the list.
+        line += f"; fix: pass a list as JSON, e.g. -e '{{\"{where}\": {error['input']}}}'"
+    return line
 
 
 def _unknown(key: str) -> str:

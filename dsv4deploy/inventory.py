@@ -26,6 +26,7 @@ def load_inventory_vars(
     extra_vars: list[str],
     keys: Iterable[str] | None = None,
     host_keys: Iterable[str] | None = None,
+    key_prefixes: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Resolve and template the inventory's variables: `(common_vars, hostvars)`.
 
@@ -34,8 +35,9 @@ def load_inventory_vars(
     (in inventory order) that defines `topology`, else by the first host: they normally come from
     group_vars/all, which every host shares. `hostvars` holds each host's host-level variables.
     Only `keys` (default: the spec's deployment keys) and `host_keys` (default: the spec's host
-    keys) are templated and returned: other variables may depend on play-time facts and are not
-    ours to judge. Values come back as plain Python types. Raises InventoryError.
+    keys) are templated and returned, plus deployment-wide variables whose names start with one of
+    `key_prefixes` (the gates' settings, typos included): other variables may depend on play-time
+    facts and are not ours to judge. Values come back as plain Python types. Raises InventoryError.
     """
     from ansible.errors import AnsibleError
 
@@ -45,13 +47,13 @@ def load_inventory_vars(
         if "," not in path and not Path(path).exists():  # "h1,h2," is a host list, as for ansible
             raise InventoryError(f"inventory {path}: no such file or directory")
     try:
-        return _load(inventory_paths, extra_vars, keys, host_keys)
+        return _load(inventory_paths, extra_vars, keys, host_keys, key_prefixes)
     except AnsibleError as exc:
         raise InventoryError(f"inventory {', '.join(inventory_paths)}: {_ansible_message(exc)}") from None
 
 
-def _load(paths: list[str], extra_vars: list[str], keys: tuple[str, ...],
-          host_keys: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def _load(paths: list[str], extra_vars: list[str], keys: tuple[str, ...], host_keys: tuple[str, ...],
+          key_prefixes: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     # Imported here: ansible reads its configuration at import time, and the CLI's --help need not pay.
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -71,16 +73,19 @@ def _load(paths: list[str], extra_vars: list[str], keys: tuple[str, ...],
         raise InventoryError(f"inventory {', '.join(paths)} defines no hosts (or Ansible could not parse it: "
                              "see its warnings above)")
 
+    def common_keys(hv: Mapping[str, Any]) -> tuple[str, ...]:
+        return keys + tuple(k for k in hv if key_prefixes and k.startswith(key_prefixes) and k not in keys)
+
     templated: dict[str, dict[str, Any]] = {}
     common: dict[str, Any] = {}
     for host in hosts:
         hv = variables.get_vars(host=host, include_hostvars=True)
         templated[host.name] = _template_keys(loader, hv, host_keys, host.name)
         if not common and "topology" in hv:
-            common = _template_keys(loader, hv, keys, host.name)
+            common = _template_keys(loader, hv, common_keys(hv), host.name)
     if not common:
-        common = _template_keys(loader, variables.get_vars(host=hosts[0], include_hostvars=True), keys,
-                                hosts[0].name)
+        hv = variables.get_vars(host=hosts[0], include_hostvars=True)
+        common = _template_keys(loader, hv, common_keys(hv), hosts[0].name)
     return common, templated
 
 
@@ -149,5 +154,13 @@ def _ansible_message(exc: Exception) -> str:
 
 def spec_from_inventory(inventory_paths: list[str], extra_vars: list[str]) -> Deployment:
     """The validated deployment an inventory plus `-e` describe (SpecError, InventoryError)."""
-    common, hostvars = load_inventory_vars(inventory_paths, extra_vars)
-    return load_spec(common, hostvars)
+    return deployment_from_inventory(inventory_paths, extra_vars)[0]
+
+
+def deployment_from_inventory(inventory_paths: list[str], extra_vars: list[str],
+                              other_prefixes: tuple[str, ...] = ()) -> tuple[Deployment, dict[str, Any]]:
+    """The validated deployment, and the deployment-wide variables named with `other_prefixes`
+    (templated, for their own checks: the gates' settings). Raises SpecError, InventoryError."""
+    common, hostvars = load_inventory_vars(inventory_paths, extra_vars, key_prefixes=other_prefixes)
+    others = {k: v for k, v in common.items() if k not in DEPLOYMENT_KEYS}
+    return load_spec({k: v for k, v in common.items() if k in DEPLOYMENT_KEYS}, hostvars), others

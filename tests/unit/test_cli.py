@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -79,6 +80,28 @@ def test_memory_profile_override_through_extra_vars(capsys: pytest.CaptureFixtur
     code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", '{"memory_profile": {"headroom": {"base_gib": 6}}}')
     assert code == 2
     assert "fix: set mem_fraction_static to 0.79 or less" in err
+
+
+def test_gate_variables_are_checked_as_the_deploy_checks_them(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    """A typo, a bad value or a needle grid too short for its requirement fails validate and plan, as
+    it would fail the deploy's plan step; from -e and from the inventory's own group_vars alike."""
+    code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", "soak_sesions=10")
+    assert (code, err.splitlines()[1]) == (2, "unknown gate variable soak_sesions; did you mean soak_sessions?")
+    code, _, err = run(capsys, "plan", "-i", LOCAL, "-e", "needle_lengths=[1000,2000,5500]")
+    assert code == 2
+    assert err.splitlines()[1].endswith(
+        """fix: pass a list as JSON, e.g. -e '{"needle_lengths": [1000,2000,5500]}'""")
+    inventory = tmp_path / "site"
+    shutil.copytree(LOCAL, inventory)
+    (inventory / "group_vars" / "all" / "zz_gates.yml").write_text("needle_lengths: [1000, 2000, 4000]\n"
+                                                                   "needle_required_tokens: null\n")
+    code, _, err = run(capsys, "validate", "-i", str(inventory), "-e", "index_topk=1024")
+    assert (code, err.splitlines()[1:]) == (2, [
+        "needle_lengths [1000, 2000, 4000] cannot reach the required 5500 tokens (the default for index_topk "
+        "1024): add a length of at least 5500, e.g. [1000, 2000, 4000, 5500]"])
+    code, out, _ = run(capsys, "validate", "-i", str(inventory), "-e", "index_topk=512")
+    assert (code, out) == (0, "ok: topology pd, prefill[0] on local, decode[0] on local\n")
 
 
 def test_undefined_variable_and_missing_inventory_are_messages(capsys: pytest.CaptureFixture[str]) -> None:
