@@ -17,6 +17,7 @@ Standard library only: `setup.py` loads this file by path before any dependency 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ COLLECTION_TREES: dict[str, str] = {
     "roles": "roles",
     "dsv4deploy/ansible/modules": "plugins/modules",
     "dsv4deploy/ansible/action_plugins": "plugins/action",
+    "dsv4deploy/ansible/doc_fragments": "plugins/doc_fragments",
     "dsv4deploy/ansible/meta": "meta",
 }
 # Single files: source -> place in the collection.
@@ -47,6 +49,10 @@ PACKAGE_TREES: dict[str, str] = {
 }
 
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+# Modules name the shared documentation fragments `dsv4deploy.<NAME>`, which a clone finds through
+# ansible.cfg's doc_fragment_plugins; inside the collection a fragment is found by its full name.
+_FRAGMENTS = re.compile(r"^extends_documentation_fragment:\n(?:  - .*\n)+", re.M)
+_SHORT_FRAGMENT = re.compile(r"^  - dsv4deploy\.", re.M)
 
 
 def _copy_tree(src: Path, dst: Path) -> list[Path]:
@@ -59,6 +65,11 @@ def _copy_file(src: Path, dst: Path) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, dst)
     return dst
+
+
+def qualify_fragments(text: str) -> str:
+    """A module's source with its `dsv4deploy.<NAME>` documentation fragments named as the collection's."""
+    return _FRAGMENTS.sub(lambda m: _SHORT_FRAGMENT.sub(f"  - {NAMESPACE}.{NAME}.dsv4deploy.", m.group(0)), text)
 
 
 def _pairs(source: Path, trees: dict[str, str], files: dict[str, str]) -> Iterator[tuple[Path, str, bool]]:
@@ -83,6 +94,8 @@ def write_collection(source: Path, out: Path) -> Path:
             _copy_tree(src, root / dst)
         else:
             _copy_file(src, root / dst)
+    for module in (root / "plugins" / "modules").glob("*.py"):
+        module.write_text(qualify_fragments(module.read_text()))
     return root
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,6 +20,7 @@ MODULES = sorted((PLUGINS / "modules").glob("*.py"))
 ACTIONS = sorted((PLUGINS / "action_plugins").glob("*.py"))
 OPTION_KEYS = {"type", "elements", "required", "default", "choices", "description", "no_log", "aliases", "suboptions"}
 SPEC_KEYS = ("type", "elements", "required", "default", "choices")
+FRAGMENTS = PLUGINS / "doc_fragments" / "dsv4deploy.py"
 
 
 def doc_blocks(path: Path) -> dict[str, str]:
@@ -33,13 +38,23 @@ def load(path: Path) -> ModuleType:
     return module
 
 
+def fragment_attributes(doc: dict) -> set[str]:
+    """The attributes a module documents, its shared fragments' (`dsv4deploy.<NAME>`) included."""
+    names = set(doc.get("attributes") or {})
+    for ref in doc.get("extends_documentation_fragment") or []:
+        assert ref.startswith("dsv4deploy."), f"{ref}: a fragment of dsv4deploy's own, named dsv4deploy.<NAME>"
+        fragment = getattr(load(FRAGMENTS).ModuleDocFragment, ref.split(".")[1].upper())
+        names |= set(yaml.safe_load(fragment)["attributes"])
+    return names
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
 def test_module_is_documented_with_examples_return_and_modes(path: Path) -> None:
     blocks = doc_blocks(path)
     assert set(blocks) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, f"{path.name}: missing {blocks.keys()}"
     doc = yaml.safe_load(blocks["DOCUMENTATION"])
     assert doc["module"] == path.stem
-    assert {"check_mode", "diff_mode"} <= set(doc["attributes"])
+    assert {"check_mode", "diff_mode", "platform"} <= fragment_attributes(doc)
     for name, option in doc["options"].items():
         # A flow mapping cut at a comma shows up as a stray key.
         assert set(option) <= OPTION_KEYS, f"{path.stem} option {name}: unexpected {set(option) - OPTION_KEYS}"
@@ -72,3 +87,33 @@ def test_action_plugin_has_a_documentation_stub_matching_its_argument_spec(path:
 def test_the_api_key_is_never_logged() -> None:
     spec = load(PLUGINS / "action_plugins" / "dsv4_gate.py").ARGUMENT_SPEC
     assert spec["api_key"]["no_log"] is True
+
+
+def test_ansible_doc_merges_the_shared_fragments_in_a_clone_and_in_the_collection(tmp_path: Path) -> None:
+    from dsv4deploy.collection_layout import repo_root, write_collection
+
+    repo = repo_root()
+    write_collection(repo, tmp_path)
+    ansible_doc = str(Path(sys.executable).with_name("ansible-doc"))
+    names = ["dsv4_gate", "dsv4_access", "dsv4_worker_probe"]
+    runs = {
+        # A clone: ansible.cfg names the modules' and the fragments' folders.
+        "clone": ([ansible_doc, "--json", *names], {"ANSIBLE_CONFIG": str(repo / "ansible.cfg")}, ""),
+        # The collection as the wheel carries it, found by its full name from anywhere.
+        "collection": ([ansible_doc, "--json", *(f"dsv4.deploy.{n}" for n in names)],
+                       {"ANSIBLE_COLLECTIONS_PATH": str(tmp_path)}, "dsv4.deploy."),
+    }
+    for where, (argv, env, prefix) in runs.items():
+        # Outside the clone, no ansible.cfg: only the collection's own names resolve.
+        base = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+        proc = subprocess.run(argv, cwd=repo if where == "clone" else tmp_path, capture_output=True, text=True,
+                              env={**base, **env}, timeout=120)
+        assert proc.returncode == 0, f"{where}: {proc.stderr}"
+        docs = json.loads(proc.stdout)
+        gate, access, probe = (docs[prefix + n]["doc"] for n in names)
+        assert gate["attributes"]["platform"]["description"] == "The controller.", where
+        assert gate["attributes"]["check_mode"]["support"] == "none", f"{where}: the module's own entry wins"
+        assert any("pip install dsv4deploy" in note for note in gate["notes"]), where
+        assert access["attributes"]["check_mode"]["description"] == "Only reads.", where
+        assert "dsv4_worker_check" in probe["attributes"]["action"]["description"], where
+        assert probe["attributes"]["platform"]["description"] == "Any host with Python 3.", where

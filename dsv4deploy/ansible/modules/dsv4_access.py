@@ -37,17 +37,8 @@ options:
     description:
       - "PathNeed mappings of the plan: C(path), C(need) (exec, search, secret), C(what), C(hidden),
         C(search_path), C(no_dac_override)."
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
-  platform:
-    support: full
-    platforms: posix
-    description: Any host with Python 3.
+extends_documentation_fragment:
+  - dsv4deploy.read_only
 author: dsv4deploy
 """
 

@@ -49,22 +49,16 @@ options:
     description:
       - "What M(dsv4.deploy.dsv4_worker_probe) found on each host (C({host: probe})), for workers only their
         own host reaches."
+extends_documentation_fragment:
+  - dsv4deploy.action
+  - dsv4deploy.controller
 attributes:
-  action:
-    support: full
-    description: Runs on the controller as an action plugin.
   check_mode:
     support: none
     description: Gates talk to running servers; the rollout does not run them in check mode.
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: The controller.
-notes:
-  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
 author: dsv4deploy
 """
 

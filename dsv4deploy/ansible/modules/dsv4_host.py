@@ -58,13 +58,12 @@ options:
     default: 0.25
     description:
       - Poll interval for O(state=released).
+extends_documentation_fragment:
+  - dsv4deploy.read_only
 attributes:
   check_mode:
     support: full
     description: Both states only read; O(state=released) waits in check mode too.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
   platform:
     support: full
     platforms: posix

@@ -83,22 +83,16 @@ options:
     default: ""
     description:
       - Why the run stopped before changing anything.
+extends_documentation_fragment:
+  - dsv4deploy.action
+  - dsv4deploy.controller
 attributes:
-  action:
-    support: full
-    description: Runs on the controller as an action plugin.
   check_mode:
     support: none
     description: Writes files on the controller.
   diff_mode:
     support: none
     description: Reports are new files; there is nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: The controller.
-notes:
-  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
 author: dsv4deploy
 """
 

@@ -62,22 +62,16 @@ options:
     default: ""
     description:
       - Suites to run on each side (with O(derive)), a list or comma-separated - C(smoke), C(needle), C(soak).
+extends_documentation_fragment:
+  - dsv4deploy.action
+  - dsv4deploy.controller
 attributes:
-  action:
-    support: full
-    description: Runs on the controller as an action plugin.
   check_mode:
     support: full
     description: Changes nothing in any mode; the plan is computed in check mode too.
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: The controller.
-notes:
-  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
 author: dsv4deploy
 """
 

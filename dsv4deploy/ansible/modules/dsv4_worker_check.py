@@ -44,17 +44,12 @@ options:
     type: str
     description:
       - File on this host holding the API key, sent as a Bearer token (O(mode=config)).
+extends_documentation_fragment:
+  - dsv4deploy.read_only
 attributes:
   check_mode:
     support: full
     description: Only reads from the servers.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
-  platform:
-    support: full
-    platforms: posix
-    description: Any host with Python 3.
 author: dsv4deploy
 """
 

@@ -47,6 +47,9 @@ options:
         O(dsv4.deploy.dsv4_services#module:state=started) returned them), and C(lock), the deploy lock to
         record a phase in as the wait begins (O(dsv4.deploy.dsv4_services#module:lock)). Without
         C(install_root) there is no wait."
+extends_documentation_fragment:
+  - dsv4deploy.action
+  - dsv4deploy.read_only
 attributes:
   action:
     support: full
@@ -55,15 +58,6 @@ attributes:
   check_mode:
     support: full
     description: Only reads from the servers.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
-  platform:
-    support: full
-    platforms: posix
-    description: Any host with Python 3.
-notes:
-  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
 author: dsv4deploy
 """
 
