@@ -204,6 +204,7 @@ logs:
 """
 
 
+import contextlib
 import glob
 import http.client
 import json
@@ -226,6 +227,8 @@ PREFIX = "serve-"
 # install_root goes unquoted into supervisord.conf, which expands % and ends a value at " ;" or
 # " #": the spec allows only these characters, and the module checks again (it may be called alone).
 SAFE_ROOT = re.compile(r"/[A-Za-z0-9_.+@,=:/-]*\Z")
+# A stop over the socket waits until the program has exited: up to its stopwaitsecs (a router's drain).
+STOP_RPC_TIMEOUT_S = 900
 # Logs hold the servers' start lines and prompts: group-readable at most, in a folder others cannot enter.
 LOG_DIR_MODE = 0o750
 SUPERVISOR_UMASK = "027"
@@ -288,12 +291,13 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class _UnixTransport(xmlrpc.client.Transport):
-    def __init__(self, path: str):
+    def __init__(self, path: str, timeout: float = 30):
         super().__init__()
         self._path = path
+        self._timeout = timeout
 
     def make_connection(self, host: str) -> http.client.HTTPConnection:
-        return _UnixConnection(self._path)
+        return _UnixConnection(self._path, self._timeout)
 
 
 class Supervisor:
@@ -333,9 +337,9 @@ class Supervisor:
             self.module.fail_json(msg=f"supervisorctl {' '.join(args)} failed: {proc.stdout}{proc.stderr}".strip())
         return proc
 
-    def rpc(self) -> xmlrpc.client.ServerProxy:
-        return xmlrpc.client.ServerProxy("http://localhost/RPC2",
-                                         transport=_UnixTransport(os.path.join(self.dir, "supervisor.sock")))
+    def rpc(self, timeout: float = 30) -> xmlrpc.client.ServerProxy:
+        return xmlrpc.client.ServerProxy(
+            "http://localhost/RPC2", transport=_UnixTransport(os.path.join(self.dir, "supervisor.sock"), timeout))
 
     def running(self) -> bool:
         try:
@@ -373,8 +377,21 @@ class Supervisor:
         return changed
 
     def reload(self) -> bool:
-        out = self.ctl("update", check=True).stdout
-        return bool(out.strip())
+        """What `supervisorctl update` does, over the socket: reread the programs, stop and drop those
+        removed or changed, add those added or changed; True when any were."""
+        rpc = self.rpc(timeout=STOP_RPC_TIMEOUT_S)
+        try:
+            added, changed, removed = rpc.supervisor.reloadConfig()[0]
+            for group in [*removed, *changed]:
+                with contextlib.suppress(xmlrpc.client.Fault):  # nothing of it running
+                    rpc.supervisor.stopProcessGroup(group)
+                rpc.supervisor.removeProcessGroup(group)
+            for group in [*added, *changed]:
+                rpc.supervisor.addProcessGroup(group)
+        except (OSError, xmlrpc.client.Error) as exc:
+            self.module.fail_json(msg=f"supervisord at {self.dir} could not load the programs of {self.root}/current: "
+                                      f"{getattr(exc, 'faultString', exc)}")
+        return bool(added or changed or removed)
 
     def status(self, name: str) -> dict:
         info: dict = {}
@@ -459,9 +476,15 @@ class Supervisor:
         return os.path.join(self.root, "logs", f"{name}.log")
 
     def stop(self, name: str) -> tuple[bool, str]:
-        proc = self.ctl("stop", name)
-        text = (proc.stdout + proc.stderr).strip()
-        return proc.returncode == 0 or "not running" in text or "no such process" in text.lower(), text
+        """Stop `name` and wait until it has exited (a router: until its requests in flight are done)."""
+        try:
+            self.rpc(timeout=STOP_RPC_TIMEOUT_S).supervisor.stopProcess(name, True)
+        except xmlrpc.client.Fault as exc:
+            # Not running, or not known to supervisord: nothing of it to stop.
+            return "NOT_RUNNING" in exc.faultString or "BAD_NAME" in exc.faultString, f"{name}: {exc.faultString}"
+        except OSError as exc:
+            return False, f"supervisord at {self.dir} did not answer: {exc}"
+        return True, f"{name}: stopped"
 
 
 class Systemd:
