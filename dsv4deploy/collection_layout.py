@@ -35,6 +35,8 @@ COLLECTION_TREES: dict[str, str] = {
     "dsv4deploy/ansible/action_plugins": "plugins/action",
     "dsv4deploy/ansible/doc_fragments": "plugins/doc_fragments",
     "dsv4deploy/ansible/meta": "meta",
+    # ansible-test's ignore files (tests/sanity/ignore-<ansible-core>.txt), each entry with its reason.
+    "dsv4deploy/ansible/tests": "tests",
 }
 # Single files: source -> place in the collection.
 COLLECTION_FILES: dict[str, str] = {

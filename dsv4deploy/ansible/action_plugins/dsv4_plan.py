@@ -134,4 +134,3 @@ class ActionModule(ActionBase):
         local = connection.rsplit(".", 1)[-1] == "local" or reach.is_loopback(str(hv.get("ansible_host", host)))
         what = "router.listen" if plan.get("router_url") else "listen"
         return reach.endpoint_problem(what, plan["endpoint"], host, local)
-

@@ -39,7 +39,7 @@ options:
         C(search_path), C(no_dac_override)."
 extends_documentation_fragment:
   - dsv4deploy.read_only
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""

@@ -68,7 +68,7 @@ attributes:
     support: full
     platforms: posix
     description: A Linux host with C(nvidia-smi) (or the command given in O(gpu_query_command)).
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""
@@ -108,7 +108,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 def _smi(module: AnsibleModule, cmd: list[str], *args: str) -> list[list[str]] | None:
     try:
-        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, check=False)
     except FileNotFoundError:
         module.fail_json(msg=f"GPU query command not found: {cmd[0]}; install the NVIDIA driver tools or set "
                              "gpu_query_command")

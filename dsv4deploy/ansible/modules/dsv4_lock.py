@@ -92,7 +92,7 @@ attributes:
     support: full
     platforms: posix
     description: Any POSIX host.
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""

@@ -72,7 +72,7 @@ attributes:
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""

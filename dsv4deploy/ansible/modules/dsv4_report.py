@@ -74,7 +74,7 @@ attributes:
   diff_mode:
     support: none
     description: Reports are new files; there is nothing to diff.
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""

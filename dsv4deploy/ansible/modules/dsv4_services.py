@@ -120,7 +120,7 @@ attributes:
     support: full
     platforms: posix
     description: A Linux host with systemd, or with supervisor installed.
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""
@@ -332,7 +332,7 @@ class Supervisor:
 
     def ctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
         proc = subprocess.run([self._bin("supervisorctl"), "-c", self.conf, *args],
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600, check=False)
         if check and proc.returncode != 0:
             self.module.fail_json(msg=f"supervisorctl {' '.join(args)} failed: {proc.stdout}{proc.stderr}".strip())
         return proc
@@ -364,7 +364,8 @@ class Supervisor:
                 fh.write(text)
             changed = True
         if not self.running():
-            proc = subprocess.run([self._bin("supervisord"), "-c", self.conf], capture_output=True, text=True)
+            proc = subprocess.run([self._bin("supervisord"), "-c", self.conf], capture_output=True, text=True,
+                                  check=False)
             if proc.returncode != 0:
                 self.module.fail_json(msg=f"supervisord did not start: {proc.stdout}{proc.stderr}".strip())
             deadline = time.monotonic() + 15
@@ -495,7 +496,7 @@ class Systemd:
         self.unit_dir = unit_dir
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=900)
+        return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=900, check=False)
 
     def install(self) -> bool:
         changed = False
@@ -605,7 +606,7 @@ class Systemd:
     def cursor(self) -> str:
         """The journal's position now, so a failed start can show everything logged since."""
         out = subprocess.run(["journalctl", "-n", "0", "--show-cursor", "--no-pager", "-q"],
-                             capture_output=True, text=True, timeout=60).stdout
+                             capture_output=True, text=True, timeout=60, check=False).stdout
         return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("-- cursor:")), "")
 
     def journal_since(self, name: str, cursor: str, since: float) -> list[str]:
@@ -617,19 +618,19 @@ class Systemd:
         args += [f"--after-cursor={cursor}"] if cursor else [f"--since=@{int(since) - 1}"]
         deadline = time.monotonic() + 3
         while True:
-            lines = journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
+            lines = journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60, check=False).stdout)
             if any(SYSTEMD_VERDICT in line for line in lines) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)  # journald may still be writing systemd's verdict on the start
         # The forked child's lines come through another socket and may trail the verdict a little.
         time.sleep(0.5)
-        return journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60).stdout)
+        return journal_lines(subprocess.run(args, capture_output=True, text=True, timeout=60, check=False).stdout)
 
     def logs(self, name: str, invocation: str | None) -> str:
         args = ["journalctl", "--no-pager", "-o", "cat", "-u", f"{name}.service"]
         if invocation:
             args.append(f"_SYSTEMD_INVOCATION_ID={invocation}")
-        return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
+        return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False).stdout
 
 
 # systemd's ExecMainCode (the si_code of the main process's end) in words.
@@ -870,7 +871,8 @@ def local_url(url: str) -> str:
     parts = urlsplit(url)
     address = parts.hostname or ""
     try:
-        family, _, _, _, sockaddr = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)[0]
+        info = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)[0]
+        family, sockaddr = info[0], info[4]
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.bind((sockaddr[0], 0))
         return url

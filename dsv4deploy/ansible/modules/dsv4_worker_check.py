@@ -50,7 +50,7 @@ attributes:
   check_mode:
     support: full
     description: Only reads from the servers.
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""
@@ -116,7 +116,7 @@ def not_here(url: str) -> str:
         infos = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         return f"{address} does not resolve on this host ({exc.strerror})"
-    family, _, _, _, sockaddr = infos[0]
+    family, sockaddr = infos[0][0], infos[0][4]
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((sockaddr[0], 0))

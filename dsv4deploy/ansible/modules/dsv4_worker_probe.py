@@ -58,7 +58,7 @@ attributes:
   check_mode:
     support: full
     description: Only reads from the servers.
-author: dsv4deploy
+author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""
