@@ -77,12 +77,17 @@ class SimHost:
                               capture_output=True, text=True, timeout=60).stdout
 
     def pids(self) -> dict[str, int]:
-        """Running program -> pid, from supervisord."""
+        """Live program -> pid, from supervisord: RUNNING, or STARTING (alive, within its startsecs: the
+        deploy no longer waits them out, so a fast simulated load is served before supervisord says RUNNING)."""
         out = {}
         for line in self.supervisorctl("status").splitlines():
             parts = line.split()
             if len(parts) > 3 and parts[1] == "RUNNING":
                 out[parts[0]] = int(parts[3].rstrip(","))
+            elif len(parts) > 1 and parts[1] == "STARTING":  # its status line shows no pid
+                pid = self.supervisorctl("pid", parts[0]).strip()
+                if pid.isdigit() and int(pid) > 0:
+                    out[parts[0]] = int(pid)
         return out
 
     def teardown(self) -> None:

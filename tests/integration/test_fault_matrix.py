@@ -41,6 +41,10 @@ CASES = [
     ("crash_on_start (prefill)", "full", "pd", faults(prefill="crash_on_start"), "rolled_back", "readiness"),
     ("never_ready", "full", "pd", ["-e", "sim_faults=never_ready", "-e", "readiness_deadline_s=6"],
      "rolled_back", "readiness"),
+    # Dies 7 s in, after supervisord's startsecs, while still loading: the readiness wait watches the
+    # programs, so this fails in seconds, not at the 120 s deadline (the row's seconds show it).
+    ("crash_after_s (decode, mid-load)", "full", "pd",
+     [*faults(decode="warmup_s=60,crash_after_s=7"), "-e", "readiness_deadline_s=120"], "rolled_back", "readiness"),
     ("ignore_override (all)", "full", "pd", ["-e", "sim_faults=ignore_override"], "rolled_back", "needle"),
     ("ignore_override (decode only)", "ci", "pd", faults(decode="ignore_override"), "rolled_back", "smoke"),
     ("pd_transfer_truncate", "full", "pd", ["-e", "sim_faults=pd_transfer_truncate"], "rolled_back", "needle"),

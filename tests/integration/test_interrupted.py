@@ -127,7 +127,9 @@ def test_controller_killed_during_a_rollback_then_rollback_yml_finishes_it(deplo
 
 def test_a_second_run_fails_fast_naming_the_live_holder(deployed: SimHost) -> None:
     host = deployed
-    first = start(host, "deploy.yml", "-e", "sim_faults=warmup_s=0.5", *GRID)
+    # The first deploy must still hold the lock while three more runs are refused: its servers load
+    # for 60 s (the start no longer waits supervisord's startsecs, so a short load ended it too soon).
+    first = start(host, "deploy.yml", *GRID, "-e", "sim_faults=warmup_s=60", "-e", "readiness_deadline_s=150")
     try:
         deadline = time.monotonic() + 300
         while not lock_record(host).get("phase", "").startswith(("release-written", "switch", "gates")):
