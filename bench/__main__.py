@@ -90,13 +90,14 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
             out["baseline_s"].append(_baseline(host, root / f"baseline-{i}", prime, ours))
             out["ratio"].append(out["verified_s"][-1] / out["baseline_s"][-1])
             log(f"rep {i + 1}: ours {ours.wall_s:.1f} s, baseline {out['baseline_s'][-1]:.1f} s")
-    except Exception:
+    except BaseException:  # Ctrl-C included: the servers stop either way
+        host.teardown()
         log(f"kept {root} for a look (logs, reports)")
         raise
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    finally:
-        host.teardown()
+    # Stop first, then remove: the install root holds supervisord's pid file, which teardown ends it by
+    # (removing it first left one supervisord running per benchmark run).
+    host.teardown()
+    shutil.rmtree(root, ignore_errors=True)
     return out
 
 
