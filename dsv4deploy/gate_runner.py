@@ -204,9 +204,10 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         settled = [{**found["health"], "checked_on": host} for host, found in on_host.values()]
         # The hosts' checks used part of the deadline already; what remains is the controller's.
         elapsed = max((float(data.get("seconds") or 0) for data in probes.values()), default=0.0)
-        return check_readiness(workers, plan.get("router_url"), model,
-                               max(settings.readiness_deadline_s - elapsed, 0.5), api_key=api_key,
-                               progress=progress, settled=settled)
+        result = check_readiness(workers, plan.get("router_url"), model,
+                                 max(settings.readiness_deadline_s - elapsed, 0.5), api_key=api_key,
+                                 progress=progress, settled=settled)
+        return _with_unstarted(result, probes)
     if name == "config":
         servers = [ServerConfigInput(name=w["name"], role=w["role"], url=w["url"],
                                      log_text=(logs or {}).get(w["name"], ""),
@@ -277,6 +278,17 @@ def _died_result(watch: Stopwatch, died: list[dict[str, Any]]) -> GateResult:
     failures = [{"what": f"{d['name']} ({d['host']})", "status": None, "body": d.get("log", ""), "error": d["why"]}
                 for d in died]
     return make_result("readiness", GateStatus.FAILED, watch, "\n".join(lines), {"died": died, "failures": failures})
+
+
+def _with_unstarted(result: GateResult, probes: Mapping[str, Any]) -> GateResult:
+    """A failed readiness names the programs the wait was to start once their workers were healthy (the
+    router) and did not, because they never were: the router's own "not ready" would hide why."""
+    unstarted = [f"{prog} on host {host}" for host, data in probes.items() for prog in data.get("not_started") or []]
+    if result.passed or not unstarted:
+        return result
+    note = f"not started, as its workers never all answered /health: {', '.join(unstarted)}"
+    return result.model_copy(update={"summary": f"{result.summary}; {note}",
+                                     "evidence": {**result.evidence, "not_started": unstarted}})
 
 
 def _fate(died: dict[str, Any]) -> str:

@@ -96,6 +96,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         # How long the router's circuit breaker stays open once tripped (smoke waits one window).
         "router_breaker_s": _breaker_window(spec),
         "endpoint_host": _endpoint_service(spec, defs).host,
+        # The router's program (PD): the readiness wait can start it once its workers are healthy.
+        "router_service": _endpoint_service(spec, defs).name if spec.topology == "pd" else None,
         # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
         # whether a worker's checks run there or on the host); api_key_file: the key on that host.
         "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url,

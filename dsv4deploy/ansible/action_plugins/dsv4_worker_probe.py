@@ -105,6 +105,10 @@ class ActionModule(ActionBase):
             module_args["supervisor_bin_dir"] = services["supervisor_bin_dir"]
         if services.get("lock"):
             module_args["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
+        router = plan.get("router_service")
+        if services.get("start_router") and router and plan.get("endpoint_host") == host:
+            # Started once every worker answers /health, asked from here at the URLs the router itself uses.
+            module_args["start_when_healthy"] = {router: {w["name"]: w["url"] for w in plan["workers"]}}
         found = self._execute_module(module_name=self._beside("dsv4_services"), module_args=module_args,
                                      task_vars=task_vars)
         if found.get("failed"):
@@ -115,6 +119,10 @@ class ActionModule(ActionBase):
             return True
         probe["seconds"] = float(found.get("seconds") or 0.0)
         probe["healthy_on_host"] = found.get("healthy") or {}
+        if found.get("started_later"):
+            probe["started_later"] = found["started_later"]
+        if found.get("not_started"):
+            probe["not_started"] = found["not_started"]
         if found.get("died"):
             healthy = probe["healthy_on_host"]
             probe["died"] = {**found["died"], "host": host, "was_healthy": found["died"]["name"] in healthy}

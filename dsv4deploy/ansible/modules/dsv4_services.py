@@ -25,7 +25,8 @@ description:
     - and watches O(names) meanwhile. The first that exits, or is restarted by its service manager, ends
     the wait at once; it is returned in RV(died) with its exit status and the end of its log, and left
     as it is (a deploy's rollback stops it, a verify run changes nothing). It never fails for a server;
-    the readiness gate turns RV(died) into its verdict.
+    the readiness gate turns RV(died) into its verdict. Programs of O(start_when_healthy) are started during
+    the wait, once their workers are healthy.
   - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
     supervisord; the releases stay.
   - O(state=status) and O(state=logs) change nothing.
@@ -96,6 +97,15 @@ options:
     default: 600
     description:
       - O(state=watched) - how long to wait for the workers at most.
+  start_when_healthy:
+    type: dict
+    default: {}
+    description:
+      - O(state=watched) - programs to start during the wait, each once every worker URL it maps to (name to URL,
+        asked as given) answers C(/health) 200; until then they are not watched. A router started this way
+        registers its workers at its first probe, instead of re-probing them on its own back-off (sglang-router
+        0.3.2 - after 1, 2, 3, 4 s, then every 5 s). One that is running already is watched like the others.
+        Nothing is started in check mode.
   lock:
     type: dict
     description:
@@ -193,6 +203,16 @@ healthy:
   description: Seconds from the start of the wait until each worker answered C(/health) 200.
   returned: O(state=watched)
   type: dict
+started_later:
+  description: Seconds from the start of the wait until each program of O(start_when_healthy) was started.
+  returned: O(state=watched)
+  type: dict
+not_started:
+  description: Programs of O(start_when_healthy) still not started when the wait timed out (their workers never
+    answered).
+  returned: O(state=watched), when it timed out
+  type: list
+  elements: str
 seconds:
   description: How long the wait took.
   returned: O(state=watched)
@@ -712,6 +732,7 @@ def main() -> None:
             "since": {"type": "dict", "default": {}},
             "timeout_s": {"type": "float", "default": 600},
             "lock": {"type": "dict"},
+            "start_when_healthy": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -748,7 +769,8 @@ def main() -> None:
     if is_sup and state in ("status", "stopped", "removed") and not mgr.running():
         module.exit_json(changed=False, services=idle, pids=[])
     if state == "watched":
-        module.exit_json(**watch(mgr, names, p["health_urls"], p["since"], p["timeout_s"], p["log_offsets"]))
+        module.exit_json(**watch(mgr, names, p["health_urls"], p["since"], p["timeout_s"], p["log_offsets"],
+                                 {} if module.check_mode else p["start_when_healthy"]))
 
     if state == "installed":
         if module.check_mode:
@@ -890,32 +912,52 @@ def _healthy(url: str) -> bool:
 
 # No environment proxies: the addresses asked are this host's own.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-WATCH_POLL_S = 0.2
+WATCH_POLL_S = 0.1
 
 
 def watch(mgr: Supervisor | Systemd, names: list[str], urls: dict[str, str], since: dict[str, dict],
-          timeout_s: float, offsets: dict[str, int]) -> dict:
+          timeout_s: float, offsets: dict[str, int], later: dict[str, dict[str, str]] | None = None) -> dict:
     """Wait until every worker of `urls` is healthy, or `timeout_s`, or the first of `names` exits or is
-    restarted (then stopped, and returned as `died` with its log); the module's result."""
+    restarted (then returned as `died` with its log); the module's result. Each program of `later` that is
+    not running yet is started as soon as every worker URL it names answers /health 200, and watched from
+    then on (a router started once its workers are healthy registers them at its first probe)."""
     t0 = time.monotonic()
     urls = {n: local_url(u) for n, u in urls.items()}
     first = mgr.lives(names)
     base = {n: since.get(n) or first[n] for n in names}
+    # A program of `later` already running (started with the others) is simply watched.
+    pending = {n: dict(u) for n, u in (later or {}).items() if n in names and mgr.gone(first[n], first[n])}
     healthy: dict[str, float] = {}
+    up: dict[str, bool] = {}  # URL -> answered /health 200 (each URL asked once per round)
+    started_later: dict[str, float] = {}
     lives = first
     while True:
         for name in names:
-            why = mgr.gone(lives[name], base[name])
+            why = "" if name in pending else mgr.gone(lives[name], base[name])
             if why:
                 return {"changed": True, "died": _died(mgr, name, why, base[name], offsets, t0),
-                        "healthy": healthy, "seconds": round(time.monotonic() - t0, 3)}
+                        "healthy": healthy, "started_later": started_later,
+                        "seconds": round(time.monotonic() - t0, 3)}
+        for url in {*urls.values(), *(u for w in pending.values() for u in w.values())}:
+            if not up.get(url):
+                up[url] = _healthy(url)
         for name, url in urls.items():
-            if name not in healthy and _healthy(url):
+            if name not in healthy and up[url]:
                 healthy[name] = round(time.monotonic() - t0, 3)
+        for name in [n for n, workers in pending.items() if all(up[u] for u in workers.values())]:
+            refused = mgr.start_all([name])
+            del pending[name]
+            if refused:
+                return {"changed": True, "healthy": healthy, "started_later": started_later,
+                        "seconds": round(time.monotonic() - t0, 3),
+                        "died": _died(mgr, name, f"did not start: {refused[name]}", {}, offsets, t0)}
+            started_later[name] = round(time.monotonic() - t0, 3)
+            base[name] = mgr.lives([name])[name]
         elapsed = time.monotonic() - t0
-        if len(healthy) == len(urls) or elapsed >= timeout_s:
-            return {"changed": False, "healthy": healthy, "seconds": round(elapsed, 3),
-                    "waiting": sorted(set(urls) - set(healthy))}
+        if (len(healthy) == len(urls) and not pending) or elapsed >= timeout_s:
+            return {"changed": bool(started_later), "healthy": healthy, "seconds": round(elapsed, 3),
+                    "started_later": started_later,
+                    "waiting": sorted(set(urls) - set(healthy)), "not_started": sorted(pending)}
         time.sleep(min(WATCH_POLL_S, max(timeout_s - elapsed, 0)))
         lives = mgr.lives(names)
 

@@ -45,8 +45,10 @@ options:
       - "The host's services to watch during the readiness wait: C(manager) (systemd or supervisor),
         C(install_root), C(supervisor_bin_dir), C(since) and C(log_offsets) (as
         O(dsv4.deploy.dsv4_services#module:state=started) returned them), and C(lock), the deploy lock to
-        record a phase in as the wait begins (O(dsv4.deploy.dsv4_services#module:lock)). Without
-        C(install_root) there is no wait."
+        record a phase in as the wait begins (O(dsv4.deploy.dsv4_services#module:lock)), and C(start_router)
+        (true when the start left the router for this wait to start: on the router's host it is started as soon
+        as every worker of the plan answers C(/health) at the URL the router uses). Without C(install_root)
+        there is no wait."
 extends_documentation_fragment:
   - dsv4deploy.action
   - dsv4deploy.read_only
@@ -57,7 +59,8 @@ attributes:
       the host when needed.
   check_mode:
     support: full
-    description: Only reads from the servers.
+    description: Only reads from the servers; the one change it can make (starting the router, with
+      C(services.start_router)) is not made in check mode.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 

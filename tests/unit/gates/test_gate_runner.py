@@ -39,3 +39,17 @@ def test_a_program_that_died_on_its_host_fails_readiness_at_once_asking_nothing(
     assert result.summary.startswith("sglang-dsv4-decode on host gpu2 did not start: it exited (exit status 1")
     assert "61.5 s into the readiness wait" in result.summary and "CUDA out of memory" in result.summary
     assert result.evidence["failures"][0]["what"] == "sglang-dsv4-decode (gpu2)"
+
+
+def test_a_router_the_wait_never_started_is_named_with_why(stub):
+    # The host's wait was to start the router once its workers answered /health; they never did, so the
+    # router's own "not ready" (here: 503) must not be the whole story.
+    server = stub({"GET /readiness": always((503, '{"status":"not ready"}')),
+                   "GET /health": always((503, "loading"))})
+    probes = {"gpu1": {"local": True, "seconds": 600.0, "workers": {}, "not_started": ["sglang-dsv4-router"]}}
+    result = run_gate("readiness", plan(server.url, workers=[{"name": "sglang-dsv4-decode", "role": "decode",
+                                                               "url": server.url, "host": "gpu1"}]),
+                      GateSettings(readiness_deadline_s=600), probes=probes)
+    assert result.status is GateStatus.FAILED
+    assert "not started, as its workers never all answered /health: sglang-dsv4-router on host gpu1" in result.summary
+    assert result.evidence["not_started"] == ["sglang-dsv4-router on host gpu1"]
