@@ -107,8 +107,13 @@ class ActionModule(ActionBase):
             module_args["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
         router = plan.get("router_service")
         if services.get("start_router") and router and plan.get("endpoint_host") == host:
-            # Started once every worker answers /health, asked from here at the URLs the router itself uses.
-            module_args["start_when_healthy"] = {router: {w["name"]: w["url"] for w in plan["workers"]}}
+            # Started once every worker answers /health, asked at the URLs the router itself uses, when they
+            # all run here, where the wait also sees them die. A worker on another host could die or drop
+            # off unseen by this wait, which would then hold the gate until its deadline: with one, the router
+            # is started at once, as with its workers, and the controller's checks judge.
+            workers = plan["workers"]
+            alone = all(w["host"] == host for w in workers)
+            module_args["start_when_healthy"] = {router: {w["name"]: w["url"] for w in workers} if alone else {}}
         found = self._execute_module(module_name=self._beside("dsv4_services"), module_args=module_args,
                                      task_vars=task_vars)
         if found.get("failed"):

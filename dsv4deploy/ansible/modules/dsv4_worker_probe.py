@@ -47,8 +47,8 @@ options:
         O(dsv4.deploy.dsv4_services#module:state=started) returned them), and C(lock), the deploy lock to
         record a phase in as the wait begins (O(dsv4.deploy.dsv4_services#module:lock)), and C(start_router)
         (true when the start left the router for this wait to start: on the router's host it is started as soon
-        as every worker of the plan answers C(/health) at the URL the router uses). Without C(install_root)
-        there is no wait."
+        as every worker of the plan answers C(/health) at the URL the router uses when they all run on that
+        host, else at once). Without C(install_root) there is no wait."
 extends_documentation_fragment:
   - dsv4deploy.action
   - dsv4deploy.read_only
