@@ -28,7 +28,7 @@ from typing import Any
 from bench import metrics
 from bench.baseline import prepare as baseline
 from bench.scale import install_roots, scale_host
-from bench.world import NEEDLE, Run, bench_host, run_playbook, worker_logs
+from bench.world import NEEDLE, Run, bench_host, last_spawn, run_playbook, worker_logs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS = {
@@ -55,7 +55,8 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
     """Per repetition: A promoted (off the clock), B promoted (ours, timed), B again (unchanged), C
     failing its needle gate and rolled back to B, then the manual baseline switching A -> B."""
     out: dict[str, list[Any]] = {k: [] for k in (
-        "verified_s", "baseline_s", "ratio", "floor", "readiness", "worker_notice", "needle", "overhead_s",
+        "verified_s", "baseline_s", "ratio", "floor", "readiness", "router_notice", "router_own_start",
+        "worker_notice", "needle", "overhead_s",
         "overhead_ratio", "rollback", "unchanged_s", "runs", "smoke_tries")}
     root = Path(tempfile.mkdtemp(prefix="dsv4-bench-"))
     host = bench_host(root, load_s)
@@ -74,6 +75,10 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
             out["verified_s"].append(ours.wall_s)
             out["readiness"].append(metrics.readiness_latency(ours))
             out["worker_notice"] += metrics.worker_notice_latencies(ours)
+            parts = metrics.router_start(ours, last_spawn(host, "sglang-dsv4-router"))
+            if parts:
+                out["router_notice"].append(parts[0])
+                out["router_own_start"].append(parts[1])
             out["needle"].append(metrics.needle_ratio(ours))
             spent, ratio = metrics.overhead(ours, load_s)
             out["overhead_s"].append(spent)
@@ -159,6 +164,8 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
         "baseline_s": s(vr["baseline_s"]),
         "readiness_latency_s": s(vr["readiness"]),
         "worker_readiness_notice_s": s(vr["worker_notice"]),
+        "router_spawn_after_workers_ready_s": s(vr["router_notice"]),
+        "router_spawn_to_readiness_verdict_s": s(vr["router_own_start"]),
         "needle_grid_vs_slowest_cell": s(vr["needle"]),
         "rollback_to_verified_s": s(vr["rollback"]),
         "overhead_s": s(vr["overhead_s"]),

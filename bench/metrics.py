@@ -41,6 +41,17 @@ def readiness_latency(run: Run) -> float | None:
     return gate["end"] - max(run.ready_at.values())
 
 
+def router_start(run: Run, spawned_at: float | None) -> tuple[float, float] | None:
+    """The readiness latency in two parts, given when the router was spawned (epoch): (last worker ready
+    line -> router spawned: the deploy noticing the workers; router spawned -> the readiness verdict: the
+    router's own start, which registers the healthy workers at its first probe). None without a spawn
+    after the workers' ready lines (a router started with its workers)."""
+    gate = next((g for g in run.gates() if g["gate"] == "readiness"), None)
+    if gate is None or not run.ready_at or spawned_at is None or spawned_at < max(run.ready_at.values()):
+        return None
+    return spawned_at - max(run.ready_at.values()), gate["end"] - spawned_at
+
+
 def worker_notice_latencies(run: Run) -> list[float]:
     """Per worker: its ready line -> the readiness gate's poll that saw its /health 200."""
     gate = next((g for g in run.gates() if g["gate"] == "readiness"), None)

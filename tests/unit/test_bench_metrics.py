@@ -71,3 +71,11 @@ def test_slowest_tasks_take_each_tasks_slowest_host_and_the_median_over_runs() -
             _run([task("start", "a", 5.0), task("lock", "a", 0.7)]),
             _run([task("start", "a", 4.0), task("lock", "a", 0.6)])]
     assert metrics.slowest_tasks(runs) == [{"task": "start", "median_s": 4.0}, {"task": "lock", "median_s": 0.6}]
+
+
+def test_router_start_splits_the_readiness_latency_at_the_routers_spawn() -> None:
+    run = _run([_gate("readiness", end=121.0, seconds=18.0)], ready_at={"p": 119.5, "d": 120.2})
+    notice, own = metrics.router_start(run, 120.35)
+    assert (round(notice, 3), round(own, 3)) == (0.15, 0.65)
+    # A router spawned before the workers were ready (started with them) is not split.
+    assert metrics.router_start(run, 100.0) is None and metrics.router_start(run, None) is None
