@@ -28,7 +28,7 @@ from typing import Any
 from bench import metrics
 from bench.baseline import prepare as baseline
 from bench.scale import install_roots, scale_host
-from bench.world import NEEDLE, Run, bench_host, last_spawn, run_playbook, worker_logs
+from bench.world import NEEDLE, Run, bench_host, run_playbook, worker_logs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS = {
@@ -75,7 +75,7 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
             out["verified_s"].append(ours.wall_s)
             out["readiness"].append(metrics.readiness_latency(ours))
             out["worker_notice"] += metrics.worker_notice_latencies(ours)
-            parts = metrics.router_start(ours, last_spawn(host, "sglang-dsv4-router"))
+            parts = metrics.router_start(ours, host.last_spawn("sglang-dsv4-router"))
             if parts:
                 out["router_notice"].append(parts[0])
                 out["router_own_start"].append(parts[1])

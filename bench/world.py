@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -130,14 +129,3 @@ def run_playbook(host: SimHost, name: str, *args: str, watch: dict[str, Path] | 
     latest = host.reports / "latest" / "report.json"
     report = json.loads(latest.read_text()) if latest.exists() and latest.stat().st_mtime >= started else None
     return Run(wall, proc.returncode, started, tasks, proc.stdout + proc.stderr, report, dict(watcher.seen))
-
-
-def last_spawn(host: SimHost, program: str) -> float | None:
-    """When supervisord last spawned `program` (epoch), from its log's local-time stamps (ms)."""
-    path = host.install_root / "supervisor" / "supervisord.log"
-    found = re.findall(rf"^(\S+ \S+),(\d+) INFO spawned: '{re.escape(program)}'", path.read_text(errors="replace"),
-                       re.M) if path.exists() else []
-    if not found:
-        return None
-    stamp, ms = found[-1]
-    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000

@@ -85,7 +85,8 @@ def gate_targets(spec: Deployment) -> dict[str, Any]:
 def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[str, Any]:
     by_port = {(w.host, w.port): w for _, w in spec.workers()}
     workers = [d for d in defs if d.role != "router"]
-    endpoint = _endpoint(spec, defs)
+    served = _endpoint_service(spec, defs)
+    endpoint = served.url
     return {
         "topology": spec.topology,
         # Which router serves a PD deployment (sglang-router or smg); None without one.
@@ -95,9 +96,9 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "router_url": endpoint if spec.topology == "pd" else None,
         # How long the router's circuit breaker stays open once tripped (smoke waits one window).
         "router_breaker_s": _breaker_window(spec),
-        "endpoint_host": _endpoint_service(spec, defs).host,
+        "endpoint_host": served.host,
         # The router's program (PD): the readiness wait can start it once its workers are healthy.
-        "router_service": _endpoint_service(spec, defs).name if spec.topology == "pd" else None,
+        "router_service": served.name if spec.topology == "pd" else None,
         # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
         # whether a worker's checks run there or on the host); api_key_file: the key on that host.
         "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url,
@@ -139,8 +140,3 @@ def _endpoint_service(spec: Deployment, defs: list[services.ServiceDefinition]) 
     wanted = "router" if spec.topology == "pd" else "combined"
     # A validated spec always has one: pd requires a router, combined a combined server.
     return next(d for d in defs if d.role == wanted)
-
-
-def _endpoint(spec: Deployment, defs: list[services.ServiceDefinition]) -> str:
-    """The URL clients use."""
-    return _endpoint_service(spec, defs).url

@@ -71,6 +71,17 @@ class SimHost:
         link = self.install_root / "current"
         return os.path.basename(os.readlink(link)) if link.is_symlink() else None
 
+    def last_spawn(self, program: str) -> float | None:
+        """When supervisord last spawned `program` (epoch, ms), from its log's local-time stamps
+        (`2026-11-30 01:11:46,123 INFO spawned: 'NAME' with pid N`)."""
+        path = self.install_root / "supervisor" / "supervisord.log"
+        found = re.findall(rf"^(\S+ \S+),(\d+) INFO spawned: '{re.escape(program)}'",
+                           path.read_text(errors="replace"), re.M) if path.exists() else []
+        if not found:
+            return None
+        stamp, ms = found[-1]
+        return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+
     def supervisorctl(self, *args: str) -> str:
         conf = self.install_root / "supervisor" / "supervisord.conf"
         return subprocess.run([str(VENV_BIN / "supervisorctl"), "-c", str(conf), *args],

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-from datetime import datetime
 
 import httpx
 import pytest
@@ -258,14 +256,6 @@ def test_switchover_waits_for_gpu_memory_released_late(sim_host: SimHost) -> Non
     assert sim_host.report()["verdict"] == "promoted"
 
 
-def _spawned_at(host: SimHost, program: str) -> datetime:
-    """When supervisord last spawned `program` (its log: `2026-11-30 01:11:46,123 INFO spawned: 'NAME' ...`)."""
-    log = (host.install_root / "supervisor" / "supervisord.log").read_text()
-    stamps = re.findall(rf"^(\S+ \S+) INFO spawned: '{re.escape(program)}'", log, re.M)
-    assert stamps, f"supervisord never spawned {program}"
-    return datetime.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S,%f")
-
-
 def test_router_starts_once_its_workers_are_healthy(sim_host: SimHost) -> None:
     # Started with its workers, sglang-router re-probes a loading worker only every 5 s, and so noticed a
     # ready pipeline up to 5 s late. The deploy starts it once both workers answer /health instead: here the
@@ -275,8 +265,8 @@ def test_router_starts_once_its_workers_are_healthy(sim_host: SimHost) -> None:
     assert proc.returncode == 0, proc.stdout[-5000:]
     report = sim_host.report()
     assert report["verdict"] == "promoted"
-    router, decode = _spawned_at(sim_host, "sglang-dsv4-router"), _spawned_at(sim_host, "sglang-dsv4-decode")
-    assert (router - decode).total_seconds() >= 4, (router, decode)
+    router, decode = sim_host.last_spawn("sglang-dsv4-router"), sim_host.last_spawn("sglang-dsv4-decode")
+    assert router is not None and decode is not None and router - decode >= 4, (router, decode)
     readiness = next(g for g in report["gates"] if g["name"] == "readiness")
     router_ready = next(e for e in readiness["evidence"]["endpoints"] if e["check"] == "router /readiness")
     # Its first probe registers both workers: ready within its own start (~0.6 s here), not a back-off later.

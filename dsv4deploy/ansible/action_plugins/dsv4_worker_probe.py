@@ -124,8 +124,6 @@ class ActionModule(ActionBase):
             return True
         probe["seconds"] = float(found.get("seconds") or 0.0)
         probe["healthy_on_host"] = found.get("healthy") or {}
-        if found.get("started_later"):
-            probe["started_later"] = found["started_later"]
         if found.get("not_started"):
             probe["not_started"] = found["not_started"]
         if found.get("died"):

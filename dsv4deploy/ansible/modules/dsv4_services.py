@@ -926,7 +926,7 @@ def watch(mgr: Supervisor | Systemd, names: list[str], urls: dict[str, str], sin
     first = mgr.lives(names)
     base = {n: since.get(n) or first[n] for n in names}
     # A program of `later` already running (started with the others) is simply watched.
-    pending = {n: dict(u) for n, u in (later or {}).items() if n in names and mgr.gone(first[n], first[n])}
+    pending = {n: u for n, u in (later or {}).items() if n in names and mgr.gone(first[n], first[n])}
     healthy: dict[str, float] = {}
     up: dict[str, bool] = {}  # URL -> answered /health 200 (each URL asked once per round)
     started_later: dict[str, float] = {}
