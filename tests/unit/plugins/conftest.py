@@ -4,8 +4,10 @@ down; the gate tests' stub servers."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,8 +41,10 @@ def write_release(root: Path, release: str, script: str) -> None:
 
 @pytest.fixture
 def install_root(tmp_path: Path) -> Iterator[Path]:
-    """An install root whose active release runs one program that logs its API key, then sleeps."""
-    root = tmp_path / "root"
+    """An install root whose active release runs one program that logs its API key, then sleeps. Short,
+    under /tmp: supervisord's socket path must fit AF_UNIX's 108 bytes (pytest-xdist's tmp_path may not)."""
+    base = Path(tempfile.mkdtemp(prefix="dsv4u-", dir="/tmp"))
+    root = base / "root"
     write_release(root, "r1", f"echo \"server_args=ServerArgs(api_key='{KEY}', port=30000)\"\nexec sleep 300")
     yield root
     run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(root), state="removed",
@@ -53,6 +57,7 @@ def install_root(tmp_path: Path) -> Iterator[Path]:
             time.sleep(1)
         except ProcessLookupError:
             pass
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def supervisord_runs(root: Path) -> bool:
