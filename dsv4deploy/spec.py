@@ -712,7 +712,7 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                message="is not a plain host name (letters, digits, '.', '-', '_'; it names files "
                                        "and is written into scripts)",
                                fix="rename the inventory host and set ansible_host to its address"))
-        out += _install_root_problems(name, host)
+        out += install_root_problems(name, host.install_root, host.service_manager)
         if not USER_NAME.match(host.service_user):
             out.append(Problem(field="service_user", host=name,
                                message=f"{host.service_user!r} is not a user name"
@@ -722,8 +722,8 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
     return out
 
 
-def _install_root_problems(name: str, host: HostSpec) -> list[Problem]:
-    root = host.install_root
+def install_root_problems(name: str, root: str, service_manager: str = "systemd") -> list[Problem]:
+    """Why `root` cannot be host `name`'s install root (empty when it can)."""
 
     def problem(message: str, fix: str = "use an absolute path of its own, e.g. /opt/dsv4deploy") -> Problem:
         return Problem(field="install_root", host=name, message=f"{root!r} {message}", fix=fix)
@@ -736,7 +736,7 @@ def _install_root_problems(name: str, host: HostSpec) -> list[Problem]:
         return [problem("is not a normalised path ('..', '.', '//' or a trailing '/')")]
     if len(parts) < 2 or root in SYSTEM_DIRS or (parts[0] in SYSTEM_TOPS and root[:11] != "/usr/local/"):
         return [problem("is a system directory (stop.yml -e purge=true removes the install root)")]
-    if host.service_manager == "supervisor" and len((root + SUPERVISOR_SOCKET).encode()) > SOCKET_PATH_MAX:
+    if service_manager == "supervisor" and len((root + SUPERVISOR_SOCKET).encode()) > SOCKET_PATH_MAX:
         return [problem(f"is too long: supervisord's socket {root}{SUPERVISOR_SOCKET} exceeds "
                         f"{SOCKET_PATH_MAX} bytes", fix="use a shorter install_root")]
     return []
