@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import httpx
@@ -76,7 +77,8 @@ def test_isolate_in_check_mode_runs_no_suite_and_changes_nothing(sim_host: SimHo
     assert not (sim_host.reports / "isolate").exists(), "check mode writes no experiment report"
     (line,) = one_line(proc.stdout, "CHECK MODE")
     assert f"a real run would run smoke on release {RELEASES['a']}" in line and "no report was written" in line
-    assert "gate smoke" not in proc.stdout.lower() and "Suite on the serving PD release" not in proc.stdout
+    ran = re.search(r"TASK \[dsv4_gates : (Gate|Host side of the gates): [^\]]*\] \**\n(ok|changed|fatal)", proc.stdout)
+    assert ran is None, f"a gate ran against production in check mode: {ran.group(0) if ran else ''}"
 
 
 def test_rollback_to_a_release_that_failed_its_gates_is_refused_unless_asked(sim_host: SimHost) -> None:
@@ -88,6 +90,12 @@ def test_rollback_to_a_release_that_failed_its_gates_is_refused_unless_asked(sim
     assert f"release {RELEASES['b']} failed its gate needle on local" in out, out[-3000:]
     assert "-e dsv4_rollback_allow_failed=true" in out
     assert snapshot(sim_host) == before and sim_host.active_release() == RELEASES["c"]
+    # Said explicitly, it is accepted (checked in check mode: nothing changes).
+    asked = sim_host.playbook("rollback.yml", "--check", "-e", f"release={RELEASES['b']}",
+                              "-e", "dsv4_rollback_allow_failed=true", *FAST)
+    assert asked.returncode == 0, asked.stdout[-5000:]
+    (line,) = one_line(asked.stdout, "CHECK MODE")
+    assert f"to {RELEASES['b']}" in line and snapshot(sim_host) == before
 
 
 def test_rollback_in_check_mode_claims_nothing_and_changes_nothing(sim_host: SimHost) -> None:

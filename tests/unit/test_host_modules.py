@@ -247,14 +247,15 @@ def test_a_failed_release_is_recorded_with_its_gate_until_it_passes(tmp_path: Pa
     out = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id=second,
                      failed_gate="needle")
     # A verified release is never recorded as failed afterwards.
-    assert not out["changed"] and out["failed"] == {}
+    assert not out["changed"] and out["failed_gates"] == {}
     files = release_files()
     files["bin/serve-extra.sh"] = "#!/bin/sh\n# third\n"
     files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
     run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="third", files=files)
     out = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id="third",
                      failed_gate="needle")
-    assert out["changed"] and out["failed"] == {"third": "needle"}
-    assert run_module("dsv4_release", tmp_path, install_root=str(root), state="query")["failed"] == {"third": "needle"}
+    assert out["changed"] and out["failed_gates"] == {"third": "needle"}
+    queried = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    assert queried["failed_gates"] == {"third": "needle"}
     out = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="third")
-    assert out["failed"] == {} and out["last_good"] == "third" and first in out["good"]
+    assert out["failed_gates"] == {} and out["last_good"] == "third" and first in out["good"]

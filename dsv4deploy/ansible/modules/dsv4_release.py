@@ -18,7 +18,7 @@ description:
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
     verified release, never one that failed).
-  - O(state=failed) records that a release failed its gate O(failed_gate) here; RV(failed) then names
+  - O(state=failed) records that a release failed its gate O(failed_gate) here; RV(failed_gates) then names
     it, and C(playbooks/rollback.yml) refuses it unless told C(dsv4_rollback_allow_failed=true).
   - O(state=absent) removes a temporary release (an experiment's, see playbooks/isolate.yml) and
     forgets it; it refuses the active release and any verified one.
@@ -125,7 +125,7 @@ before:
   description: What O(state=query) returns, as the host was before the install.
   returned: O(state=present)
   type: dict
-failed:
+failed_gates:
   description: Installed releases that failed their gates here (and never passed them since), with the gate that failed.
   returned: always
   type: dict
@@ -263,7 +263,7 @@ def _summary(root: str) -> dict:
     good = [r for r in state.get("good", []) if r in installed]
     failed = {r: gate for r, gate in (state.get("failed") or {}).items() if r in installed and r not in good}
     return {"active": _active(root), "previous": state.get("previous"), "releases": installed,
-            "good": good, "last_good": good[-1] if good else None, "failed": failed}
+            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed}
 
 
 def _save_state(root: str, **changes: object) -> None:
