@@ -1,0 +1,77 @@
+"""Action plugin: run verification gates from the controller (several independent ones at once) and
+return their evidence.
+
+Documented in modules/dsv4_gate.py (ansible-doc dsv4.deploy.dsv4_gate); ARGUMENT_SPEC follows it.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from dsv4deploy.gate_runner import (
+    GATES,
+    GateSettingsError,
+    group_problem,
+    plan_index_topk,
+    run_gate,
+    settings_from_vars,
+)
+from dsv4deploy.inventory import plain
+
+ARGUMENT_SPEC = {
+    "name": {"type": "list", "elements": "str", "required": True, "choices": list(GATES)},
+    "plan": {"type": "dict", "required": True},
+    "logs": {"type": "dict", "default": {}},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "settings": {"type": "dict", "default": {}},
+    "probes": {"type": "dict", "default": {}},
+}
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """One gate, or several that do not need each other at the same time, per task; run it with run_once."""
+
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        names = args["name"]
+        problem = group_problem(names)
+        if problem:
+            result.update(failed=True, msg=f"dsv4_gate: {problem}")
+            return result
+        if self._task.check_mode:  # a gate talks to running servers: never in check mode
+            why = "check mode: not run (a gate talks to the running servers)"
+            gates = [{"name": n, "status": "skipped", "seconds": 0.0, "summary": why, "evidence": {}} for n in names]
+            result.update(changed=False, skipped=True, msg=why, gates=gates, gate=gates[0], passed=True)
+            return result
+        try:
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
+                                          plan_index_topk(args["plan"]))
+        except GateSettingsError as exc:
+            result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))
+            return result
+
+        def run_one(name: str) -> dict[str, Any]:
+            def progress(done: int, total: int, note: str) -> None:
+                display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
+
+            gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
+                            progress=progress, probes=args["probes"])
+            data = gate.model_dump(mode="json")
+            display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
+            return data
+
+        with ThreadPoolExecutor(len(names)) as pool:
+            gates = list(pool.map(run_one, names))
+        failed = [g for g in gates if g["status"] == "failed"]
+        result.update(changed=False, gates=gates, gate=(failed or gates)[0], passed=not failed)
+        return result

@@ -1,0 +1,67 @@
+"""Action plugin: write the isolation report (PD versus combined) on the controller.
+
+Documented in modules/dsv4_isolate_report.py (ansible-doc dsv4.deploy.dsv4_isolate_report); ARGUMENT_SPEC follows it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from dsv4deploy.inventory import plain
+from dsv4deploy.isolate_report import build_isolate_report, headline, write_isolate_report
+from dsv4deploy.report import free_name, update_latest
+
+ARGUMENT_SPEC = {
+    "reports_dir": {"type": "path", "required": True},
+    "suite": {"type": "list", "elements": "str", "required": True},
+    "original": {"type": "dict", "required": True},
+    "combined": {"type": "dict", "default": {}},
+    "gates": {"type": "list", "elements": "dict", "default": []},
+    "settings": {"type": "list", "elements": "dict", "default": []},
+    "notes": {"type": "list", "elements": "str", "default": []},
+    "pd_error": {"type": "str", "default": ""},
+    "combined_error": {"type": "str", "default": ""},
+    "restored": {"type": "bool", "required": True},
+    "restore_error": {"type": "str", "default": ""},
+    "manual_steps": {"type": "str", "default": ""},
+    "refused": {"type": "str", "default": ""},
+}
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """Runs on the controller; use run_once."""
+
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        if self._task.check_mode:  # a report records what happened; in check mode nothing did
+            result.update(changed=False, skipped=True, paths=[], msg="check mode: no report was written")
+            return result
+        data = build_isolate_report(
+            suite=args["suite"], original=args["original"], combined=args.get("combined") or {},
+            gates=args.get("gates") or [], settings=args.get("settings") or [], notes=args.get("notes") or [],
+            pd_error=args.get("pd_error") or None,
+            combined_error=args.get("combined_error") or None, restored=bool(args["restored"]),
+            restore_error=args.get("restore_error") or None, manual_steps=args.get("manual_steps") or None,
+            refused=args.get("refused") or None,
+        )
+        # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
+        root = Path(args["reports_dir"]).expanduser().absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        name = free_name(root, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        paths = list(write_isolate_report(root / name, data).values())
+        update_latest(root, name)
+        for path in paths:
+            display.display(f"  report: {path}")
+        # The report is a controller-side record, not a change to any host.
+        result.update(changed=False, report=data, headline=headline(data), paths=[str(p) for p in paths])
+        return result

@@ -1,0 +1,179 @@
+"""Action plugin: validate the spec, check memory and render every host's release, on the controller.
+
+Documented in modules/dsv4_plan.py (ansible-doc dsv4.deploy.dsv4_plan); ARGUMENT_SPEC follows it.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from dsv4deploy import installed, names, reach
+from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
+from dsv4deploy.inventory import plain
+from dsv4deploy.isolate import isolation_plan, parse_suite
+from dsv4deploy.plan import make_plan, targets_from_release_spec
+from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
+
+ARGUMENT_SPEC = {
+    "release_spec": {"type": "str"},
+    "fact": {"type": "str", "default": "dsv4_plan"},
+    # derive=combined: the isolation plan of the PD release in release_spec (playbooks/isolate.yml).
+    "derive": {"type": "str", "choices": ["combined"]},
+    "release_id": {"type": "str", "default": ""},
+    "gpus": {"type": "list", "elements": "int", "default": []},
+    "port": {"type": "int", "default": 0},
+    "env": {"type": "dict", "default": {}},
+    "suite": {"type": "raw", "default": ""},
+    # locate: each play host's install root only (stop, rollback, verify, isolate).
+    "locate": {"type": "bool", "default": False},
+    # installed: the view of an installed release, from its records on the hosts.
+    "installed": {"type": "dict"},
+}
+
+
+class ActionModule(ActionBase):
+    """Computes the plan once; run it with run_once so every host shares it."""
+
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        fact = args["fact"]
+        if args.get("derive"):
+            return self._derive(result, args, task_vars)
+        if args["locate"]:
+            return self._locate(result, args, task_vars)
+        if args.get("installed") is not None:
+            return self._installed(result, args, task_vars)
+        if args.get("release_spec"):
+            try:
+                targets = targets_from_release_spec(args["release_spec"])
+            except (ValueError, KeyError) as exc:
+                result.update(failed=True, msg=f"cannot read the release's spec.json: {exc}")
+                return result
+            result.update(changed=False, ansible_facts={fact: targets})
+            return result
+        hostvars = task_vars["hostvars"]
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        try:
+            common = {k: plain(self._templar.template(task_vars[k])) for k in DEPLOYMENT_KEYS if k in task_vars}
+            host_data = {
+                h: {k: plain(hostvars[h][k]) for k in (*HOST_KEYS, "ansible_host") if k in hostvars[h]}
+                for h in play_hosts
+            }
+            spec = load_spec(common, host_data)
+            plan = make_plan(spec, play_hosts)
+        except SpecError as exc:
+            result.update(failed=True, problems=[str(p) for p in exc.problems],
+                          msg="the deployment spec is invalid; nothing was changed:\n- "
+                              + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        try:  # the gates' settings too: a needle grid that cannot prove its requirement is refused now
+            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None, plan_index_topk(plan))
+        except GateSettingsError as exc:
+            result.update(failed=True, problems=exc.problems,
+                          msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
+            return result
+        problem = self._unreachable_endpoint(plan, hostvars)
+        if problem:
+            result.update(failed=True, problems=[problem],
+                          msg=f"the deployment spec is invalid; nothing was changed:\n- {problem}")
+            return result
+        result.update(changed=False, ansible_facts={fact: plan},
+                      msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
+                          f"endpoint {plan['endpoint']}")
+        return result
+
+    def _locate(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """Where each play host keeps its releases: its install root, and nothing else of the inventory."""
+        hostvars = task_vars["hostvars"]
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        try:
+            roots = installed.locate({h: plain(self._templar.template(hostvars[h].get("install_root")))
+                                      for h in play_hosts})
+        except SpecError as exc:
+            result.update(failed=True, problems=[str(p) for p in exc.problems],
+                          msg="cannot find the releases; nothing was changed:\n- "
+                              + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_installed_roots"
+        # The playbooks that locate first say, once, which old input names this run used.
+        result.update(changed=False, ansible_facts={fact: roots}, warnings=names.deprecation_warnings(task_vars))
+        return result
+
+    def _installed(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """The installed release named in `installed`, from its spec.json and each host's services.json."""
+        want = args["installed"]
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+
+        def texts(files: Any) -> dict[str, str]:  # slurp's base64, by host
+            return {h: base64.b64decode(c).decode("utf-8") if c else "" for h, c in dict(files or {}).items()}
+        try:
+            view = installed.release_view(str(want.get("release_id") or ""), texts(want.get("spec_files")),
+                                          texts(want.get("services_files")), dict(want.get("install_roots") or {}),
+                                          play_hosts)
+        except (ValueError, KeyError, TypeError) as exc:
+            result.update(failed=True, msg=f"cannot read release {want.get('release_id')}'s spec.json: {exc}")
+            return result
+        result.update(changed=False, ansible_facts={args["fact"]: view})
+        return result
+
+    def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """The isolation plan: the serving PD release and its combined twin."""
+        if args["derive"] != "combined" or not args.get("release_spec"):
+            result.update(failed=True, msg="the serving release's spec.json was not found on any host "
+                                           "(derive=combined needs release_spec); nothing was changed")
+            return result
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        try:
+            suite = parse_suite(args.get("suite") or "")
+            plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
+                                  gpus=[int(g) for g in args.get("gpus") or []],
+                                  port=int(args.get("port") or 0) or None, env=args.get("env") or {})
+        except SpecError as exc:
+            result.update(failed=True, problems=[str(p) for p in exc.problems],
+                          msg="the experiment cannot be set up; nothing was changed:\n- "
+                              + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        except (ValueError, KeyError) as exc:
+            result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
+            return result
+        try:  # the suite's settings, judged by what the serving release runs (its index_topk)
+            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None,
+                               plan_index_topk(plan["original"]))
+        except GateSettingsError as exc:
+            result.update(failed=True, problems=exc.problems,
+                          msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
+            return result
+        problem = self._unreachable_endpoint(plan["combined"], task_vars["hostvars"])
+        if problem:  # the suite talks to the combined server from here, like a client
+            result.update(failed=True, problems=[problem],
+                          msg=f"the combined server could not be tested; nothing was changed:\n- {problem} "
+                              "(isolate_port, or the host's listen address)")
+            return result
+        plan["suite"] = suite
+        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_isolation"
+        result.update(changed=False, ansible_facts={fact: plan},
+                      msg=f"combined release {plan['combined']['release_id']} on "
+                          f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")
+        return result
+
+    def _unreachable_endpoint(self, plan: dict[str, Any], hostvars: Any) -> str | None:
+        """Why the gates (and clients) on the controller could never reach the endpoint, or None.
+
+        A host is the controller itself when Ansible reaches it through the local connection or at
+        a loopback address; without ansible_connection in its variables it uses this task's one.
+        """
+        host = plan.get("endpoint_host") or ""
+        if host not in hostvars:
+            return None
+        hv = hostvars[host]
+        connection = str(hv.get("ansible_connection") or self._connection.transport)
+        local = connection.rsplit(".", 1)[-1] == "local" or reach.is_loopback(str(hv.get("ansible_host", host)))
+        what = "router.listen" if plan.get("router_url") else "listen"
+        return reach.endpoint_problem(what, plan["endpoint"], host, local)

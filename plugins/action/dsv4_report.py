@@ -1,0 +1,77 @@
+"""Action plugin: write the deploy report (JSON, Markdown, heatmap) on the controller.
+
+Documented in modules/dsv4_report.py (ansible-doc dsv4.deploy.dsv4_report); ARGUMENT_SPEC follows it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from dsv4deploy.gates import GateResult
+from dsv4deploy.hardening import score_plan
+from dsv4deploy.inventory import plain
+from dsv4deploy.report import build_report, free_name, update_latest, write_report
+
+ARGUMENT_SPEC = {
+    "reports_dir": {"type": "path", "required": True},
+    "verdict": {"type": "str", "required": True, "choices": ["promoted", "unchanged", "rolled_back", "failed"]},
+    "plan": {"type": "dict", "required": True},
+    "release": {"type": "str", "default": ""},
+    "previous_release": {"type": "str", "default": ""},
+    "serving_release": {"type": "str", "default": ""},
+    "failed_gate": {"type": "str", "default": ""},
+    "failure": {"type": "str", "default": ""},
+    "gates": {"type": "list", "elements": "dict", "default": []},
+    "failure_logs": {"type": "dict", "default": {}},
+}
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """Runs on the controller; use run_once."""
+
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        if self._task.check_mode:  # a report records what happened; in check mode nothing did
+            result.update(changed=False, skipped=True, paths=[], msg="check mode: no report was written")
+            return result
+        plan = args["plan"]
+        gates = [GateResult.model_validate(g) for g in args.get("gates") or []]
+        data = build_report(
+            release=args.get("release") or plan["release_id"],
+            previous_release=args.get("previous_release") or None,
+            topology=plan["topology"],
+            router=plan.get("router"),
+            verdict=args["verdict"],
+            endpoint=plan["endpoint"],
+            gates=gates,
+            metadata={
+                "gate_phases": [g.get("phase", "deploy") for g in args.get("gates") or []],
+                "memory": plan.get("memory", []),
+            },
+        )
+        # A failure outside the gates (preflight, switchover) is named by the stage it happened in.
+        data["failed_gate"] = args.get("failed_gate") or data["failed_gate"]
+        data["serving_release"] = args.get("serving_release") or None
+        data["failure"] = args.get("failure") or None
+        data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
+        data["hardening"] = score_plan(plan)
+        # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
+        root = Path(args["reports_dir"]).expanduser().absolute()
+        name = free_name(root, data["release"])
+        paths = list(write_report(root / name, data).values())
+        update_latest(root, name)
+        for path in paths:
+            display.display(f"  report: {path}")
+        # The report is a controller-side record, not a change to any host.
+        result.update(changed=False, report=data, paths=[str(p) for p in paths])
+        return result

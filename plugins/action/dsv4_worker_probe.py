@@ -1,0 +1,129 @@
+"""Action plugin: run a gate's host-side part on each host - for readiness, the wait for the host's
+servers with its programs watched; for readiness and config, the checks of workers the controller
+cannot reach.
+
+Documented in modules/dsv4_worker_probe.py (ansible-doc dsv4.deploy.dsv4_worker_probe); ARGUMENT_SPEC
+follows it. The wait and the checks are the module dsv4.deploy.dsv4_worker_check (mode=watch, then
+readiness or config); a worker is asked what the controller's readiness gate asks (worker_paths).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from dsv4deploy.gate_runner import (
+    WORKER_GATES,
+    GateSettingsError,
+    host_checks,
+    plan_index_topk,
+    settings_from_vars,
+)
+from dsv4deploy.gates.readiness import worker_paths
+from dsv4deploy.inventory import plain
+
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "plan": {"type": "dict", "required": True},
+    "settings": {"type": "dict", "default": {}},
+    "services": {"type": "dict", "default": {}},
+}
+
+
+display = Display()
+# The host side of the gates, by its full name: the collection is always found (a clone's collections path,
+# the wheel's site-packages), whatever name the task used.
+CHECK_MODULE = "dsv4.deploy.dsv4_worker_check"
+
+
+class ActionModule(ActionBase):
+    """One task for all hosts; each host checks its own workers."""
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        name, plan = args["name"], args["plan"]
+        host = task_vars["inventory_hostname"]
+        local = self._connection.transport == "local"
+        probe: dict[str, Any] = {"local": local, "seconds": 0.0, "workers": {}}
+        checks = host_checks(plan, host, local) if name in WORKER_GATES else []
+        services = args["services"]
+        watching = name == "readiness" and bool(services.get("install_root"))
+        if not checks and not watching:
+            result.update(changed=False, probe=probe)
+            return result
+        try:
+            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
+                                          plan_index_topk(plan))
+        except GateSettingsError:
+            # dsv4_gate, next, refuses the same settings naming each problem; nothing to run here.
+            result.update(changed=False, probe=probe)
+            return result
+        if watching:
+            died = self._watch(plan, host, services, settings.readiness_deadline_s, task_vars, probe)
+            if died or not checks:
+                result.update(changed=False, probe=probe)
+                return result
+        module_args = {
+            "checks": [{"name": w["name"], "url": w["url"], "paths": list(worker_paths(w.get("sglang_version")))}
+                       for w in checks],
+            "mode": name,
+            "deadline_s": settings.readiness_deadline_s,
+        }
+        key_file = next((w.get("api_key_file") for w in checks if w.get("api_key_file")), None)
+        if key_file:
+            module_args["api_key_file"] = key_file
+        display.display(f"  [{name}] on {host}: {', '.join(w['name'] for w in checks)} "
+                        f"(listening where only {host} reaches them)")
+        found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args,
+                                     task_vars=task_vars)
+        if found.get("failed"):
+            # The probe itself could not run (no python3, key file unreadable, ...): the gate says so.
+            why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]
+            probe["workers"] = {w["name"]: {"url": w["url"], "unreachable": f"the check on {host} could not run: {why}"}
+                                for w in checks}
+        else:
+            probe["workers"] = found.get("workers") or {}
+            probe["seconds"] += float(found.get("seconds") or 0.0)
+        result.update(changed=False, probe=probe)
+        return result
+
+    def _watch(self, plan: dict[str, Any], host: str, services: dict[str, Any], deadline_s: float,
+               task_vars: dict, probe: dict[str, Any]) -> bool:
+        """Wait on `host` until its workers answer /health, watching its programs; True when one died
+        (recorded in probe["died"], with the host named: the gate fails on it at once)."""
+        checks = [{"name": w["name"], "url": w["url"]} for w in plan["workers"] if w["host"] == host]
+        watched = {k: services[k] for k in ("manager", "install_root", "supervisor_bin_dir") if services.get(k)}
+        watched.update(since=services.get("since") or {}, log_offsets=services.get("log_offsets") or {})
+        if services.get("lock"):
+            watched["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
+        router = plan.get("router_service")
+        if services.get("start_router") and router and plan.get("endpoint_host") == host:
+            # Started once every worker answers /health, asked at the URLs the router itself uses, when they
+            # all run here, where the wait also sees them die. A worker on another host could die or drop
+            # off unseen by this wait, which would then hold the gate until its deadline: with one, the router
+            # is started at once, as with its workers, and the controller's checks judge.
+            workers = plan["workers"]
+            alone = all(w["host"] == host for w in workers)
+            watched["start_when_healthy"] = {router: {w["name"]: w["url"] for w in workers} if alone else {}}
+        module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched}
+        found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)
+        if found.get("failed"):
+            # The wait itself could not run (service manager unreachable, ...): the gate says so.
+            why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]
+            probe["died"] = {"host": host, "name": "(the wait)", "why": f"could not watch the services: {why}",
+                             "log": "", "seconds": 0.0, "log_source": ""}
+            return True
+        probe["seconds"] = float(found.get("seconds") or 0.0)
+        probe["healthy_on_host"] = found.get("healthy") or {}
+        if found.get("not_started"):
+            probe["not_started"] = found["not_started"]
+        if found.get("died"):
+            healthy = probe["healthy_on_host"]
+            probe["died"] = {**found["died"], "host": host, "was_healthy": found["died"]["name"] in healthy}
+            display.display(f"  [readiness] on {host}: {found['died']['name']} {found['died']['why']}")
+            return True
+        return False

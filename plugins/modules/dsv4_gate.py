@@ -1,0 +1,118 @@
+#!/usr/bin/python
+"""Documentation of the dsv4_gate action; the work is done on the controller by action/dsv4_gate.py."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_gate
+short_description: Run dsv4deploy verification gates (readiness, config, smoke, needle, soak) from the controller
+description:
+  - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
+    a failing server - it returns RV(gates), RV(gate) and RV(passed), so the play decides on every host at once.
+  - Several gates named together run at the same time (threads), e.g. C([needle, soak]).
+  - Deadlines and the needle grid come from the play's variables named in C(GateSettings)
+    (C(readiness_deadline_s), C(smoke_deadline_s), C(needle_deadline_s), C(needle_required_tokens),
+    C(needle_lengths), C(needle_depths), C(needle_concurrency)); O(settings) overrides them for one task.
+  - Run it with C(run_once).
+options:
+  name:
+    type: list
+    elements: str
+    required: true
+    choices: [readiness, config, smoke, needle, soak]
+    description:
+      - Gate to run, or several to run at the same time; none of them may need another (readiness
+        before all, smoke before needle and soak), else the task fails saying so.
+  plan:
+    type: dict
+    required: true
+    description:
+      - The plan (the C(dsv4_plan) fact, or a restored release's targets from M(dsv4.deploy.dsv4_plan)).
+  logs:
+    type: dict
+    default: {}
+    description:
+      - Service name to the text its server logged since this start (the config gate reads them).
+  api_key:
+    type: str
+    default: ""
+    description:
+      - API key the servers require, sent as a Bearer token. Never logged.
+  settings:
+    type: dict
+    default: {}
+    description:
+      - "Overrides of the gate settings for this task, e.g. C({readiness_deadline_s: 15})."
+  probes:
+    type: dict
+    default: {}
+    description:
+      - "What M(dsv4.deploy.dsv4_worker_probe) found on each host (C({host: probe})), for workers only their
+        own host reaches."
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
+attributes:
+  check_mode:
+    support: none
+    description: Gates talk to running servers - in check mode none runs; each is returned as skipped
+      ("check mode - not run") and the task says it was skipped.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Readiness of what the plan deployed
+  dsv4.deploy.dsv4_gate:
+    name: readiness
+    plan: "{{ dsv4_plan }}"
+    api_key: "{{ dsv4_gates_api_key }}"
+    settings: {readiness_deadline_s: 60}
+  run_once: true
+  register: readiness
+
+- name: Stop when it failed
+  ansible.builtin.fail:
+    msg: "{{ readiness.gate.summary }}"
+  when: not readiness.passed
+"""
+
+RETURN = r"""
+passed:
+  description: Whether every gate named passed.
+  returned: always
+  type: bool
+gates:
+  description: Each gate's result and evidence, as in the report, in the order named.
+  returned: always
+  type: list
+  elements: dict
+gate:
+  description: The first gate that failed, else the first named; its result and evidence, as in the report.
+  returned: always
+  type: dict
+  contains:
+    name:
+      description: Gate name.
+      type: str
+      returned: always
+    status:
+      description: C(passed) or C(failed).
+      type: str
+      returned: always
+    seconds:
+      description: How long the gate took.
+      type: float
+      returned: always
+    summary:
+      description: One line saying what was found.
+      type: str
+      returned: always
+      sample: "answer 'OK' after 1 try"
+    evidence:
+      description: What the gate saw (status codes, bodies, needle cells).
+      type: dict
+      returned: always
+"""

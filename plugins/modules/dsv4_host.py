@@ -1,0 +1,271 @@
+#!/usr/bin/python
+"""Host preflight (GPUs present and not held by others, ports free or ours) and the GPU-release wait."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_host
+short_description: Check a GPU host before a switchover, or wait until its GPUs are really released
+description:
+  - O(state=check) changes nothing. It fails, listing every problem, when a GPU of the new layout is
+    missing, when a process that is not ours holds memory on one, or when a port is taken by a
+    process that is not ours.
+  - O(state=released) polls C(nvidia-smi) until every listed GPU uses less than O(threshold_mib), and
+    fails at O(timeout_s) naming the GPU, its usage and the processes holding it.
+options:
+  gpu_query_command:
+    type: list
+    elements: str
+    required: true
+    description:
+      - The C(nvidia-smi) command (argv) to query GPUs with; its query arguments are appended.
+  state:
+    type: str
+    choices: [check, released]
+    default: check
+    description:
+      - What to do.
+  gpus:
+    type: list
+    elements: int
+    default: []
+    description:
+      - GPU indices of the new layout.
+  ports:
+    type: list
+    elements: int
+    default: []
+    description:
+      - TCP ports the new services listen on.
+  our_pids:
+    type: list
+    elements: int
+    default: []
+    description:
+      - PIDs of our services and their children; what they hold does not count against a GPU or port.
+  threshold_mib:
+    type: int
+    default: 1024
+    description:
+      - A GPU using less than this many MiB counts as free.
+  timeout_s:
+    type: float
+    default: 120
+    description:
+      - Deadline for O(state=released).
+  poll_s:
+    type: float
+    default: 0.25
+    description:
+      - Poll interval for O(state=released).
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.read_only
+attributes:
+  check_mode:
+    support: full
+    description: Both states only read; O(state=released) waits in check mode too.
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host with C(nvidia-smi) (or the command given in O(gpu_query_command)).
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: GPUs 0-7 present and not held by others, ports free or ours
+  dsv4.deploy.dsv4_host:
+    gpu_query_command: [nvidia-smi]
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    ports: [30000, 30001, 30002]
+    our_pids: "{{ status.pids }}"
+
+- name: Wait until the stopped servers' GPU memory is released
+  dsv4.deploy.dsv4_host:
+    gpu_query_command: [nvidia-smi]
+    state: released
+    gpus: [0, 1, 2, 3]
+    timeout_s: 300
+"""
+
+RETURN = r"""
+gpus:
+  description: GPU index to its C(uuid), C(used) and C(total) memory in MiB, as seen by the check.
+  returned: state=check
+  type: dict
+seconds:
+  description: How long the GPUs took to be released.
+  returned: state=released
+  type: float
+"""
+
+
+import os
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def _smi(module: AnsibleModule, cmd: list[str], *args: str) -> list[list[str]] | None:
+    try:
+        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, check=False)
+    except FileNotFoundError:
+        module.fail_json(msg=f"GPU query command not found: {cmd[0]}; install the NVIDIA driver tools or set "
+                             "gpu_query_command")
+    if proc.returncode != 0:
+        return None
+    return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
+
+
+def gpu_table(module: AnsibleModule, cmd: list[str]) -> dict[int, dict]:
+    """index -> {uuid, used, total} in MiB."""
+    rows = _smi(module, cmd, "--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits")
+    if rows is None:
+        rows = [[r[0], "", r[1], r[2]] for r in
+                (_smi(module, cmd, "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits")
+                 or [])]
+    return {int(r[0]): {"uuid": r[1], "used": int(float(r[2])), "total": int(float(r[3]))} for r in rows if r}
+
+
+def compute_apps(module: AnsibleModule, cmd: list[str]) -> list[dict]:
+    """Processes holding GPU memory: {pid, used, gpu_uuid (may be empty)}."""
+    rows = _smi(module, cmd, "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
+    if rows is not None:
+        return [{"gpu_uuid": r[0], "pid": int(r[1]), "used": int(float(r[2]))} for r in rows if len(r) >= 3]
+    rows = _smi(module, cmd, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits") or []
+    return [{"gpu_uuid": "", "pid": int(r[0]), "used": int(float(r[1]))} for r in rows if len(r) >= 2]
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "?"
+
+
+def listeners() -> dict[int, list[int]]:
+    """port -> PIDs listening on it (TCP, IPv4 and IPv6), from /proc."""
+    inode_port: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == "0A":  # LISTEN
+                inode_port[cols[9]] = int(cols[1].rsplit(":", 1)[1], 16)
+    owners: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                port = inode_port.get(target[8:-1])
+                if port is not None:
+                    owners.setdefault(port, []).append(int(pid))
+    for port in inode_port.values():
+        owners.setdefault(port, [])
+    return owners
+
+
+def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
+    """GPUs of the new layout that are missing or held by a process that is not ours."""
+    p = module.params
+    problems = []
+    table = gpu_table(module, p["gpu_query_command"])
+    if not table:
+        module.fail_json(msg=f"no GPU answered '{' '.join(p['gpu_query_command'])} --query-gpu'; "
+                             "check the NVIDIA driver (nvidia-smi) on this host")
+    missing = [g for g in p["gpus"] if g not in table]
+    if missing:
+        problems.append(f"GPUs {missing} are not present (the host shows {sorted(table)}): fix the GPU lists "
+                        "in the spec or the host's driver")
+    uuid_index = {v["uuid"]: k for k, v in table.items() if v["uuid"]}
+    for app in compute_apps(module, p["gpu_query_command"]):
+        if app["pid"] in ours:
+            continue
+        index = uuid_index.get(app["gpu_uuid"])
+        if index is None or index in p["gpus"]:
+            where = f"GPU {index}" if index is not None else "a GPU"
+            problems.append(f"process {app['pid']} ({_proc_name(app['pid'])}) is not ours and holds "
+                            f"{app['used']} MiB on {where}: stop it or choose other GPUs")
+    return problems
+
+
+def check(module: AnsibleModule) -> None:
+    p = module.params
+    ours = set(p["our_pids"])
+    problems = []
+    if p["gpus"]:
+        problems += _gpu_problems(module, ours)
+    owners = listeners()
+    for port in p["ports"]:
+        if port in owners:
+            foreign = [pid for pid in owners[port] if pid not in ours]
+            if foreign or not owners[port]:
+                who = ", ".join(f"{pid} ({_proc_name(pid)})" for pid in foreign) or "a process we cannot see"
+                problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
+    # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
+    result = {"changed": False, "problems": problems}
+    if problems:
+        module.fail_json(msg="preflight failed:\n- " + "\n- ".join(problems), **result)
+    module.exit_json(**result)
+
+
+def released(module: AnsibleModule) -> None:
+    p = module.params
+    started = time.monotonic()
+    deadline = started + p["timeout_s"]
+    while True:
+        table = gpu_table(module, p["gpu_query_command"])
+        watched = set(p["gpus"])
+        if p["our_pids"]:
+            # GPUs our stopped processes held (their memory may be released late) count too.
+            uuid_index = {v["uuid"]: k for k, v in table.items() if v["uuid"]}
+            ours = set(p["our_pids"])
+            watched |= {uuid_index[a["gpu_uuid"]] for a in compute_apps(module, p["gpu_query_command"])
+                        if a["pid"] in ours and a["gpu_uuid"] in uuid_index}
+        busy = {g: table[g]["used"] for g in sorted(watched) if g in table and table[g]["used"] >= p["threshold_mib"]}
+        if not busy:
+            module.exit_json(changed=False, seconds=round(time.monotonic() - started, 2),
+                             gpus={g: table.get(g) for g in p["gpus"]})
+        if time.monotonic() > deadline:
+            holders = [f"pid {a['pid']} ({_proc_name(a['pid'])}) {a['used']} MiB"
+                       for a in compute_apps(module, p["gpu_query_command"])]
+            usage = ", ".join(f"GPU {g} uses {mib} MiB" for g, mib in sorted(busy.items()))
+            module.fail_json(msg=f"GPU memory not released after {p['timeout_s']} s: {usage} (threshold "
+                                 f"{p['threshold_mib']} MiB); holders: {', '.join(holders) or 'none listed'}",
+                             gpus=table)
+        time.sleep(p["poll_s"])
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "gpu_query_command": {"type": "list", "elements": "str", "required": True},
+            "state": {"type": "str", "choices": ["check", "released"], "default": "check"},
+            "gpus": {"type": "list", "elements": "int", "default": []},
+            "ports": {"type": "list", "elements": "int", "default": []},
+            "our_pids": {"type": "list", "elements": "int", "default": []},
+            "threshold_mib": {"type": "int", "default": 1024},
+            "timeout_s": {"type": "float", "default": 120},
+            "poll_s": {"type": "float", "default": 0.25},
+        },
+        supports_check_mode=True,
+    )
+    if module.params["state"] == "check":
+        check(module)
+    released(module)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+#!/usr/bin/python
+"""A per-host deploy lock with owner, controller process and phase, so two runs never interleave on a host
+and a later run can tell a dead holder from a live one."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_lock
+short_description: Take, update or release the dsv4deploy deploy lock of a host
+description:
+  - O(state=present) creates O(path) atomically (never empty, never half-written), recording O(owner),
+    O(run_id), the controller host, process id and process start time, and the phase. When another run
+    holds the lock it fails at once naming the holder (RV(holder)); the action of the same name then
+    decides on the controller whether that holder is dead (the same controller - host name, boot
+    and process namespace - with its process gone or replaced, or an empty lock file) and takes its
+    lock over with O(takeover_from), saying whose run died and in which phase. A holder on another
+    controller cannot be checked from here - the failure names it and says how to clear it. Taking a
+    lock this run already holds succeeds.
+  - O(state=phase) records the phase in progress (and the release it targets) in the lock this run holds.
+  - O(state=absent) removes the lock when this run holds it (or when O(force) is set).
+options:
+  path:
+    type: path
+    required: true
+    description:
+      - Lock file.
+  state:
+    type: str
+    choices: [present, phase, absent]
+    default: present
+    description:
+      - What to do.
+  owner:
+    type: str
+    default: ""
+    description:
+      - Who runs (user@controller), shown to a second run.
+  run_id:
+    type: str
+    required: true
+    description:
+      - Identifies this playbook run.
+  controller:
+    type: str
+    default: ""
+    description:
+      - Host name of the controller running the playbook (the action fills it in).
+  controller_pid:
+    type: int
+    default: 0
+    description:
+      - Process id of ansible-playbook on the controller (the action fills it in).
+  controller_start:
+    type: str
+    default: ""
+    description:
+      - Start time of that process, which tells a reused pid apart (the action fills it in).
+  controller_boot:
+    type: str
+    default: ""
+    description:
+      - The controller's boot and process namespace, which tell apart two controllers of the same host name
+        (cloned VMs or containers; the action fills it in).
+  phase:
+    type: str
+    default: locked
+    description:
+      - Phase in progress.
+  target:
+    type: str
+    default: ""
+    description:
+      - Release the phase works towards.
+  takeover_from:
+    type: str
+    description:
+      - Replace the lock only if this run id (or an empty string, for an empty file) holds it.
+  stale_after_s:
+    type: int
+    default: 7200
+    description:
+      - Age in seconds after which a lock of another controller is called stale.
+  force:
+    type: bool
+    default: false
+    description:
+      - Release even a lock held by another run.
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.posix
+attributes:
+  action:
+    support: full
+    description: The action of the same name adds the controller's identity and takes over dead holders' locks.
+  check_mode:
+    support: full
+    description: Reports whether the lock could be taken or released; writes nothing.
+  diff_mode:
+    support: none
+    description: The lock lives only for the run.
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Take the deploy lock
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    owner: "ops@controller"
+    run_id: "{{ run_id }}"
+
+- name: Say which phase this run is in
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    run_id: "{{ run_id }}"
+    state: phase
+    phase: switchover
+    target: "{{ dsv4_plan.release_id }}"
+
+- name: Release it
+  dsv4.deploy.dsv4_lock:
+    path: /opt/dsv4deploy/deploy.lock
+    run_id: "{{ run_id }}"
+    state: absent
+"""
+
+RETURN = r"""
+holder:
+  description: The lock's record (C(owner), C(run_id), C(controller), C(phase), C(since), ...) - this run's,
+    or that of the run that holds it.
+  returned: when a lock exists or was taken
+  type: dict
+previous:
+  description: The record of the dead run whose lock was taken over.
+  returned: O(state=present) when the lock was taken
+  type: dict
+phase:
+  description: The phase recorded.
+  returned: O(state=phase)
+  type: str
+age_s:
+  description: Age of the lock another run holds.
+  returned: when another run holds the lock
+  type: int
+would:
+  description: In check mode, what a real run would do (take the lock, or take over a dead run's).
+  returned: check mode, when the lock would be taken or removed
+  type: list
+  elements: str
+stale:
+  description: Whether the lock another run holds is older than O(stale_after_s).
+  returned: when another run holds the lock
+  type: bool
+"""
+
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils.lock import describe
+
+
+def _retire(path: str, run_id: str) -> bool:
+    """Move a dead run's lock aside, only if that run still holds it; False when another run got there first."""
+    grave = f"{path}.retired-{os.getpid()}"
+    try:
+        os.rename(path, grave)
+    except FileNotFoundError:
+        return False
+    moved = deploy_lock.read(grave) or {}
+    if moved.get("run_id", "") != run_id:
+        os.rename(grave, path)  # a live run replaced it between our read and the rename: put it back
+        return False
+    os.unlink(grave)
+    return True
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["present", "phase", "absent"], "default": "present"},
+            "owner": {"type": "str", "default": ""},
+            "run_id": {"type": "str", "required": True},
+            "controller": {"type": "str", "default": ""},
+            "controller_pid": {"type": "int", "default": 0},
+            "controller_start": {"type": "str", "default": ""},
+            "controller_boot": {"type": "str", "default": ""},
+            "phase": {"type": "str", "default": "locked"},
+            "target": {"type": "str", "default": ""},
+            "takeover_from": {"type": "str"},
+            "stale_after_s": {"type": "int", "default": 7200},
+            "force": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p["path"]
+    held = deploy_lock.read(path)
+    if p["state"] == "absent":
+        if held is None:
+            module.exit_json(changed=False)
+        if held.get("run_id") != p["run_id"] and not p["force"]:
+            module.exit_json(changed=False, msg="lock held by another run; left in place", holder=held)
+        if module.check_mode:
+            module.exit_json(changed=True, would=[f"remove the lock {path}"])
+        os.unlink(path)
+        module.exit_json(changed=True)
+
+    if p["state"] == "phase":
+        if module.check_mode:  # a check run takes no lock, so it has none to update
+            module.exit_json(changed=False, phase=p["phase"])
+        try:
+            deploy_lock.record_phase(path, p["run_id"], p["phase"], p["target"])
+        except deploy_lock.LockLost as exc:
+            module.fail_json(msg=str(exc))
+        module.exit_json(changed=False, phase=p["phase"])
+
+    if held is not None and held.get("run_id") == p["run_id"]:
+        module.exit_json(changed=False, holder=held)
+    takeover = held is not None and p["takeover_from"] is not None and held.get("run_id", "") == p["takeover_from"]
+    if held is not None and not takeover:
+        age = time.time() - float(held.get("since", 0) or os.path.getmtime(path))
+        module.fail_json(msg=f"another run holds {path}: {describe(held)}", holder=held, age_s=int(age),
+                         stale=age > p["stale_after_s"])
+    if module.check_mode:
+        would = f"take over the lock of run {held.get('run_id')}" if takeover else f"take the lock {path}"
+        module.exit_json(changed=True, would=[would])
+    record = {"owner": p["owner"], "run_id": p["run_id"], "since": time.time(), "host": os.uname().nodename,
+              "controller": p["controller"], "controller_pid": p["controller_pid"],
+              "controller_start": p["controller_start"],
+              "controller_boot": p["controller_boot"], "phase": p["phase"], "target": p["target"],
+              "phase_since": time.time()}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if takeover and not _retire(path, p["takeover_from"]):
+            module.fail_json(msg=f"another run took over {path} a moment ago: {describe(deploy_lock.read(path) or {})}",
+                             holder=deploy_lock.read(path) or {}, stale=False)
+        if not deploy_lock.create(path, record):
+            module.fail_json(msg=f"another run took {path} a moment ago: {describe(deploy_lock.read(path) or {})}",
+                             holder=deploy_lock.read(path) or {}, stale=False)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot take the deploy lock {path}: {exc.strerror or exc}; check that the install "
+                             "root's folder exists and is writable (and not full); nothing was changed")
+    module.exit_json(changed=True, holder=record, previous=held if takeover else None)
+
+
+if __name__ == "__main__":
+    main()

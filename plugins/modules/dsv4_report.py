@@ -1,0 +1,103 @@
+#!/usr/bin/python
+"""Documentation of the dsv4_report action; the work is done on the controller by action/dsv4_report.py."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_report
+short_description: Write a dsv4deploy deploy report on the controller and point C(latest) at it
+description:
+  - Writes C(REPORTS_DIR/RELEASE/report.json) and C(report.md) (and C(heatmap.png) with the C(plot) extra)
+    and points C(REPORTS_DIR/latest) at them. A release that already has a report gets C(RELEASE-2), ...
+  - Run it with C(run_once). The report is a record on the controller, not a change to a host.
+options:
+  reports_dir:
+    type: path
+    required: true
+    description:
+      - Root of the reports on the controller. A relative path is taken from the directory
+        C(ansible-playbook) runs in.
+  verdict:
+    type: str
+    required: true
+    choices: [promoted, unchanged, rolled_back, failed]
+    description:
+      - Outcome of the run.
+  plan:
+    type: dict
+    required: true
+    description:
+      - The plan or the gate targets the report describes.
+  release:
+    type: str
+    default: ""
+    description:
+      - Release deployed (default the plan's).
+  previous_release:
+    type: str
+    default: ""
+    description:
+      - Release that was active before.
+  serving_release:
+    type: str
+    default: ""
+    description:
+      - Release serving after the run.
+  failed_gate:
+    type: str
+    default: ""
+    description:
+      - Gate or stage that failed.
+  failure:
+    type: str
+    default: ""
+    description:
+      - One line saying what failed.
+  gates:
+    type: list
+    elements: dict
+    default: []
+    description:
+      - Gate results in order (RV(dsv4.deploy.dsv4_gate#module:gate) of each gate, with its C(phase)).
+  failure_logs:
+    type: dict
+    default: {}
+    description:
+      - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
+attributes:
+  check_mode:
+    support: none
+    description: Writes files on the controller - in check mode it writes nothing and says it was
+      skipped ("check mode - no report was written").
+  diff_mode:
+    support: none
+    description: Reports are new files; there is nothing to diff.
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Write the report of a promoted release
+  dsv4.deploy.dsv4_report:
+    reports_dir: reports
+    verdict: promoted
+    plan: "{{ dsv4_plan }}"
+    serving_release: "{{ dsv4_plan.release_id }}"
+    gates: "{{ dsv4_gates_results }}"
+  run_once: true
+"""
+
+RETURN = r"""
+paths:
+  description: Files written.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/home/ops/site/reports/20261129T101500Z-0123456789/report.json"]
+report:
+  description: The report as written to C(report.json).
+  returned: always
+  type: dict
+"""
