@@ -84,7 +84,7 @@ def test_isolate_in_check_mode_runs_no_suite_and_changes_nothing(sim_host: SimHo
 def test_rollback_to_a_release_that_failed_its_gates_is_refused_unless_asked(sim_host: SimHost) -> None:
     RELEASES["c"] = deploy(sim_host, "-e", "topology=combined", *WEAK_NEEDLE)
     before = snapshot(sim_host)
-    proc = sim_host.playbook("rollback.yml", "-e", f"release={RELEASES['b']}", *FAST)
+    proc = sim_host.playbook("rollback.yml", "-e", f"dsv4_rollback_release={RELEASES['b']}", *FAST)
     assert proc.returncode != 0
     out = " ".join(proc.stdout.split())
     assert f"release {RELEASES['b']} failed its gate needle on local" in out, out[-3000:]
@@ -96,6 +96,9 @@ def test_rollback_to_a_release_that_failed_its_gates_is_refused_unless_asked(sim
     assert asked.returncode == 0, asked.stdout[-5000:]
     (line,) = one_line(asked.stdout, "CHECK MODE")
     assert f"to {RELEASES['b']}" in line and snapshot(sim_host) == before
+    # The old name still works, and says which name replaces it.
+    said = " ".join((asked.stdout + asked.stderr).split())
+    assert "'release' is deprecated" in said and "use 'dsv4_rollback_release' instead" in said
 
 
 def test_rollback_in_check_mode_claims_nothing_and_changes_nothing(sim_host: SimHost) -> None:
