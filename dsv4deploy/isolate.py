@@ -102,8 +102,8 @@ def combined_from_pd(pd: Deployment, *, gpus: Sequence[int] | None = None, port:
     spec = Deployment.model_validate(data)
     problems = check_deployment(spec)
     if problems:
-        raise SpecError([p.model_copy(update={"fix": f"{p.fix} (dsv4_isolate_gpus / dsv4_isolate_port choose the combined "
-                                                         "server's GPUs and port)"}) for p in problems])
+        choose = "(dsv4_isolate_gpus / dsv4_isolate_port choose the combined server's GPUs and port)"
+        raise SpecError([p.model_copy(update={"fix": f"{p.fix} {choose}"}) for p in problems])
     return spec, notes
 
 
