@@ -113,6 +113,21 @@ def test_rollback_in_check_mode_claims_nothing_and_changes_nothing(sim_host: Sim
     assert "ROLLED BACK" not in proc.stdout
 
 
+def test_verify_and_stop_in_check_mode_change_nothing_and_say_so(sim_host: SimHost) -> None:
+    before = snapshot(sim_host)
+    report_before = sim_host.report()
+    verify = sim_host.playbook("verify.yml", "--check", *FAST)
+    assert verify.returncode == 0, verify.stdout[-5000:]
+    (line,) = one_line(verify.stdout, "CHECK MODE")
+    assert f"no gate was run: a real run would gate release {RELEASES['c']}" in line
+    assert "gate smoke: passed" not in verify.stdout
+    stop = sim_host.playbook("stop.yml", "--check")
+    assert stop.returncode == 0, stop.stdout[-5000:]
+    (line,) = one_line(stop.stdout, "CHECK MODE")
+    assert "a real run would stop sglang-dsv4 (router first)" in line
+    assert snapshot(sim_host) == before and sim_host.report() == report_before
+
+
 def test_an_invalid_inventory_blocks_neither_verify_nor_rollback_nor_stop(sim_host: SimHost) -> None:
     broken = sim_host.inventory / "group_vars" / "all" / "zz_broken.yml"
     broken.write_text(yaml.safe_dump({"topology": "bogus", "index_topk": 2048}))
