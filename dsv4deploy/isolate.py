@@ -29,7 +29,7 @@ _WORKER_MODEL_SETTINGS = ("index_topk", "model_overrides", "chat_template", "pag
 # extra_args that only mean something to a PD worker.
 _PD_ONLY_FLAG = "--disaggregation-"
 # The playbook variables that choose a field of the combined server.
-_CHOICE_FIELDS = {"gpus": "isolate_gpus", "port": "isolate_port", "env": "isolate_env"}
+_CHOICE_FIELDS = {"gpus": "dsv4_isolate_gpus", "port": "dsv4_isolate_port", "env": "dsv4_isolate_env"}
 
 
 def parse_suite(text: str | Sequence[str]) -> list[str]:
@@ -41,7 +41,7 @@ def parse_suite(text: str | Sequence[str]) -> list[str]:
         got = f"unknown suite {', '.join(map(repr, unknown))}" if unknown else "no suite given"
         raise SpecError([Problem(field="suite", message=got,
                                  fix=f"use one or more of {', '.join(available)}, comma-separated "
-                                     "(e.g. -e suite=smoke,needle)")])
+                                     "(e.g. -e dsv4_isolate_suite=smoke,needle)")])
     return list(dict.fromkeys(names))
 
 
@@ -102,8 +102,8 @@ def combined_from_pd(pd: Deployment, *, gpus: Sequence[int] | None = None, port:
     spec = Deployment.model_validate(data)
     problems = check_deployment(spec)
     if problems:
-        raise SpecError([p.model_copy(update={"fix": f"{p.fix} (isolate_gpus / isolate_port choose the combined "
-                                                         "server's GPUs and port)"}) for p in problems])
+        choose = "(dsv4_isolate_gpus / dsv4_isolate_port choose the combined server's GPUs and port)"
+        raise SpecError([p.model_copy(update={"fix": f"{p.fix} {choose}"}) for p in problems])
     return spec, notes
 
 

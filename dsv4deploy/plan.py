@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from dsv4deploy import access, memory, render, services
+from dsv4deploy.plan_models import GateTargets, Plan
 from dsv4deploy.spec import Deployment, SpecError
 
 
@@ -41,13 +42,15 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
             # Preflight (dsv4_access): the paths the services need.
             "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
         }
-    return {
+    plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
         **_targets(spec, defs),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
         "spec": spec.model_dump(mode="json"),
     }
+    # Typed: a plan of the wrong shape fails here, on the controller, before any host is touched.
+    return Plan.model_validate(plan).model_dump(mode="json")
 
 
 def host_layouts(spec: Deployment, play_hosts: list[str]) -> dict[str, Any]:
@@ -87,7 +90,7 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
     workers = [d for d in defs if d.role != "router"]
     served = _endpoint_service(spec, defs)
     endpoint = served.url
-    return {
+    targets = {
         "topology": spec.topology,
         # Which router serves a PD deployment (sglang-router or smg); None without one.
         "router": spec.router_implementation if spec.topology == "pd" else None,
@@ -111,6 +114,7 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
     }
+    return GateTargets.model_validate(targets).model_dump(mode="json")
 
 
 def _expected_settings(spec: Deployment, worker: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ Release layout (docs/interfaces.md section 5), relative to the release directory
   units/<name>.service       (systemd hosts)
   supervisor/<name>.conf     (supervisor hosts)
   spec.json                  (the resolved spec; holds no secret, only the API key's file or vault name)
+  services.json              (the release's record of its services: name, role, drain rank, ports, GPUs, endpoint)
   manifest.json              (sha256 of every other file, and their content_hash)
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import jinja2
 
+from dsv4deploy.release_record import SERVICES_FILE, services_json
 from dsv4deploy.services import ServiceDefinition, services_on
 from dsv4deploy.spec import Deployment
 
@@ -199,6 +201,7 @@ def render_release(spec: Deployment, host: str) -> dict[str, str]:
     for svc in services_on(spec, host):
         files.update(render_service(env, svc))
     files["spec.json"] = spec_json(spec, host)
+    files[SERVICES_FILE] = services_json(spec, host)
     files[MANIFEST] = manifest_json(files)
     return dict(sorted(files.items()))
 

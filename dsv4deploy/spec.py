@@ -643,7 +643,7 @@ HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}\Z")
 # install_root lands unquoted in supervisord.conf (which expands %, and ends a value at " ;" or
 # " #"), in unit paths and in rm -rf on purge: only plain path characters.
 INSTALL_ROOT = re.compile(r"/[A-Za-z0-9_.+@,=:/-]*\Z")
-# Directories whose removal (stop.yml -e purge=true) would wreck the host.
+# Directories whose removal (stop.yml -e dsv4_stop_purge=true) would wreck the host.
 SYSTEM_DIRS = frozenset({
     "/usr/local", "/usr/lib", "/usr/share", "/usr/bin", "/usr/sbin", "/usr/src", "/var/lib", "/var/log",
     "/var/tmp", "/var/cache", "/var/spool", "/var/mail", "/var/run", "/etc/systemd", "/etc/ssh",
@@ -712,7 +712,7 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                message="is not a plain host name (letters, digits, '.', '-', '_'; it names files "
                                        "and is written into scripts)",
                                fix="rename the inventory host and set ansible_host to its address"))
-        out += _install_root_problems(name, host)
+        out += install_root_problems(name, host.install_root, host.service_manager)
         if not USER_NAME.match(host.service_user):
             out.append(Problem(field="service_user", host=name,
                                message=f"{host.service_user!r} is not a user name"
@@ -722,8 +722,8 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
     return out
 
 
-def _install_root_problems(name: str, host: HostSpec) -> list[Problem]:
-    root = host.install_root
+def install_root_problems(name: str, root: str, service_manager: str = "systemd") -> list[Problem]:
+    """Why `root` cannot be host `name`'s install root (empty when it can)."""
 
     def problem(message: str, fix: str = "use an absolute path of its own, e.g. /opt/dsv4deploy") -> Problem:
         return Problem(field="install_root", host=name, message=f"{root!r} {message}", fix=fix)
@@ -735,8 +735,8 @@ def _install_root_problems(name: str, host: HostSpec) -> list[Problem]:
     if posixpath.normpath(root) != root or any(p in (".", "..") for p in parts):
         return [problem("is not a normalised path ('..', '.', '//' or a trailing '/')")]
     if len(parts) < 2 or root in SYSTEM_DIRS or (parts[0] in SYSTEM_TOPS and root[:11] != "/usr/local/"):
-        return [problem("is a system directory (stop.yml -e purge=true removes the install root)")]
-    if host.service_manager == "supervisor" and len((root + SUPERVISOR_SOCKET).encode()) > SOCKET_PATH_MAX:
+        return [problem("is a system directory (stop.yml -e dsv4_stop_purge=true removes the install root)")]
+    if service_manager == "supervisor" and len((root + SUPERVISOR_SOCKET).encode()) > SOCKET_PATH_MAX:
         return [problem(f"is too long: supervisord's socket {root}{SUPERVISOR_SOCKET} exceeds "
                         f"{SOCKET_PATH_MAX} bytes", fix="use a shorter install_root")]
     return []

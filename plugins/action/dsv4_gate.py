@@ -48,6 +48,11 @@ class ActionModule(ActionBase):
         if problem:
             result.update(failed=True, msg=f"dsv4_gate: {problem}")
             return result
+        if self._task.check_mode:  # a gate talks to running servers: never in check mode
+            why = "check mode: not run (a gate talks to the running servers)"
+            gates = [{"name": n, "status": "skipped", "seconds": 0.0, "summary": why, "evidence": {}} for n in names]
+            result.update(changed=False, skipped=True, msg=why, gates=gates, gate=gates[0], passed=True)
+            return result
         try:
             settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
                                           plan_index_topk(args["plan"]))

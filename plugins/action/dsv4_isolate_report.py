@@ -43,6 +43,9 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        if self._task.check_mode:  # a report records what happened; in check mode nothing did
+            result.update(changed=False, skipped=True, paths=[], msg="check mode: no report was written")
+            return result
         data = build_isolate_report(
             suite=args["suite"], original=args["original"], combined=args.get("combined") or {},
             gates=args.get("gates") or [], settings=args.get("settings") or [], notes=args.get("notes") or [],

@@ -5,11 +5,12 @@ Documented in modules/dsv4_plan.py (ansible-doc dsv4.deploy.dsv4_plan); ARGUMENT
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from dsv4deploy import reach
+from dsv4deploy import installed, names, reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.isolate import isolation_plan, parse_suite
@@ -26,6 +27,10 @@ ARGUMENT_SPEC = {
     "port": {"type": "int", "default": 0},
     "env": {"type": "dict", "default": {}},
     "suite": {"type": "raw", "default": ""},
+    # locate: each play host's install root only (stop, rollback, verify, isolate).
+    "locate": {"type": "bool", "default": False},
+    # installed: the view of an installed release, from its records on the hosts.
+    "installed": {"type": "dict"},
 }
 
 
@@ -41,6 +46,10 @@ class ActionModule(ActionBase):
         fact = args["fact"]
         if args.get("derive"):
             return self._derive(result, args, task_vars)
+        if args["locate"]:
+            return self._locate(result, args, task_vars)
+        if args.get("installed") is not None:
+            return self._installed(result, args, task_vars)
         if args.get("release_spec"):
             try:
                 targets = targets_from_release_spec(args["release_spec"])
@@ -78,6 +87,40 @@ class ActionModule(ActionBase):
         result.update(changed=False, ansible_facts={fact: plan},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
                           f"endpoint {plan['endpoint']}")
+        return result
+
+    def _locate(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """Where each play host keeps its releases: its install root, and nothing else of the inventory."""
+        hostvars = task_vars["hostvars"]
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        try:
+            roots = installed.locate({h: plain(self._templar.template(hostvars[h].get("install_root")))
+                                      for h in play_hosts})
+        except SpecError as exc:
+            result.update(failed=True, problems=[str(p) for p in exc.problems],
+                          msg="cannot find the releases; nothing was changed:\n- "
+                              + "\n- ".join(str(p) for p in exc.problems))
+            return result
+        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_installed_roots"
+        # The playbooks that locate first say, once, which old input names this run used.
+        result.update(changed=False, ansible_facts={fact: roots}, warnings=names.deprecation_warnings(task_vars))
+        return result
+
+    def _installed(self, result: dict, args: dict, task_vars: dict) -> dict:
+        """The installed release named in `installed`, from its spec.json and each host's services.json."""
+        want = args["installed"]
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+
+        def texts(files: Any) -> dict[str, str]:  # slurp's base64, by host
+            return {h: base64.b64decode(c).decode("utf-8") if c else "" for h, c in dict(files or {}).items()}
+        try:
+            view = installed.release_view(str(want.get("release_id") or ""), texts(want.get("spec_files")),
+                                          texts(want.get("services_files")), dict(want.get("install_roots") or {}),
+                                          play_hosts)
+        except (ValueError, KeyError, TypeError) as exc:
+            result.update(failed=True, msg=f"cannot read release {want.get('release_id')}'s spec.json: {exc}")
+            return result
+        result.update(changed=False, ansible_facts={args["fact"]: view})
         return result
 
     def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:

@@ -40,6 +40,9 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+        if self._task.check_mode:  # a report records what happened; in check mode nothing did
+            result.update(changed=False, skipped=True, paths=[], msg="check mode: no report was written")
+            return result
         plan = args["plan"]
         gates = [GateResult.model_validate(g) for g in args.get("gates") or []]
         data = build_report(

@@ -55,7 +55,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: none
-    description: Gates talk to running servers; the rollout does not run them in check mode.
+    description: Gates talk to running servers - in check mode none runs; each is returned as skipped
+      ("check mode - not run") and the task says it was skipped.
   diff_mode:
     support: none
     description: Nothing is changed, so there is nothing to diff.

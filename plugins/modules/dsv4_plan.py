@@ -15,6 +15,12 @@ description:
     C(run_once).
   - With O(release_spec) (the C(spec.json) of an installed release) it sets O(fact) to that release's
     gate targets instead (endpoint, workers, expected overrides), to verify a rollback.
+  - With O(locate) it only reads and checks each play host's C(install_root) (nothing else of the
+    inventory) and sets O(fact) (C(dsv4_plan) means C(dsv4_installed_roots)) to each host's install
+    root, so stop, rollback and verify find the releases even after the inventory was edited.
+  - With O(installed) it sets O(fact) to the view of an installed release, read from its own records
+    (C(spec.json), and each host's C(services.json)) - its gate targets and each host's services, GPUs,
+    ports and service manager - not from the inventory.
   - With O(derive=combined) and the O(release_spec) of a PD release it sets O(fact) to the isolation plan
     of C(playbooks/isolate.yml) - the original's gate targets and host layouts, the plan of a combined
     server with the same model, overrides, environment switches and CUDA graphs, the settings side by
@@ -62,6 +68,17 @@ options:
     default: ""
     description:
       - Suites to run on each side (with O(derive)), a list or comma-separated - C(smoke), C(needle), C(soak).
+  locate:
+    type: bool
+    default: false
+    description:
+      - Only read and check each play host's install root.
+  installed:
+    type: dict
+    description:
+      - An installed release - C(release_id), C(spec_files) and C(services_files) (host to the base64
+        content of the release's C(spec.json) and C(services.json) there, as M(ansible.builtin.slurp)
+        returns it; empty where the host has none) and C(install_roots) (host to install root).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller

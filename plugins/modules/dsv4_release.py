@@ -18,6 +18,8 @@ description:
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
     verified release, never one that failed).
+  - O(state=failed) records that a release failed its gate O(failed_gate) here; RV(failed_gates) then names
+    it, and C(playbooks/rollback.yml) refuses it unless told C(dsv4_rollback_allow_failed=true).
   - O(state=absent) removes a temporary release (an experiment's, see playbooks/isolate.yml) and
     forgets it; it refuses the active release and any verified one.
   - O(state=query) changes nothing.
@@ -31,7 +33,7 @@ options:
       - Root of the releases on this host.
   state:
     type: str
-    choices: [present, active, verified, absent, query, purged]
+    choices: [present, active, verified, failed, absent, query, purged]
     default: query
     description:
       - What to do.
@@ -48,6 +50,17 @@ options:
     default: 5
     description:
       - Releases kept after activation (the active, the previous and the last verified are always kept).
+  prune:
+    type: bool
+    default: true
+    description:
+      - Prune old releases after activation (O(keep)); an experiment's switch (C(playbooks/isolate.yml))
+        prunes nothing.
+  failed_gate:
+    type: str
+    default: ""
+    description:
+      - The gate a release failed (O(state=failed)); empty means C(gates).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -116,6 +129,10 @@ before:
   description: What O(state=query) returns, as the host was before the install.
   returned: O(state=present)
   type: dict
+failed_gates:
+  description: Installed releases that failed their gates here (and never passed them since), with the gate that failed.
+  returned: always
+  type: dict
 releases:
   description: Installed release ids, oldest first.
   returned: always
@@ -138,7 +155,7 @@ STATE_FILE = "state.json"
 # A release id names a folder under releases/: one plain path component, never '.' or '..'.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # Where a release may hold files (the layout render writes): nothing else, nothing outside.
-RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|manifest\.json\Z")
+RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|services\.json\Z|manifest\.json\Z")
 
 
 def _check_release_id(module: AnsibleModule, release_id: str) -> None:
@@ -150,7 +167,7 @@ def _check_file_keys(module: AnsibleModule, files: dict) -> None:
     bad = [rel for rel in files if not RELEASE_FILE.match(rel) or ".." in rel]
     if bad:
         module.fail_json(msg=f"release files {bad} are outside the release layout (bin/, units/, supervisor/, "
-                             "spec.json, manifest.json); nothing was written")
+                             "spec.json, services.json, manifest.json); nothing was written")
     if MANIFEST not in files:
         module.fail_json(msg="the release has no manifest.json; nothing was written")
 
@@ -248,8 +265,9 @@ def _summary(root: str) -> dict:
     state = _state(root)
     installed = _list_releases(root)
     good = [r for r in state.get("good", []) if r in installed]
+    failed = {r: gate for r, gate in (state.get("failed") or {}).items() if r in installed and r not in good}
     return {"active": _active(root), "previous": state.get("previous"), "releases": installed,
-            "good": good, "last_good": good[-1] if good else None}
+            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed}
 
 
 def _save_state(root: str, **changes: object) -> None:
@@ -334,7 +352,7 @@ def _diff(root: str, active: str | None, files: dict) -> list[dict]:
     return diffs
 
 
-def _activate(module: AnsibleModule, root: str, release_id: str, keep: int) -> dict:
+def _activate(module: AnsibleModule, root: str, release_id: str, keep: int, prune: bool = True) -> dict:
     _check_release_id(module, release_id)
     if release_id not in _list_releases(root):
         module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}; "
@@ -358,7 +376,8 @@ def _activate(module: AnsibleModule, root: str, release_id: str, keep: int) -> d
     history = [r for r in state.get("history", []) if r != release_id] + [release_id]
     _save_state(root, active=release_id, previous=active, history=history)
     good = state.get("good", [])
-    _prune(root, keep, {release_id, active, *good[-1:]})
+    if prune:
+        _prune(root, keep, {release_id, active, *good[-1:]})
     return {"changed": True, **_summary(root)}
 
 
@@ -371,7 +390,22 @@ def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
         return {"changed": False, **_summary(root)}
     if module.check_mode:
         return {"changed": True, **_summary(root), "would": [f"record {release_id} as verified"]}
-    _save_state(root, good=[r for r in good if r != release_id] + [release_id])
+    failed = {r: g for r, g in (_state(root).get("failed") or {}).items() if r != release_id}
+    _save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed)
+    return {"changed": True, **_summary(root)}
+
+
+def _failed(module: AnsibleModule, root: str, release_id: str, gate: str) -> dict:
+    """Record that `release_id` failed its gate `gate` here (a rollback to it is then refused by default)."""
+    _check_release_id(module, release_id)
+    if release_id not in _list_releases(root) or release_id in _state(root).get("good", []):
+        return {"changed": False, **_summary(root)}
+    failed = dict(_state(root).get("failed") or {})
+    if failed.get(release_id) == gate:
+        return {"changed": False, **_summary(root)}
+    if module.check_mode:
+        return {"changed": True, **_summary(root), "would": [f"record {release_id} as failed ({gate})"]}
+    _save_state(root, failed={**failed, release_id: gate})
     return {"changed": True, **_summary(root)}
 
 
@@ -451,14 +485,17 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "active", "verified", "absent", "query", "purged"],
-                      "default": "query"},
+            "state": {"type": "str", "choices": ["present", "active", "verified", "failed", "absent", "query",
+                                                 "purged"], "default": "query"},
+            "failed_gate": {"type": "str", "default": ""},
+            "prune": {"type": "bool", "default": True},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
-                     ("state", "verified", ("release_id",)), ("state", "absent", ("release_id",))],
+                     ("state", "verified", ("release_id",)), ("state", "failed", ("release_id",)),
+                     ("state", "absent", ("release_id",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -472,9 +509,11 @@ def main() -> None:
         module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
         module.exit_json(**_verified(module, root, p["release_id"]))
+    if p["state"] == "failed":
+        module.exit_json(**_failed(module, root, p["release_id"], p["failed_gate"] or "gates"))
     if p["state"] == "absent":
         module.exit_json(**_remove(module, root, p["release_id"]))
-    module.exit_json(**_activate(module, root, p["release_id"], p["keep"]))
+    module.exit_json(**_activate(module, root, p["release_id"], p["keep"], p["prune"]))
 
 
 if __name__ == "__main__":

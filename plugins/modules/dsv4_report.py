@@ -70,7 +70,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: none
-    description: Writes files on the controller; the rollout does not write reports in check mode.
+    description: Writes files on the controller - in check mode it writes nothing and says it was
+      skipped ("check mode - no report was written").
   diff_mode:
     support: none
     description: Reports are new files; there is nothing to diff.

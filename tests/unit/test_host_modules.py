@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.dsv4.deploy.plugins.action import dsv4_lock as lock_action
 from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import boot_identity, holder_is_dead, process_start
+from dsv4deploy import render
 from dsv4deploy.render import render_release
 from tests.unit.plugins.runner import run_module
 
@@ -226,3 +227,51 @@ def test_a_controller_of_the_same_host_name_elsewhere_is_never_taken_over() -> N
 def test_services_module_refuses_roots_supervisord_would_misread(tmp_path: Path, root: str) -> None:
     out = run_module("dsv4_services_info", tmp_path, manager="supervisor", install_root=root)
     assert out["failed"] and "install_root" in out["msg"]
+
+
+def _releases(root: Path, tmp_path: Path, count: int, tag: str = "r") -> list[str]:
+    """`count` releases of distinct content installed under `root`, each made active and verified in turn."""
+    ids = []
+    for i in range(count):
+        files = release_files()
+        files["bin/serve-extra.sh"] = f"#!/bin/sh\n# {tag}{i}\n"
+        files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
+        rid = f"2026010{i}T000000Z-{tag}{i}"
+        assert run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id=rid,
+                          files=files)["changed"]
+        run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id=rid)
+        run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id=rid)
+        ids.append(rid)
+    return ids
+
+
+def test_a_switch_without_pruning_deletes_no_release(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    ids = _releases(root, tmp_path, 5)
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id=ids[0],
+                     keep=5, prune=False)
+    assert out["changed"] and out["releases"] == ids and out["active"] == ids[0]
+    # The same switch with pruning keeps five at most (what an experiment must never do).
+    extra = _releases(root, tmp_path, 6, tag="s")[-1]
+    assert len(run_module("dsv4_release", tmp_path, install_root=str(root), state="query")["releases"]) <= 5
+    assert extra in run_module("dsv4_release", tmp_path, install_root=str(root), state="query")["releases"]
+
+
+def test_a_failed_release_is_recorded_with_its_gate_until_it_passes(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first, second = _releases(root, tmp_path, 2)
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id=second,
+                     failed_gate="needle")
+    # A verified release is never recorded as failed afterwards.
+    assert not out["changed"] and out["failed_gates"] == {}
+    files = release_files()
+    files["bin/serve-extra.sh"] = "#!/bin/sh\n# third\n"
+    files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="third", files=files)
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id="third",
+                     failed_gate="needle")
+    assert out["changed"] and out["failed_gates"] == {"third": "needle"}
+    queried = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    assert queried["failed_gates"] == {"third": "needle"}
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="third")
+    assert out["failed_gates"] == {} and out["last_good"] == "third" and first in out["good"]

@@ -46,10 +46,11 @@ def test_release_layout():
     pd = render_release(pd_spec(), "gpu1")
     assert sorted(pd) == [
         "bin/serve-sglang-dsv4-decode.sh", "bin/serve-sglang-dsv4-prefill.sh", "bin/serve-sglang-dsv4-router.sh",
-        "manifest.json", "spec.json", "units/sglang-dsv4-decode.service", "units/sglang-dsv4-prefill.service",
-        "units/sglang-dsv4-router.service"]
+        "manifest.json", "services.json", "spec.json", "units/sglang-dsv4-decode.service",
+        "units/sglang-dsv4-prefill.service", "units/sglang-dsv4-router.service"]
     sup = render_release(combined_spec("supervisor"), "gpu1")
-    assert sorted(sup) == ["bin/serve-sglang-dsv4.sh", "manifest.json", "spec.json", "supervisor/sglang-dsv4.conf"]
+    assert sorted(sup) == ["bin/serve-sglang-dsv4.sh", "manifest.json", "services.json", "spec.json",
+                           "supervisor/sglang-dsv4.conf"]
     assert render.file_mode("bin/serve-sglang-dsv4.sh") == 0o755 and render.file_mode("spec.json") == 0o644
 
 

@@ -1,0 +1,79 @@
+"""The plan's types: what the playbooks carry between tasks, checked when it is made.
+
+`Plan` is what `dsv4deploy.plan.make_plan` returns (as JSON-able data, for Ansible); `HostPlan` is a
+host's part of it; `GateTargets` is the part the gates read, and all they are given. A plan that
+does not fit these types is a bug here, caught before any host is touched. The JSON schema of
+`Plan` is kept as a snapshot (tests/golden/plan-schema.json): a change to the plan's shape shows
+in review.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Worker(_Strict):
+    """A worker the gates check: its URL, where its host is reached, its key file, its sglang version."""
+
+    name: str
+    role: Literal["prefill", "decode", "combined"]
+    host: str
+    url: str
+    host_address: str
+    api_key_file: str | None
+    sglang_version: str | None
+
+
+class GateTargets(_Strict):
+    """What the gates talk to: endpoint, router, workers and the overrides each must show."""
+
+    topology: Literal["pd", "combined"]
+    router: Literal["sglang-router", "smg"] | None
+    served_model_name: str
+    endpoint: str
+    router_url: str | None
+    router_breaker_s: int | None
+    endpoint_host: str
+    router_service: str | None
+    workers: list[Worker]
+    expected_overrides: dict[str, dict[str, Any]]
+    expected_settings: dict[str, dict[str, Any]]
+    hosts_in_use: list[str]
+    gpu_query_command: list[str]
+
+
+class HostPlan(_Strict):
+    """One play host's part: its files, services, GPUs, ports, install root and what preflight checks."""
+
+    files: dict[str, str]
+    content_hash: str
+    services: list[str]
+    gpus: list[int]
+    ports: list[int]
+    install_root: str
+    service_manager: Literal["systemd", "supervisor"]
+    service_user: str
+    access: list[dict[str, Any]]
+
+
+class Plan(GateTargets):
+    """The whole plan of one deploy: its release id, the gate targets, every play host's part."""
+
+    release_id: str
+    hosts: dict[str, HostPlan]
+    memory: list[dict[str, Any]]
+    spec: dict[str, Any]
+
+
+GATE_TARGET_KEYS = tuple(GateTargets.model_fields)
+
+
+def gate_targets_of(plan: dict[str, Any]) -> dict[str, Any]:
+    """Only the gate targets of a plan (or of an installed release's view): no host's files, no spec."""
+    return GateTargets.model_validate({k: plan[k] for k in GATE_TARGET_KEYS if k in plan}).model_dump(mode="json")
