@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from dsv4deploy import access, memory, render, services
+from dsv4deploy import access, memory, render, secret_env, services
 from dsv4deploy.spec import Deployment, SpecError
 
 
@@ -46,8 +46,14 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
         **_targets(spec, defs),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
-        "spec": spec.model_dump(mode="json"),
+        # Secret env values only as digests: the plan is a fact, shown at -v and handed to the report.
+        "spec": secret_env.redact_spec(spec.model_dump(mode="json")),
     }
+
+
+def secret_files(spec: Deployment, play_hosts: list[str]) -> dict[str, dict[str, str]]:
+    """Per play host, its services' secret env files (absolute path -> content); for a no_log task only."""
+    return {name: services.secret_env_files(spec, name) for name in play_hosts if name in spec.hosts}
 
 
 def host_layouts(spec: Deployment, play_hosts: list[str]) -> dict[str, Any]:

@@ -222,6 +222,15 @@ class Deployment(ModelSettings):
     # and exits when those are done (--shutdown-grace-period-secs), before any worker is stopped.
     drain_deadline_s: Annotated[int, Field(ge=1)] = 60
     server_env: EnvMap = {}
+    # Switches added for an experiment on top of the inventory's (server_env and each worker's env):
+    # for every server, and per role (prefill, decode, combined, router), e.g.
+    # -e '{"server_env_extra": {"SGLANG_DSV4_BF16_INDEX_K": "1"}}'. They win over both; the plan and
+    # the report list them.
+    server_env_extra: EnvMap = {}
+    server_env_extra_by_role: dict[Literal["prefill", "decode", "combined", "router"], EnvMap] = {}
+    # Environment names whose values are secret besides those matched by name (TOKEN, SECRET, KEY,
+    # PASSWORD, ...; dsv4deploy.secret_env): written to a 0600 env file, never into a release.
+    secret_env: list[str] = []
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
     # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).
     memory_profile: dict[str, Any] = {}
@@ -626,13 +635,25 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def _check_env(spec: Deployment) -> list[Problem]:
     """Environment names become `export NAME=...` in serve scripts: only shell variable names."""
-    targets: list[tuple[str, str | None, dict[str, str]]] = [("server_env", None, spec.server_env)]
+    from dsv4deploy.secret_env import is_secret
+
+    targets: list[tuple[str, str | None, dict[str, str]]] = [("server_env", None, spec.server_env),
+                                                             ("server_env_extra", None, spec.server_env_extra)]
+    targets += [(f"server_env_extra_by_role.{role}", None, env) for role, env in spec.server_env_extra_by_role.items()]
     targets += [(f"{path}.env", w.host, w.env) for path, w in spec.workers()]
     if spec.topology == "pd" and spec.router:
         targets.append(("router.env", spec.router.host, spec.router.env))
-    return [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
-                    fix="use letters, digits and underscores only, not starting with a digit")
-            for field, host, env in targets for name in env if not ENV_NAME.match(name)]
+    targets.append(("secret_env", None, dict.fromkeys(spec.secret_env, "")))
+    out = [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
+                   fix="use letters, digits and underscores only, not starting with a digit")
+           for field, host, env in targets for name in env if not ENV_NAME.match(name)]
+    # A secret goes into an env file of NAME="value" lines: one line each.
+    out += [Problem(field=f"{field}.{name}", host=host, message="a secret value contains a control character "
+                                                               "(newline, tab, ...)",
+                    fix="remove it; secret values are written one per line into the host's env file")
+            for field, host, env in targets if field != "secret_env" for name, value in env.items()
+            if is_secret(name, spec.secret_env) and CONTROL.search(value)]
+    return out
 
 
 # -- values written into scripts, unit files, supervisord programs and paths --------------------
@@ -672,7 +693,8 @@ def _walk_text(value: Any, path: str) -> Iterable[tuple[str, str]]:
 
 
 # Values that only ever reach a serve script, shell-quoted (a newline there is data, not syntax).
-SHELL_ONLY = re.compile(r"(^|\.)(env|server_env)\.[A-Za-z0-9_]+\Z|extra_args\[\d+\]\Z")
+SHELL_ONLY = re.compile(r"(^|\.)(env|server_env|server_env_extra|server_env_extra_by_role\.[a-z]+)\.[A-Za-z0-9_]+\Z"
+                        r"|extra_args\[\d+\]\Z")
 
 
 # Names (they also reach unit descriptions, comments and the report) and paths: plain characters only.

@@ -110,7 +110,9 @@ def test_undefined_variable_and_missing_inventory_are_messages(capsys: pytest.Ca
     assert err.splitlines()[1] == ("install_root (host local): 'undefined_thing' is undefined; fix: define the "
                                    "variable (inventory or -e) or correct the template")
     code, _, err = run(capsys, "validate", "-i", "/no/such/inventory")
-    assert (code, err.splitlines()[1]) == (2, "inventory /no/such/inventory: no such file or directory")
+    assert (code, err.splitlines()[1]) == (2, "inventory /no/such/inventory: no such file or directory; fix: pass -i "
+                                              "with the folder or file of your inventory (e.g. one written by "
+                                              "`dsv4deploy init DIR`)")
 
 
 def test_bad_input_through_the_console_script_has_no_traceback() -> None:

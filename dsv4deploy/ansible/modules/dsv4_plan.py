@@ -62,6 +62,13 @@ options:
     default: ""
     description:
       - Suites to run on each side (with O(derive)), a list or comma-separated - C(smoke), C(needle), C(soak).
+  secrets:
+    type: bool
+    default: false
+    description:
+      - Set O(fact) to the secret env files of every play host instead of the plan - per host, absolute path
+        to content (values of env variables named like C(*TOKEN*), C(*SECRET*), C(*KEY*), C(*PASSWORD*), or
+        listed in C(secret_env)). Use it only in a task with C(no_log) (the dsv4_release role does).
 extends_documentation_fragment:
   - dsv4deploy.action
   - dsv4deploy.controller

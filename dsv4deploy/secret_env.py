@@ -1,0 +1,85 @@
+"""Secret environment values (an HF_TOKEN, say): kept out of every rendered file, plan and report.
+
+A value is secret when its name matches SECRET_NAME (TOKEN, SECRET, KEY, PASSWORD, PASSWD,
+CREDENTIAL, anywhere in the name, any case) or is listed in the spec's `secret_env`. Secret values go
+to one env file per service, `<install_root>/secrets/<service>.env` (mode 0600, the service user's),
+written by the playbook with no_log and no diff; the systemd unit reads it with `EnvironmentFile=`,
+the supervisord serve script sources it. Everything else that shows the spec (`spec.json`, the
+plan, `dsv4deploy plan`, `--diff`, the report) carries only `redacted(value)`: a short digest, so a
+changed secret still changes the release (and restarts its servers) without showing the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+SECRETS_DIR = "secrets"
+REDACTED_PREFIX = "<secret sha256:"
+
+
+def is_secret(name: str, listed: Iterable[str] = ()) -> bool:
+    """Whether the environment variable `name` holds a secret (by name, or listed in secret_env)."""
+    return bool(SECRET_NAME.search(name)) or name in set(listed)
+
+
+def redacted(value: str) -> str:
+    """What is shown instead of a secret value: 12 hex of its sha256 (tells a change, not the value)."""
+    if value.startswith(REDACTED_PREFIX):
+        return value  # already redacted (a release's spec.json read back)
+    return f"{REDACTED_PREFIX}{hashlib.sha256(value.encode()).hexdigest()[:12]}>"
+
+
+def split(env: Mapping[str, str], listed: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """`env` as (plain, secret) mappings, both sorted by name."""
+    listed = set(listed)
+    plain = {k: v for k, v in sorted(env.items()) if not is_secret(k, listed)}
+    secret = {k: v for k, v in sorted(env.items()) if is_secret(k, listed)}
+    return plain, secret
+
+
+def file_path(install_root: str, service: str) -> str:
+    """Where a service's secret env file lives on its host."""
+    return f"{install_root}/{SECRETS_DIR}/{service}.env"
+
+
+def _double_quoted(value: str) -> str:
+    # Read the same by bash (`.`) and systemd's EnvironmentFile=: inside "...", a backslash escapes
+    # exactly " \\ ` $ in both.
+    return '"' + re.sub(r'(["\\`$])', r"\\\1", value) + '"'
+
+
+def file_content(secret: Mapping[str, str]) -> str:
+    """The env file for `secret`: one NAME="value" line each (values have no control characters)."""
+    return "".join(f"{name}={_double_quoted(value)}\n" for name, value in sorted(secret.items()))
+
+
+def digest(secret: Mapping[str, str]) -> str:
+    """12 hex identifying the secret values of a service (written into its serve script)."""
+    return hashlib.sha256(file_content(secret).encode()).hexdigest()[:12]
+
+
+def redact_env(env: Mapping[str, Any], listed: Iterable[str]) -> dict[str, Any]:
+    """`env` with every secret value redacted."""
+    listed = set(listed)
+    return {k: redacted(str(v)) if is_secret(k, listed) else v for k, v in env.items()}
+
+
+def redact_spec(data: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment's `model_dump(mode="json")` with every secret env value redacted (a new mapping)."""
+    listed = data.get("secret_env") or []
+    out = dict(data)
+    for key in ("server_env", "server_env_extra"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = redact_env(out[key], listed)
+    if isinstance(out.get("server_env_extra_by_role"), Mapping):
+        out["server_env_extra_by_role"] = {r: redact_env(e, listed) for r, e in out["server_env_extra_by_role"].items()}
+    for role in ("prefill", "decode"):
+        out[role] = [{**w, "env": redact_env(w.get("env") or {}, listed)} for w in out.get(role) or []]
+    for role in ("combined", "router"):
+        if isinstance(out.get(role), Mapping):
+            out[role] = {**out[role], "env": redact_env(out[role].get("env") or {}, listed)}
+    return out
