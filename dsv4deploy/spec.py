@@ -339,12 +339,39 @@ def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> P
         return Problem(field=field, host=host, message=f"{err.get('input')!r} is outside (0, 1)",
                        fix="use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)")
     if isinstance(err.get("input"), str) and kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
-        # `-e decode=[...]` gives Ansible a string; structured values need a JSON/YAML -e.
+        # `-e decode=[...]` gives Ansible a string; structured values need a JSON/YAML -e, and -e
+        # replaces a whole top-level variable (there is no -e for a field inside one).
+        top = str(loc[0]) if loc[0] != "hosts" else field
+        example = _list_example(err["input"]) if kind == "list_type" else None
+        shape = f"as a list such as {example}" if example else "as YAML"
+        how = (f"or on the command line as JSON: -e '{{\"{top}\": ...}}'" if top == field else
+               f"on the command line -e replaces the whole {top}, as JSON: -e '{{\"{top}\": ...}}'")
         return Problem(field=field, host=host, message=f"{err['msg']} (got the string {err['input']!r})",
-                       fix=f"give {field} as YAML in the inventory, or on the command line as JSON: "
-                           f"-e '{{\"{field}\": ...}}' (key=value always gives a string)")
+                       fix=f"give {field} {shape} in the inventory, {how} (key=value always gives a string)")
+    if kind == "literal_error":
+        return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
+                       fix=f"set {field} to {_literal_choices(err)}")
     return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
                    fix=f"correct {field}")
+
+
+def _literal_choices(err: Mapping[str, Any]) -> str:
+    """The allowed values of a Literal field, with a note when only the case was wrong."""
+    choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+    given = err.get("input")
+    text = " or ".join(choices) or "an allowed value"
+    if isinstance(given, str) and given.lower() in choices and given not in choices:
+        return f"{text} (lower case: {given.lower()})"
+    return f"{text} (exactly, lower case)" if choices and all(c == c.lower() for c in choices) else text
+
+
+def _list_example(text: str) -> str | None:
+    """`[4, 5, 6, 7]` for a range written as "4-7" (or "4,5,6,7"); None when it is not one."""
+    span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
+    if span and int(span[1]) <= int(span[2]) < int(span[1]) + 64:
+        return str(list(range(int(span[1]), int(span[2]) + 1)))
+    parts = [p.strip() for p in text.strip("[] ").split(",")]
+    return f"[{', '.join(parts)}]" if len(parts) > 1 and all(p.isdigit() for p in parts) else None
 
 
 def _field_path(loc: Iterable[Any]) -> str:
@@ -456,7 +483,7 @@ def _check_tp(spec: Deployment) -> list[Problem]:
         if len(w.gpus) != w.tp_size:
             out.append(Problem(field=f"{path}.tp_size", host=w.host,
                                message=f"tp_size {w.tp_size} does not match {len(w.gpus)} GPUs {w.gpus}",
-                               fix=f"set tp_size: {len(w.gpus)} or list {w.tp_size} GPUs"))
+                               fix=_tp_fix(w.tp_size, list(w.gpus))))
         if len(set(w.gpus)) != len(w.gpus):
             out.append(Problem(field=f"{path}.gpus", host=w.host, message=f"GPU list {w.gpus} repeats a GPU",
                                fix="list each GPU once"))
@@ -468,6 +495,18 @@ def _check_tp(spec: Deployment) -> list[Problem]:
                                        f"{f'{count}: 0-{count - 1}' if count else 'none'})",
                                fix="use GPU indices the host has, or set gpu_count for the host"))
     return out
+
+
+# Tensor-parallel sizes a model splits over: its attention heads divide by them (powers of two).
+TP_SIZES = (1, 2, 4, 8, 16)
+
+
+def _tp_fix(tp_size: int, gpus: list[int]) -> str:
+    """How to make tp_size and the GPU list agree, never suggesting a tp size no model splits over."""
+    listed = f"list {tp_size} GPUs (e.g. {gpus[:tp_size]})" if tp_size <= len(gpus) else f"list {tp_size} GPUs"
+    if len(gpus) in TP_SIZES:
+        return f"set tp_size: {len(gpus)} or {listed}"
+    return f"{listed}; tp_size is one of {', '.join(map(str, TP_SIZES))} (the model's heads split evenly)"
 
 
 def _check_gpus(spec: Deployment) -> list[Problem]:

@@ -167,9 +167,9 @@ def misspelt(origins: Mapping[str, list[str]], allowed: Iterable[str] = (),
         if meant is None:
             continue
         where = ", ".join(origins[name]) or "the inventory"
-        out.append(Problem(field=name, message=f"unknown variable (set in {where}); did you mean {meant}?",
-                           fix=f"rename it to {meant}, or, if it is the inventory's own variable, list it in "
-                               f"{ALLOW_VAR}"))
+        out.append(Problem(field=name, message=f"is not a variable dsv4deploy reads (set in {where})",
+                           fix=f"did you mean {meant}? rename it to {meant}, or, if it is the inventory's own "
+                               f"variable, list it in {ALLOW_VAR}"))
     return out
 
 

@@ -121,7 +121,8 @@ def test_bad_input_through_the_console_script_has_no_traceback() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[1:] == [
-        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: correct topology"]
+        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: set topology to pd or combined "
+        "(exactly, lower case)"]
 
 
 @pytest.mark.parametrize("name", ["pd-single-host", "1p1d-three-hosts", "2p1d"])
