@@ -44,11 +44,28 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
         **_targets(spec, defs),
+        # The experiment's switches on top of the inventory's env (the report lists them).
+        "env_switches": env_switches(spec),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
         # Secret env values only as digests: the plan is a fact, shown at -v and handed to the report.
         "spec": secret_env.redact_spec(spec.model_dump(mode="json")),
     }
+
+
+ALL_SERVERS = "all servers"
+
+
+def env_switches(spec: Deployment) -> dict[str, dict[str, str]]:
+    """server_env_extra (as "all servers") and server_env_extra_by_role, secret values redacted."""
+    out = {ALL_SERVERS: spec.server_env_extra} if spec.server_env_extra else {}
+    out.update({role: env for role, env in sorted(spec.server_env_extra_by_role.items()) if env})
+    return {who: secret_env.redact_env(dict(sorted(env.items())), spec.secret_env) for who, env in out.items()}
+
+
+def env_switch_lines(switches: dict[str, dict[str, str]]) -> list[str]:
+    """One line per role: `decode: SGLANG_X=1, SGLANG_Y=0`."""
+    return [f"{who}: {', '.join(f'{k}={v}' for k, v in env.items())}" for who, env in switches.items()]
 
 
 def secret_files(spec: Deployment, play_hosts: list[str]) -> dict[str, dict[str, str]]:

@@ -348,6 +348,10 @@ def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> P
                f"on the command line -e replaces the whole {top}, as JSON: -e '{{\"{top}\": ...}}'")
         return Problem(field=field, host=host, message=f"{err['msg']} (got the string {err['input']!r})",
                        fix=f"give {field} {shape} in the inventory, {how} (key=value always gives a string)")
+    if kind == "literal_error" and loc[-1] == "[key]":  # a mapping key, e.g. server_env_extra_by_role.docode
+        field = _field_path(loc[:-1])
+        return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
+                       fix=f"use one of {_literal_choices(err)} as the key")
     if kind == "literal_error":
         return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
                        fix=f"set {field} to {_literal_choices(err)}")

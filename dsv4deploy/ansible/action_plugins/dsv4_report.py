@@ -53,6 +53,8 @@ class ActionModule(ActionBase):
             metadata={
                 "gate_phases": [g.get("phase", "deploy") for g in args.get("gates") or []],
                 "memory": plan.get("memory", []),
+                # An experiment's env switches on top of the inventory's (server_env_extra...).
+                "env_switches": plan.get("env_switches", {}),
             },
         )
         # A failure outside the gates (preflight, switchover) is named by the stage it happened in.
