@@ -76,6 +76,57 @@ def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, fie
     assert host.pids() == pids
 
 
+# Issue #23 items 1, 10, 13 and 14 through the playbook: (extra vars, what the refusal must say).
+MESSAGE_CASES = [
+    ({"index_top_k": 1024},
+     "index_top_k: is not a variable dsv4deploy reads (set in -e); fix: did you mean index_topk?"),
+    ({"sever_env": {}}, "sever_env: is not a variable dsv4deploy reads (set in -e); fix: did you mean server_env?"),
+    ({"sglang_versoin": "0.5.18"}, "fix: did you mean sglang_version?"),
+    ({"api_key": {"vault_var": "dsv4_key_nobody_set"}},
+     "api_key.vault_var: the variable 'dsv4_key_nobody_set' is not defined in the inventory or -e"),
+    ({"server_env": {"SGLANG_DSV4_BF16_INDEX_K": "1"}},
+     "server_env: -e server_env replaces the inventory's server_env"),
+    ({"topology": "PD"}, "fix: set topology to pd or combined (lower case: pd)"),
+    ({"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}, "server_env_extra.HF_TOKEN: a secret value contains a control"),
+    ({"server_env_extra_by_role": {"docode": {"X": "1"}}}, "server_env_extra_by_role.docode: Input should be"),
+    ({"server_env_extra": {f"X;touch {CANARY}": "1"}}, "server_env_extra: 'X;touch"),
+]
+
+
+@pytest.mark.parametrize(("extra", "says"), MESSAGE_CASES, ids=[json.dumps(e)[:40] for e, _ in MESSAGE_CASES])
+def test_typos_and_bad_switches_are_refused_before_any_host_write(serving: SimHost, extra: dict, says: str) -> None:
+    host = serving
+    CANARY.unlink(missing_ok=True)
+    before, pids = snapshot(host.install_root), host.pids()
+    proc = host.playbook("deploy.yml", "-e", json.dumps(extra), *GRID)
+    assert proc.returncode != 0
+    assert "the deployment spec is invalid; nothing was changed" in proc.stdout
+    assert says in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not CANARY.exists()
+    assert snapshot(host.install_root) == before  # no release written (the vault_var case wrote one before)
+    assert host.pids() == pids
+
+
+def test_a_misspelt_variable_in_group_vars_is_named_with_its_file(serving: SimHost) -> None:
+    host = serving
+    typo = host.inventory / "group_vars" / "all" / "experiment.yml"
+    typo.write_text("index_top_k: 1024\n")
+    try:
+        before = snapshot(host.install_root)
+        proc = host.playbook("deploy.yml", *GRID)
+        assert proc.returncode != 0
+        assert f"index_top_k: is not a variable dsv4deploy reads (set in {typo}); fix: did you mean index_topk?" \
+            in proc.stdout, proc.stdout[-3000:]
+        assert snapshot(host.install_root) == before
+        # The inventory may keep a name of its own that only looks like ours.
+        typo.write_text("index_top_k: 1024\ndsv4_allow_vars: [index_top_k]\n")
+        proc = host.playbook("deploy.yml", *GRID)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    finally:
+        typo.unlink()
+
+
 def test_purge_takes_the_lock_and_removes_only_what_dsv4deploy_created(serving: SimHost) -> None:
     host = serving
     keep = host.install_root / "models" / "weights.bin"
