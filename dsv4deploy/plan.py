@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from dsv4deploy import access, memory, render, secret_env, services
-from dsv4deploy.spec import Deployment, SpecError
+from dsv4deploy.spec import Deployment, Problem, SpecError
 
 
 def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
@@ -68,9 +68,23 @@ def env_switch_lines(switches: dict[str, dict[str, str]]) -> list[str]:
     return [f"{who}: {', '.join(f'{k}={v}' for k, v in env.items())}" for who, env in switches.items()]
 
 
-def secret_files(spec: Deployment, play_hosts: list[str]) -> dict[str, dict[str, str]]:
-    """Per play host, its services' secret env files (absolute path -> content); for a no_log task only."""
-    return {name: services.secret_env_files(spec, name) for name in play_hosts if name in spec.hosts}
+def secret_files(spec: Deployment, play_hosts: list[str], planned: dict[str, Any] | None = None,
+                 ) -> dict[str, dict[str, str]]:
+    """Per play host, its services' secret env files (absolute path -> content); for a no_log task only.
+
+    `spec` is the inventory's. `planned` is the (redacted) spec of the plan being installed when it is
+    not the inventory's own, e.g. the isolation twin derived from a release's spec.json: its secrets
+    are taken from `spec` by digest, and SpecError names any the inventory no longer has.
+    """
+    target = spec
+    if planned is not None:
+        data, missing = secret_env.unredact_spec(planned, spec.model_dump(mode="json"))
+        if missing:
+            raise SpecError([Problem(field="server_env", message=f"the secret values of {', '.join(missing)} in "
+                                                                 "this release differ from the inventory's",
+                                     fix="deploy with the inventory's secrets first (playbooks/deploy.yml)")])
+        target = Deployment.model_validate(data)
+    return {name: services.secret_env_files(target, name) for name in play_hosts if name in target.hosts}
 
 
 def host_layouts(spec: Deployment, play_hosts: list[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -68,18 +68,51 @@ def redact_env(env: Mapping[str, Any], listed: Iterable[str]) -> dict[str, Any]:
     return {k: redacted(str(v)) if is_secret(k, listed) else v for k, v in env.items()}
 
 
-def redact_spec(data: dict[str, Any]) -> dict[str, Any]:
-    """A Deployment's `model_dump(mode="json")` with every secret env value redacted (a new mapping)."""
-    listed = data.get("secret_env") or []
+def _map_env(data: Mapping[str, Any], change: Callable[[Mapping[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """A Deployment dump with `change` applied to every env mapping in it (a new mapping)."""
     out = dict(data)
     for key in ("server_env", "server_env_extra"):
         if isinstance(out.get(key), Mapping):
-            out[key] = redact_env(out[key], listed)
+            out[key] = change(out[key])
     if isinstance(out.get("server_env_extra_by_role"), Mapping):
-        out["server_env_extra_by_role"] = {r: redact_env(e, listed) for r, e in out["server_env_extra_by_role"].items()}
+        out["server_env_extra_by_role"] = {r: change(e) for r, e in out["server_env_extra_by_role"].items()}
     for role in ("prefill", "decode"):
-        out[role] = [{**w, "env": redact_env(w.get("env") or {}, listed)} for w in out.get(role) or []]
+        out[role] = [{**w, "env": change(w.get("env") or {})} for w in out.get(role) or []]
     for role in ("combined", "router"):
         if isinstance(out.get(role), Mapping):
-            out[role] = {**out[role], "env": redact_env(out[role].get("env") or {}, listed)}
+            out[role] = {**out[role], "env": change(out[role].get("env") or {})}
     return out
+
+
+def redact_spec(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A Deployment's `model_dump(mode="json")` with every secret env value redacted (a new mapping)."""
+    listed = data.get("secret_env") or []
+    return _map_env(data, lambda env: redact_env(env, listed))
+
+
+def unredact_spec(data: Mapping[str, Any], source: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`data` (a redacted dump, e.g. a release's spec.json or a plan derived from it) with each redacted
+    secret replaced by the value in `source` (the inventory's dump) that has that digest, and the names
+    of those no value of `source` matches (changed since the release was made)."""
+    values: dict[str, str] = {}
+    listed = source.get("secret_env") or []
+
+    def collect(env: Mapping[str, Any]) -> dict[str, Any]:
+        values.update({redacted(str(v)): str(v) for k, v in env.items() if is_secret(k, listed)})
+        return dict(env)
+
+    _map_env(source, collect)
+    missing: list[str] = []
+
+    def restore(env: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for k, v in env.items():
+            if isinstance(v, str) and v.startswith(REDACTED_PREFIX):
+                if v not in values:
+                    missing.append(k)
+                out[k] = values.get(v, v)
+            else:
+                out[k] = v
+        return out
+
+    return _map_env(data, restore), sorted(set(missing))

@@ -34,6 +34,20 @@ CASES = [
     ("api_key.file", {"api_key": {"file": f"key; touch {CANARY}"}}),
     ("router.extra_args", {"router": {"host": "local", "extra_args": ["--api-key=sk-inline"]}}),
     ("server_env", {"server_env": {f"X;touch {CANARY}": "1"}}),
+    # Issue #23 items 1, 10, 13 and 14: what the refusal must say.
+    ("index_top_k: is not a variable dsv4deploy reads (set in -e); fix: did you mean index_topk?",
+     {"index_top_k": 1024}),
+    ("sever_env: is not a variable dsv4deploy reads (set in -e); fix: did you mean server_env?", {"sever_env": {}}),
+    ("fix: did you mean sglang_version?", {"sglang_versoin": "0.5.18"}),
+    # before, this one passed validation and failed at preflight after writing the release
+    ("api_key.vault_var: the variable 'dsv4_key_nobody_set' is not defined in the inventory or -e",
+     {"api_key": {"vault_var": "dsv4_key_nobody_set"}}),
+    ("server_env: -e server_env replaces the inventory's server_env",
+     {"server_env": {"SGLANG_DSV4_BF16_INDEX_K": "1"}}),
+    ("fix: set topology to pd or combined (lower case: pd)", {"topology": "PD"}),
+    ("server_env_extra.HF_TOKEN: a secret value contains a control", {"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}),
+    ("server_env_extra_by_role.docode: Input should be", {"server_env_extra_by_role": {"docode": {"X": "1"}}}),
+    ("server_env_extra: 'X;touch", {"server_env_extra": {f"X;touch {CANARY}": "1"}}),
 ]
 
 
@@ -61,7 +75,7 @@ def serving(sim_host: SimHost) -> SimHost:
     return sim_host
 
 
-@pytest.mark.parametrize(("field", "extra"), CASES, ids=[f"{f}={json.dumps(e)[:40]}" for f, e in CASES])
+@pytest.mark.parametrize(("field", "extra"), CASES, ids=[f"{f[:30]}={json.dumps(e)[:40]}" for f, e in CASES])
 def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, field: str, extra: dict) -> None:
     host = serving
     CANARY.unlink(missing_ok=True)
@@ -73,38 +87,6 @@ def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, fie
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not CANARY.exists(), "a hostile value was executed"
     assert snapshot(host.install_root) == before
-    assert host.pids() == pids
-
-
-# Issue #23 items 1, 10, 13 and 14 through the playbook: (extra vars, what the refusal must say).
-MESSAGE_CASES = [
-    ({"index_top_k": 1024},
-     "index_top_k: is not a variable dsv4deploy reads (set in -e); fix: did you mean index_topk?"),
-    ({"sever_env": {}}, "sever_env: is not a variable dsv4deploy reads (set in -e); fix: did you mean server_env?"),
-    ({"sglang_versoin": "0.5.18"}, "fix: did you mean sglang_version?"),
-    ({"api_key": {"vault_var": "dsv4_key_nobody_set"}},
-     "api_key.vault_var: the variable 'dsv4_key_nobody_set' is not defined in the inventory or -e"),
-    ({"server_env": {"SGLANG_DSV4_BF16_INDEX_K": "1"}},
-     "server_env: -e server_env replaces the inventory's server_env"),
-    ({"topology": "PD"}, "fix: set topology to pd or combined (lower case: pd)"),
-    ({"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}, "server_env_extra.HF_TOKEN: a secret value contains a control"),
-    ({"server_env_extra_by_role": {"docode": {"X": "1"}}}, "server_env_extra_by_role.docode: Input should be"),
-    ({"server_env_extra": {f"X;touch {CANARY}": "1"}}, "server_env_extra: 'X;touch"),
-]
-
-
-@pytest.mark.parametrize(("extra", "says"), MESSAGE_CASES, ids=[json.dumps(e)[:40] for e, _ in MESSAGE_CASES])
-def test_typos_and_bad_switches_are_refused_before_any_host_write(serving: SimHost, extra: dict, says: str) -> None:
-    host = serving
-    CANARY.unlink(missing_ok=True)
-    before, pids = snapshot(host.install_root), host.pids()
-    proc = host.playbook("deploy.yml", "-e", json.dumps(extra), *GRID)
-    assert proc.returncode != 0
-    assert "the deployment spec is invalid; nothing was changed" in proc.stdout
-    assert says in proc.stdout, proc.stdout[-3000:]
-    assert "Traceback" not in proc.stdout + proc.stderr
-    assert not CANARY.exists()
-    assert snapshot(host.install_root) == before  # no release written (the vault_var case wrote one before)
     assert host.pids() == pids
 
 

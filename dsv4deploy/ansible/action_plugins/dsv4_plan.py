@@ -30,6 +30,8 @@ ARGUMENT_SPEC = {
     "suite": {"type": "raw", "default": ""},
     # secrets=true: only the secret env files per host (dsv4deploy.secret_env), for a no_log task.
     "secrets": {"type": "bool", "default": False},
+    # with secrets: the plan being installed, when it is not the inventory's own (the isolation twin).
+    "planned_spec": {"type": "raw"},
 }
 
 
@@ -71,7 +73,8 @@ class ActionModule(ActionBase):
             if problems:
                 raise SpecError(problems)
             if args["secrets"]:
-                result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts)})
+                planned = args.get("planned_spec") or None
+                result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
                 return result
             plan = make_plan(spec, play_hosts)
         except SpecError as exc:

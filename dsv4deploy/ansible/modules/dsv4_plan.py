@@ -69,6 +69,11 @@ options:
       - Set O(fact) to the secret env files of every play host instead of the plan - per host, absolute path
         to content (values of env variables named like C(*TOKEN*), C(*SECRET*), C(*KEY*), C(*PASSWORD*), or
         listed in C(secret_env)). Use it only in a task with C(no_log) (the dsv4_release role does).
+  planned_spec:
+    type: raw
+    description:
+      - With O(secrets), the (redacted) C(spec) of the plan being installed when it is not the inventory's own,
+        such as the combined twin of isolate.yml; its secret values are taken from the inventory by digest.
 extends_documentation_fragment:
   - dsv4deploy.action
   - dsv4deploy.controller
