@@ -342,3 +342,15 @@ def test_gate_unknown_name_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]
         cli.main(["gate", "latency", "--url", "http://127.0.0.1:1"])
     assert exc.value.code == 2
     assert "invalid choice: 'latency'" in capsys.readouterr().err
+
+
+def test_a_vault_var_nobody_defines_fails_validation_not_the_deploy(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue #23 item 10: it passed validate, and the deploy then failed after writing the release.
+    code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", '{"api_key": {"vault_var": "vault_dsv4_key"}}')
+    assert (code, err.splitlines()[1:]) == (2, [
+        "api_key.vault_var: the variable 'vault_dsv4_key' is not defined in the inventory or -e; fix: define "
+        "vault_dsv4_key (e.g. ansible-vault encrypt_string --name vault_dsv4_key, into group_vars), or use "
+        "api_key: {file: PATH}"])
+    code, _, _ = run(capsys, "validate", "-i", LOCAL, "-e", '{"api_key": {"vault_var": "vault_dsv4_key"}}',
+                     "-e", "vault_dsv4_key=sk-1")
+    assert code == 0
