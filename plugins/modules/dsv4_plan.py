@@ -75,8 +75,8 @@ options:
       - With O(secrets), the (redacted) C(spec) of the plan being installed when it is not the inventory's own,
         such as the combined twin of isolate.yml; its secret values are taken from the inventory by digest.
 extends_documentation_fragment:
-  - dsv4deploy.action
-  - dsv4deploy.controller
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: full

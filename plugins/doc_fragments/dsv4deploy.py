@@ -1,0 +1,85 @@
+"""Documentation shared by dsv4deploy's modules and action plugins (ansible-doc merges it in).
+
+A module names these by their FQCN, `dsv4.deploy.dsv4deploy.<FRAGMENT>`, in
+`extends_documentation_fragment`: a clone finds them through its collections path, the wheel and the
+tarball as they are. A module's own entry for an attribute wins over a fragment's.
+"""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """The shared blocks: ACTION, CONTROLLER, READ_ONLY, POSIX and SERVICE_MANAGER."""
+
+    # An action plugin that runs dsv4deploy's Python core on the controller.
+    ACTION = r"""
+attributes:
+  action:
+    support: full
+    description: Runs on the controller as an action plugin.
+notes:
+  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
+"""
+
+    # Works on the controller only.
+    CONTROLLER = r"""
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: The controller.
+"""
+
+    # Reads and changes nothing, on any host with Python 3.
+    READ_ONLY = r"""
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Nothing is changed.
+  platform:
+    support: full
+    platforms: posix
+    description: Any host with Python 3.
+"""
+
+    # Any POSIX host (a module that changes files there).
+    POSIX = r"""
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX host.
+"""
+
+    # A module that reaches the service manager of an install root (plugins/module_utils/managers.py).
+    SERVICE_MANAGER = r"""
+options:
+  manager:
+    type: str
+    choices: [systemd, supervisor]
+    required: true
+    description:
+      - Service manager.
+  install_root:
+    type: path
+    required: true
+    description:
+      - Root of the releases on this host.
+  unit_dir:
+    type: path
+    default: /etc/systemd/system
+    description:
+      - Where systemd units are installed.
+  supervisor_bin_dir:
+    type: path
+    description:
+      - Folder holding C(supervisord) and C(supervisorctl) (default the PATH).
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host with systemd, or with supervisor installed.
+"""

@@ -1,0 +1,292 @@
+#!/usr/bin/python
+"""Put the services of the active release into the state asked for, under systemd or supervisord."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_services
+short_description: Install, start, stop or remove dsv4deploy services under systemd or supervisord
+description:
+  - The services are those of the active release C(install_root/current) (its C(bin/serve-NAME.sh)).
+  - O(state=installed) makes the service manager see the active release's units or programs (systemd
+    units copied to O(unit_dir), a daemon-reload and enabled at boot; supervisord started under the install
+    root with its socket there, then its programs reread and updated).
+  - O(state=started) first does what O(state=installed) does, then starts O(names) all at once (the
+    service manager's own ordering still applies) and returns as soon as they are started, without a
+    start wait. It fails only when the service manager refuses a start (a missing or non-executable
+    script; under systemd a unit that cannot be executed, with systemd's reason from the journal).
+    A service that exits later is caught by the readiness wait (M(dsv4.deploy.dsv4_worker_check),
+    O(dsv4.deploy.dsv4_worker_check#module:mode=watch)).
+  - O(state=stopped) stops O(names) (default all of ours) in the order given, else in drain order -
+    routers first (a router stops taking new requests and lets those in flight finish within its stop
+    timeout, the drain deadline), then decode workers, then prefill workers and the combined server (a
+    decode still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
+  - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
+    supervisord; the releases stay.
+  - Status and logs are M(dsv4.deploy.dsv4_services_info)'s.
+options:
+  state:
+    type: str
+    choices: [installed, started, stopped, removed]
+    required: true
+    description:
+      - The state to put the services in.
+  names:
+    type: list
+    elements: str
+    description:
+      - Services to act on, in order (default all of the active release's).
+  only:
+    type: str
+    choices: [all, router, workers, decode, prefill]
+    default: all
+    description:
+      - Narrow O(names) by kind. V(decode) is the decode workers; V(prefill) the other workers (prefill
+        and the combined server).
+  lock:
+    type: dict
+    description:
+      - The deploy lock this run holds, to record its phase in (as M(dsv4.deploy.dsv4_lock) O(state=phase) does)
+        with the work of this call rather than in a module run of its own - C(path), C(run_id), C(target),
+        C(before) (the phase recorded before acting) and C(after) (the phase recorded once done). A lock
+        this run no longer holds fails the call before anything is done. Nothing is written in check mode.
+  enabled:
+    type: bool
+    description:
+      - With O(state=stopped) and systemd, also disable (V(false)) the stopped units at boot, so a reboot
+        does not start a deployment that was stopped on purpose. O(state=installed) always enables the
+        active release's units.
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.service_manager
+attributes:
+  check_mode:
+    support: full
+    description: Says what would be installed, started, stopped or removed (RV(would)); touches no service
+      and writes no lock phase.
+  diff_mode:
+    support: none
+    description: Services have no file content to diff (the release's files are diffed by M(dsv4.deploy.dsv4_release)).
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Stop the router first
+  dsv4.deploy.dsv4_services:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    state: stopped
+    only: router
+
+- name: Start the workers of the active release
+  dsv4.deploy.dsv4_services:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    state: started
+    only: workers
+  register: started
+"""
+
+RETURN = r"""
+would:
+  description: In check mode, each step a real run would take, in words (empty when nothing would change).
+  returned: check mode
+  type: list
+  elements: str
+started:
+  description: Services started, in order (in check mode, those that would be).
+  returned: O(state=started)
+  type: list
+  elements: str
+stopped:
+  description: Services stopped, in order (in check mode, those that would be).
+  returned: O(state=stopped) and O(state=removed)
+  type: list
+  elements: str
+stop_seconds:
+  description: How long each service took to stop.
+  returned: O(state=stopped) and O(state=removed)
+  type: dict
+log_offsets:
+  description: Byte offset of each started service's log at its start (supervisord), for
+    M(dsv4.deploy.dsv4_services_info) O(dsv4.deploy.dsv4_services_info#module:log_offsets).
+  returned: O(state=started)
+  type: dict
+invocations:
+  description: systemd invocation id of each started service, for M(dsv4.deploy.dsv4_services_info).
+  returned: O(state=started)
+  type: dict
+programs:
+  description: Each service's life right after the start (state, pid, start time or invocation, restarts),
+    for the readiness wait's O(dsv4.deploy.dsv4_worker_check#module:services) C(since).
+  returned: O(state=started)
+  type: dict
+"""
+
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem, select
+from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, Manager, open_manager
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, started
+from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
+from ansible_collections.dsv4.deploy.plugins.module_utils.systemd import start_failure_reason
+from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact, tail
+
+
+class Refused(Exception):
+    """The call cannot do what it was asked; `extra` goes into the failed result."""
+
+    def __init__(self, msg: str, **extra: object) -> None:
+        super().__init__(msg)
+        self.extra = extra
+
+
+def pending_install(mgr: Manager) -> list[str]:
+    """What state=installed would do now, in words."""
+    return mgr.pending()
+
+
+def install(mgr: Manager) -> bool:
+    """The service manager sees the active release's units or programs; True when anything changed."""
+    if isinstance(mgr, Supervisor):
+        changed = mgr.ensure()
+        return mgr.reload() or changed
+    return mgr.install()
+
+
+def stop(mgr: Manager, names: list[str], state: str, enabled: bool | None, check: bool) -> dict:
+    """Stop `names` in order (then disable, or remove everything, as `state` and `enabled` say)."""
+    active = [n for n in names if mgr.status(n)["active"]] if not _no_supervisord(mgr) else []
+    is_sup = isinstance(mgr, Supervisor)
+    if check:
+        would = [f"stop {n}" for n in active]
+        if state == "stopped" and enabled is False and not is_sup:
+            would += [f"disable {u}" for u in mgr.to_enable(names, False)]
+        if state == "removed":
+            if is_sup and mgr.running():
+                would.append("shut down supervisord")
+            elif not is_sup:
+                would += [f"disable and remove {mgr.unit_dir}/{u}" for u in mgr.removable()]
+        return {"changed": bool(would), "would": would, "stopped": active, "stop_seconds": {}}
+    stopped, seconds = [], {}
+    for name in active:
+        # Blocks until the process has exited: for a router, until its in-flight requests are done.
+        t0 = time.monotonic()
+        ok, text = mgr.stop(name)
+        seconds[name] = round(time.monotonic() - t0, 2)
+        if not ok:
+            raise Refused(f"could not stop {name}: {text}", stopped=stopped)
+        stopped.append(name)
+    changed = False
+    if state == "stopped" and enabled is False and not is_sup:
+        changed = mgr.set_enabled(names, False)
+    if state == "removed":
+        changed = (mgr.running() and mgr.shutdown()) if is_sup else mgr.remove()
+    return {"changed": bool(stopped) or changed, "stopped": stopped, "stop_seconds": seconds}
+
+
+def _no_supervisord(mgr: Manager) -> bool:
+    """No supervisord of ours runs here (never set up, or shut down): none of its programs can run."""
+    return isinstance(mgr, Supervisor) and (not os.path.exists(mgr.conf) or not mgr.running())
+
+
+def start(mgr: Manager, names: list[str], check: bool) -> dict:
+    """Install, then start every one of `names` not running yet, at once and with no start wait; a start
+    the service manager refuses fails, with its log (a program exiting later is the readiness wait's)."""
+    is_sup = isinstance(mgr, Supervisor)
+    if check:
+        would = pending_install(mgr)
+        todo = names if (is_sup and not mgr.running()) else [n for n in names if not started(mgr.status(n))]
+        would += [f"start {n}" for n in todo]
+        return {"changed": bool(would), "would": would, "started": todo}
+    installed = install(mgr)
+    todo = [n for n in names if not started(mgr.status(n))]
+    offsets: dict[str, int] = {}
+    for name in todo if is_sup else []:
+        path = mgr.log_path(name)
+        offsets[name] = os.path.getsize(path) if os.path.exists(path) else 0
+    cursor, since = "" if is_sup else mgr.cursor(), time.time()
+    errors = mgr.start_all(todo)
+    if errors:
+        msg, journal = _start_failures(mgr, errors, offsets, cursor, since)
+        raise Refused(msg, started=[n for n in todo if n not in errors], log_offsets=offsets, journal=journal)
+    lives = mgr.lives(names)
+    invocations = {} if is_sup else {n: lives[n]["invocation"] for n in todo}
+    return {"changed": bool(todo) or installed, "started": todo, "log_offsets": offsets, "invocations": invocations,
+            "programs": lives, "started_at": time.time()}
+
+
+def _start_failures(mgr: Manager, errors: dict[str, str], offsets: dict[str, int], cursor: str,
+                    since: float) -> tuple[str, list[str]]:
+    """One paragraph per refused start (the manager's reason first, then the end of its log) and systemd's
+    journal lines; each refused program is stopped (its manager must not keep retrying a server that
+    cannot start)."""
+    is_sup = isinstance(mgr, Supervisor)
+    lines, journal = [], []
+    for name in errors:
+        after = mgr.status(name)
+        if is_sup:
+            log, reason = redact(read_from(mgr.log_path(name), offsets.get(name, 0))), ""
+        else:
+            entries = [redact(line) for line in mgr.journal_since(name, cursor, since)]
+            log, reason = "\n".join(entries), start_failure_reason(entries)
+            journal += entries[-40:]
+        # systemd's reason first (the one-line summary of a failed deploy keeps the head).
+        lines.append(f"{name} did not start ({after['state']}): "
+                     f"{reason or errors.get(name) or after.get('detail', '')}\n"
+                     f"--- {'last log lines' if is_sup else 'journal since this start'} ---\n"
+                     f"{tail(log, lines=20)}")
+    for name in errors:
+        mgr.stop(name)
+    return "\n".join(lines), journal[-40:]
+
+
+def _record(lock: dict | None, key: str) -> None:
+    """Record the lock's `before` or `after` phase, when the task gave one."""
+    if lock and lock.get(key):
+        deploy_lock.record_phase(lock["path"], lock["run_id"], lock[key], lock.get("target", ""))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            **MANAGER_OPTIONS,
+            "state": {"type": "str", "choices": ["installed", "started", "stopped", "removed"], "required": True},
+            "names": {"type": "list", "elements": "str"},
+            "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
+            "enabled": {"type": "bool"},
+            "lock": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    root, state, check = p["install_root"], p["state"], module.check_mode
+    if root_problem(root):
+        module.fail_json(msg=root_problem(root))
+    mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
+    names = select(p["names"] if p["names"] is not None else release_services(root), p["only"])
+    lock = p["lock"] if p["lock"] and not check else None
+    try:
+        _record(lock, "before")
+        if state == "installed":
+            would = pending_install(mgr) if check else []
+            result = {"changed": bool(would), "would": would} if check else {"changed": install(mgr)}
+        elif state == "started":
+            result = start(mgr, names, check)
+        else:
+            result = stop(mgr, names, state, p["enabled"], check)
+        _record(lock, "after")
+    except Refused as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
+    except (ServiceError, deploy_lock.LockLost) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
