@@ -168,7 +168,7 @@ def format_plan(result: Plan) -> list[str]:
 
     lines = [f"deployment: topology {spec.topology}, model {spec.model.served_name} ({spec.model.path}), "
              f"{'; '.join(versions)}"]
-    switches = env_switch_lines(env_switches(spec))
+    switches = env_switch_lines(env_switches(spec.model_dump(mode="json")))
     if switches:
         lines.append("env switches added on top of the inventory's (server_env_extra, server_env_extra_by_role):")
         lines += [f"  {line}" for line in switches]
@@ -191,7 +191,7 @@ def plan_as_json(result: Plan) -> str:
     from dsv4deploy.plan import env_switches
 
     return json.dumps({
-        "env_switches": env_switches(result.spec),
+        "env_switches": env_switches(result.spec.model_dump(mode="json")),
         "memory": [r.model_dump() for r in result.memory],
         "problems": [p.model_dump() for p in result.problems],
         "files": {host: sorted(by_path) for host, by_path in sorted(result.files.items())},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from dsv4deploy import access, memory, render, secret_env, services
@@ -44,8 +45,6 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
     return {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
         **_targets(spec, defs),
-        # The experiment's switches on top of the inventory's env (the report lists them).
-        "env_switches": env_switches(spec),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
         # Secret env values only as digests: the plan is a fact, shown at -v and handed to the report.
@@ -56,11 +55,17 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
 ALL_SERVERS = "all servers"
 
 
-def env_switches(spec: Deployment) -> dict[str, dict[str, str]]:
-    """server_env_extra (as "all servers") and server_env_extra_by_role, secret values redacted."""
-    out = {ALL_SERVERS: spec.server_env_extra} if spec.server_env_extra else {}
-    out.update({role: env for role, env in sorted(spec.server_env_extra_by_role.items()) if env})
-    return {who: secret_env.redact_env(dict(sorted(env.items())), spec.secret_env) for who, env in out.items()}
+def env_switches(spec_data: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """server_env_extra (as "all servers") and server_env_extra_by_role, secret values redacted.
+
+    From a Deployment's dump (the plan's `spec`, which the report reads), so the plan needs no key of its own.
+    """
+    extra = dict(spec_data.get("server_env_extra") or {})
+    out = {ALL_SERVERS: extra} if extra else {}
+    out.update({role: dict(env) for role, env in sorted((spec_data.get("server_env_extra_by_role") or {}).items())
+                if env})
+    listed = spec_data.get("secret_env") or []
+    return {who: secret_env.redact_env(dict(sorted(env.items())), listed) for who, env in out.items()}
 
 
 def env_switch_lines(switches: dict[str, dict[str, str]]) -> list[str]:

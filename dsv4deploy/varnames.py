@@ -7,8 +7,9 @@ deploy the default. Here every inventory variable is compared with the names dsv
 - the spec model's fields (`dsv4deploy.spec`: deployment-wide and host settings),
 - the gates' settings (`dsv4deploy.gate_runner.GateSettings`),
 - the playbook inputs as the code defines them: every role's `meta/argument_specs.yml` options (and
-  their aliases), every role's `defaults/main.yml`, the plays' `vars:`, and the variables the roles
-  and playbooks read with `| default(...)`.
+  their aliases), every role's `defaults/main.yml`, the plays' `vars:`, the variables the roles
+  and playbooks read with `| default(...)`, and `dsv4deploy.names.known_names()` (each input's name
+  and its deprecated alias) where that module exists.
 
 A name is refused when it is close to a known one (edit distance, case and `_`/`-` aside, or a known
 name of 8 characters or more followed by `_...`) and is neither known itself, nor Ansible's (`ansible_*`,
@@ -90,12 +91,22 @@ def playbook_inputs(root: Path | None = None) -> frozenset[str]:
     return frozenset(names)
 
 
+def _declared_inputs() -> set[str]:
+    """The playbook inputs dsv4deploy.names declares (new names and their deprecated aliases), where it exists."""
+    try:
+        from dsv4deploy import names
+    except ImportError:  # a release without that module: the roles' and playbooks' files say it all
+        return set()
+    return set(names.known_names())
+
+
 @functools.cache
 def known_names() -> frozenset[str]:
     """Every variable name dsv4deploy reads (spec fields, gate settings, playbook inputs)."""
     from dsv4deploy.gate_runner import GateSettings
 
-    return frozenset({*DEPLOYMENT_KEYS, *HOST_KEYS, *GateSettings.model_fields, *playbook_inputs(), ALLOW_VAR})
+    return frozenset({*DEPLOYMENT_KEYS, *HOST_KEYS, *GateSettings.model_fields, *playbook_inputs(),
+                      *_declared_inputs(), ALLOW_VAR})
 
 
 def is_ansibles(name: str) -> bool:

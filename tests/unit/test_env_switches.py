@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy import cli
-from dsv4deploy.plan import make_plan
+from dsv4deploy import cli, secret_env
+from dsv4deploy.plan import env_switches, make_plan
 from dsv4deploy.services import build_services
 from dsv4deploy.spec import SpecError
 from tests.golden.fixture_specs import pd_spec
@@ -81,8 +81,9 @@ def test_plan_shows_the_added_switches(capsys, site: str) -> None:
     code, out, _ = run(capsys, "plan", "--json", "-i", site, "-e", extra)
     assert json.loads(out)["env_switches"] == {"all servers": {"SGLANG_DSV4_BF16_INDEX_K": "1"},
                                                "decode": {"SGLANG_X": "2"}}
-    # and the plan the playbooks carry (the report's source) has them too
-    assert make_plan(pd_spec(server_env_extra={"A": "1"}), ["gpu1"])["env_switches"] == {"all servers": {"A": "1"}}
+    # and the plan the playbooks carry has them in its spec, which the report reads
+    planned = make_plan(pd_spec(server_env_extra={"A": "1", "HF_TOKEN": "hf_x"}), ["gpu1"])["spec"]
+    assert env_switches(planned) == {"all servers": {"A": "1", "HF_TOKEN": secret_env.redacted("hf_x")}}
 
 
 def test_an_extra_var_server_env_that_drops_the_inventorys_switches_is_refused(capsys, site: str) -> None:

@@ -120,3 +120,20 @@ def test_distance_counts_a_swap_as_one_edit() -> None:
     assert varnames.distance("sglang_versoin", "sglang_version") == 1
     assert varnames.distance("sever_env", "server_env") == 1
     assert varnames.distance("abc", "abc") == 0
+
+
+def test_inputs_declared_in_dsv4deploy_names_are_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The playbook inputs' own list (new role-prefixed names and their deprecated aliases) feeds the check.
+    import sys
+    import types
+
+    module = types.ModuleType("dsv4deploy.names")
+    module.known_names = lambda: {"dsv4_rollback_release", "release"}
+    monkeypatch.setitem(sys.modules, "dsv4deploy.names", module)
+    varnames.known_names.cache_clear()
+    try:
+        assert {"dsv4_rollback_release", "release"} <= varnames.known_names()
+        (problem,) = varnames.misspelt({"dsv4_rollback_relase": ["-e"]})
+        assert "did you mean dsv4_rollback_release?" in str(problem)
+    finally:
+        varnames.known_names.cache_clear()
