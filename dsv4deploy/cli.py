@@ -164,8 +164,15 @@ def format_plan(result: Plan) -> list[str]:
     """The human-readable plan."""
     spec = result.spec
     versions = sorted({f"{h}: sglang {spec.host(h).sglang_version}" for h in spec.hosts_in_use()})
+    from dsv4deploy.plan import env_switch_lines, env_switches
+
     lines = [f"deployment: topology {spec.topology}, model {spec.model.served_name} ({spec.model.path}), "
-             f"{'; '.join(versions)}", "memory per GPU:"]
+             f"{'; '.join(versions)}"]
+    switches = env_switch_lines(env_switches(spec.model_dump(mode="json")))
+    if switches:
+        lines.append("env switches added on top of the inventory's (server_env_extra, server_env_extra_by_role):")
+        lines += [f"  {line}" for line in switches]
+    lines.append("memory per GPU:")
     for report in result.memory:
         lines += [f"  {line}" for line in format_memory(report, spec)]
     if result.problems:
@@ -181,7 +188,10 @@ def format_plan(result: Plan) -> list[str]:
 
 def plan_as_json(result: Plan) -> str:
     """The plan as JSON (memory reports, problems, file names per host)."""
+    from dsv4deploy.plan import env_switches
+
     return json.dumps({
+        "env_switches": env_switches(result.spec.model_dump(mode="json")),
         "memory": [r.model_dump() for r in result.memory],
         "problems": [p.model_dump() for p in result.problems],
         "files": {host: sorted(by_path) for host, by_path in sorted(result.files.items())},

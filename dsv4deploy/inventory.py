@@ -11,7 +11,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, load_spec
+from dsv4deploy.inventory_checks import InventoryView, inventory_problems, vault_var_problems, view_of
+from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, SpecError, load_spec
+from dsv4deploy.varnames import ALLOW_VAR
 
 # Host variables load_spec reads besides HOST_KEYS.
 _HOST_EXTRA_KEYS = ("ansible_host",)
@@ -39,13 +41,26 @@ def load_inventory_vars(
     `key_prefixes` (the gates' settings, typos included): other variables may depend on play-time
     facts and are not ours to judge. Values come back as plain Python types. Raises InventoryError.
     """
+    common, hostvars, _ = load_inventory(inventory_paths, extra_vars, keys, host_keys, key_prefixes)
+    return common, hostvars
+
+
+def load_inventory(
+    inventory_paths: list[str],
+    extra_vars: list[str],
+    keys: Iterable[str] | None = None,
+    host_keys: Iterable[str] | None = None,
+    key_prefixes: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], InventoryView]:
+    """`load_inventory_vars`, plus the InventoryView (every variable set and where) for inventory_checks."""
     from ansible.errors import AnsibleError
 
     keys = tuple(keys) if keys is not None else DEPLOYMENT_KEYS
     host_keys = tuple(host_keys) if host_keys is not None else HOST_KEYS + _HOST_EXTRA_KEYS
     for path in inventory_paths:
         if "," not in path and not Path(path).exists():  # "h1,h2," is a host list, as for ansible
-            raise InventoryError(f"inventory {path}: no such file or directory")
+            raise InventoryError(f"inventory {path}: no such file or directory; fix: pass -i with the folder or "
+                                 "file of your inventory (e.g. one written by `dsv4deploy init DIR`)")
     try:
         return _load(inventory_paths, extra_vars, keys, host_keys, key_prefixes)
     except AnsibleError as exc:
@@ -53,7 +68,7 @@ def load_inventory_vars(
 
 
 def _load(paths: list[str], extra_vars: list[str], keys: tuple[str, ...], host_keys: tuple[str, ...],
-          key_prefixes: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+          key_prefixes: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, dict[str, Any]], InventoryView]:
     # Imported here: ansible reads its configuration at import time, and the CLI's --help need not pay.
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -86,7 +101,7 @@ def _load(paths: list[str], extra_vars: list[str], keys: tuple[str, ...], host_k
     if not common:
         hv = variables.get_vars(host=hosts[0], include_hostvars=True)
         common = _template_keys(loader, hv, common_keys(hv), hosts[0].name)
-    return common, templated
+    return common, templated, view_of(inventory, loader, variables._extra_vars)
 
 
 def parse_extra_vars(loader: Any, extra_vars: list[str]) -> dict[str, Any]:
@@ -161,6 +176,16 @@ def deployment_from_inventory(inventory_paths: list[str], extra_vars: list[str],
                               other_prefixes: tuple[str, ...] = ()) -> tuple[Deployment, dict[str, Any]]:
     """The validated deployment, and the deployment-wide variables named with `other_prefixes`
     (templated, for their own checks: the gates' settings). Raises SpecError, InventoryError."""
-    common, hostvars = load_inventory_vars(inventory_paths, extra_vars, key_prefixes=other_prefixes)
-    others = {k: v for k, v in common.items() if k not in DEPLOYMENT_KEYS}
-    return load_spec({k: v for k, v in common.items() if k in DEPLOYMENT_KEYS}, hostvars), others
+    common, hostvars, view = load_inventory(inventory_paths, extra_vars, (*DEPLOYMENT_KEYS, ALLOW_VAR),
+                                            key_prefixes=other_prefixes)
+    # Names first: a misspelt variable explains the spec problems it causes (a default where a value was meant).
+    problems = inventory_problems(view, common.get(ALLOW_VAR))
+    try:
+        spec = load_spec({k: v for k, v in common.items() if k in DEPLOYMENT_KEYS}, hostvars)
+    except SpecError as exc:
+        raise SpecError(problems + exc.problems) from None
+    problems += vault_var_problems(spec, view.origins)
+    if problems:
+        raise SpecError(problems)
+    others = {k: v for k, v in common.items() if k not in DEPLOYMENT_KEYS and k != ALLOW_VAR}
+    return spec, others

@@ -62,8 +62,11 @@ def combined_from_pd(pd: Deployment, *, gpus: Sequence[int] | None = None, port:
     if len(pd.prefill) > 1 or len(pd.decode) > 1:
         notes.append(f"{len(pd.prefill)} prefill and {len(pd.decode)} decode servers are replaced by one combined "
                      "server built from prefill[0] and decode[0]")
-    # What each server really gets (server_env, then its own env), compared key by key.
-    seen_p, seen_d = {**pd.server_env, **prefill.env}, {**pd.server_env, **decode.env}
+    # What each server really gets (server_env, then its own env, then the experiment's switches for its
+    # role), compared key by key; server_env_extra (every server) carries over to the combined one as is.
+    by_role = pd.server_env_extra_by_role
+    seen_p = {**pd.server_env, **prefill.env, **by_role.get("prefill", {})}
+    seen_d = {**pd.server_env, **decode.env, **by_role.get("decode", {})}
     merged_env = {**seen_p, **seen_d}
     for key in sorted(set(seen_p) | set(seen_d)):
         if seen_p.get(key) != seen_d.get(key):

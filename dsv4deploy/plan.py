@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy import access, memory, render, services
+from dsv4deploy import access, memory, render, secret_env, services
 from dsv4deploy.plan_models import GateTargets, Plan
-from dsv4deploy.spec import Deployment, SpecError
+from dsv4deploy.spec import Deployment, Problem, SpecError
 
 
 def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
@@ -47,10 +48,51 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
         **_targets(spec, defs),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
-        "spec": spec.model_dump(mode="json"),
+        # Secret env values only as digests: the plan is a fact, shown at -v and handed to the report.
+        "spec": secret_env.redact_spec(spec.model_dump(mode="json")),
     }
     # Typed: a plan of the wrong shape fails here, on the controller, before any host is touched.
     return Plan.model_validate(plan).model_dump(mode="json")
+
+
+ALL_SERVERS = "all servers"
+
+
+def env_switches(spec_data: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """server_env_extra (as "all servers") and server_env_extra_by_role, secret values redacted.
+
+    From a Deployment's dump (the plan's `spec`, which the report reads), so the plan needs no key of its own.
+    """
+    extra = dict(spec_data.get("server_env_extra") or {})
+    out = {ALL_SERVERS: extra} if extra else {}
+    out.update({role: dict(env) for role, env in sorted((spec_data.get("server_env_extra_by_role") or {}).items())
+                if env})
+    listed = spec_data.get("secret_env") or []
+    return {who: secret_env.redact_env(dict(sorted(env.items())), listed) for who, env in out.items()}
+
+
+def env_switch_lines(switches: dict[str, dict[str, str]]) -> list[str]:
+    """One line per role: `decode: SGLANG_X=1, SGLANG_Y=0`."""
+    return [f"{who}: {', '.join(f'{k}={v}' for k, v in env.items())}" for who, env in switches.items()]
+
+
+def secret_files(spec: Deployment, play_hosts: list[str], planned: dict[str, Any] | None = None,
+                 ) -> dict[str, dict[str, str]]:
+    """Per play host, its services' secret env files (absolute path -> content); for a no_log task only.
+
+    `spec` is the inventory's. `planned` is the (redacted) spec of the plan being installed when it is
+    not the inventory's own, e.g. the isolation twin derived from a release's spec.json: its secrets
+    are taken from `spec` by digest, and SpecError names any the inventory no longer has.
+    """
+    target = spec
+    if planned is not None:
+        data, missing = secret_env.unredact_spec(planned, spec.model_dump(mode="json"))
+        if missing:
+            raise SpecError([Problem(field="server_env", message=f"the secret values of {', '.join(missing)} in "
+                                                                 "this release differ from the inventory's",
+                                     fix="deploy with the inventory's secrets first (playbooks/deploy.yml)")])
+        target = Deployment.model_validate(data)
+    return {name: services.secret_env_files(target, name) for name in play_hosts if name in target.hosts}
 
 
 def host_layouts(spec: Deployment, play_hosts: list[str]) -> dict[str, Any]:

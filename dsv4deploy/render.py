@@ -8,7 +8,8 @@ Release layout (docs/interfaces.md section 5), relative to the release directory
   bin/serve-<name>.sh        (mode 0755)
   units/<name>.service       (systemd hosts)
   supervisor/<name>.conf     (supervisor hosts)
-  spec.json                  (the resolved spec; holds no secret, only the API key's file or vault name)
+  spec.json                  (the resolved spec; holds no secret: the API key's file or vault name, and
+                             secret env values only as a digest; they are in <install_root>/secrets/)
   services.json              (the release's record of its services: name, role, drain rank, ports, GPUs, endpoint)
   manifest.json              (sha256 of every other file, and their content_hash)
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 import jinja2
 
 from dsv4deploy.release_record import SERVICES_FILE, services_json
+from dsv4deploy.secret_env import redact_spec
 from dsv4deploy.services import ServiceDefinition, services_on
 from dsv4deploy.spec import Deployment
 
@@ -37,6 +39,10 @@ TEMPLATES_ENV = "DSV4DEPLOY_TEMPLATES"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# Deployment fields left out of spec.json while empty (an experiment's env switches, secret names).
+UNSET_OMITTED = ("server_env_extra", "server_env_extra_by_role", "secret_env")
 
 
 class RenderError(ValueError):
@@ -156,8 +162,14 @@ def render_service(env: jinja2.Environment, svc: ServiceDefinition) -> dict[str,
 
 
 def spec_json(spec: Deployment, host: str) -> str:
-    """The resolved spec as stable JSON (sorted keys), with the host it was rendered for."""
-    data = {"host": host, "deployment": spec.model_dump(mode="json")}
+    """The resolved spec as stable JSON (sorted keys), with the host it was rendered for; secret env
+    values redacted (dsv4deploy.secret_env)."""
+    dump = spec.model_dump(mode="json")
+    # Unset, these leave spec.json (and so the release's identity) as it was before they existed.
+    for key in UNSET_OMITTED:
+        if not dump.get(key):
+            dump.pop(key, None)
+    data = {"host": host, "deployment": redact_spec(dump)}
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

@@ -126,6 +126,9 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
         ("generated", "generated_at"),
     ):
         lines.append(f"| {label} | {md_cell(data.get(key) or '-')} |")
+    for who, env in ((data.get("metadata") or {}).get("env_switches") or {}).items():
+        switches = ", ".join(f"{k}={v}" for k, v in env.items())
+        lines.append(f"| env switches added ({md_cell(who)}) | {md_cell(switches)} |")
     lines += ["", "## Gates", "", "| gate | status | seconds | summary |", "|---|---|---:|---|"]
     for gate in data.get("gates", []):
         lines.append(

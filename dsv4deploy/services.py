@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from dsv4deploy import flags, routers
+from dsv4deploy import flags, routers, secret_env
 from dsv4deploy.spec import (
     ROUTER_DEFAULT_PROMETHEUS_PORT,
     DecodeSpec,
@@ -72,6 +72,12 @@ class ServiceDefinition(BaseModel):
     stop_timeout_s: int
     # sglang version the server is rendered for; None for the router.
     sglang_version: str | None
+    # Secret environment (dsv4deploy.secret_env): never dumped, so never rendered or put in the plan;
+    # the unit reads it from secret_env_file, whose content the serve script names by its digest.
+    secret_env: dict[str, str] = Field(default={}, exclude=True, repr=False)
+    secret_env_file: str | None = None
+    secret_env_names: list[str] = []
+    secret_env_digest: str | None = None
 
 
 def build_services(spec: Deployment) -> list[ServiceDefinition]:
@@ -184,14 +190,31 @@ def _fraction(value: float) -> str:
     return repr(value)
 
 
-def server_env(spec: Deployment, worker: WorkerSpec) -> dict[str, str]:
-    """server_env, then the worker's env (the worker wins), then CUDA_VISIBLE_DEVICES.
+def server_env(spec: Deployment, worker: WorkerSpec, role: str = "") -> dict[str, str]:
+    """server_env, then the worker's env (the worker wins), then the experiment's server_env_extra and
+    server_env_extra_by_role[role], then CUDA_VISIBLE_DEVICES.
 
     The GPU list is the spec's (preflight checks it against the host), so no env may override it.
     Keys are sorted so the rendered files do not depend on inventory order.
     """
-    env = {**spec.server_env, **worker.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, worker.gpus))}
+    env = {**spec.server_env, **worker.env, **spec.server_env_extra, **spec.server_env_extra_by_role.get(role, {}),
+           "CUDA_VISIBLE_DEVICES": ",".join(map(str, worker.gpus))}
     return dict(sorted(env.items()))
+
+
+def _env_fields(spec: Deployment, host: HostSpec, name: str, env: dict[str, str]) -> dict:
+    """The env a service's files show, and its secret part (kept out of them)."""
+    plain, secret = secret_env.split(env, spec.secret_env)
+    return {"env": plain, "secret_env": secret,
+            "secret_env_file": secret_env.file_path(host.install_root, name) if secret else None,
+            "secret_env_names": sorted(secret),
+            "secret_env_digest": secret_env.digest(secret) if secret else None}
+
+
+def secret_env_files(spec: Deployment, host: str) -> dict[str, str]:
+    """The secret env file of every service on `host` that has one (absolute path -> content)."""
+    return {s.secret_env_file: secret_env.file_content(s.secret_env)
+            for s in services_on(spec, host) if s.secret_env_file}
 
 
 def _server(spec: Deployment, role: Literal["prefill", "decode", "combined"], name: str,
@@ -204,7 +227,7 @@ def _server(spec: Deployment, role: Literal["prefill", "decode", "combined"], na
         **_common(spec, name, host),
         role=role,
         argv=server_argv(spec, role, worker),
-        env=server_env(spec, worker),
+        **_env_fields(spec, host, name, server_env(spec, worker, role)),
         ports=ports,
         gpus=list(worker.gpus),
         start_order=WORKER_START_ORDER,
@@ -279,7 +302,8 @@ def _router(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[S
         **_common(spec, f"{BASE_NAME}-router", host),
         role="router",
         argv=router_argv(spec, prefills, decodes),
-        env=dict(sorted(router.env.items())),
+        **_env_fields(spec, host, f"{BASE_NAME}-router",
+                      {**router.env, **spec.server_env_extra_by_role.get("router", {})}),
         ports=ports,
         gpus=[],
         start_order=ROUTER_START_ORDER,

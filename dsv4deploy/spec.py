@@ -222,6 +222,15 @@ class Deployment(ModelSettings):
     # and exits when those are done (--shutdown-grace-period-secs), before any worker is stopped.
     drain_deadline_s: Annotated[int, Field(ge=1)] = 60
     server_env: EnvMap = {}
+    # Switches added for an experiment on top of the inventory's (server_env and each worker's env):
+    # for every server, and per role (prefill, decode, combined, router), e.g.
+    # -e '{"server_env_extra": {"SGLANG_DSV4_BF16_INDEX_K": "1"}}'. They win over both; the plan and
+    # the report list them.
+    server_env_extra: EnvMap = {}
+    server_env_extra_by_role: dict[Literal["prefill", "decode", "combined", "router"], EnvMap] = {}
+    # Environment names whose values are secret besides those matched by name (TOKEN, SECRET, KEY,
+    # PASSWORD, ...; dsv4deploy.secret_env): written to a 0600 env file, never into a release.
+    secret_env: list[str] = []
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
     # Deep-merged over dsv4deploy/profiles.yml by dsv4deploy.memory (which validates its shape).
     memory_profile: dict[str, Any] = {}
@@ -330,12 +339,43 @@ def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> P
         return Problem(field=field, host=host, message=f"{err.get('input')!r} is outside (0, 1)",
                        fix="use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)")
     if isinstance(err.get("input"), str) and kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
-        # `-e decode=[...]` gives Ansible a string; structured values need a JSON/YAML -e.
+        # `-e decode=[...]` gives Ansible a string; structured values need a JSON/YAML -e, and -e
+        # replaces a whole top-level variable (there is no -e for a field inside one).
+        top = str(loc[0]) if loc[0] != "hosts" else field
+        example = _list_example(err["input"]) if kind == "list_type" else None
+        shape = f"as a list such as {example}" if example else "as YAML"
+        how = (f"or on the command line as JSON: -e '{{\"{top}\": ...}}'" if top == field else
+               f"on the command line -e replaces the whole {top}, as JSON: -e '{{\"{top}\": ...}}'")
         return Problem(field=field, host=host, message=f"{err['msg']} (got the string {err['input']!r})",
-                       fix=f"give {field} as YAML in the inventory, or on the command line as JSON: "
-                           f"-e '{{\"{field}\": ...}}' (key=value always gives a string)")
+                       fix=f"give {field} {shape} in the inventory, {how} (key=value always gives a string)")
+    if kind == "literal_error" and loc[-1] == "[key]":  # a mapping key, e.g. server_env_extra_by_role.docode
+        field = _field_path(loc[:-1])
+        return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
+                       fix=f"use one of {_literal_choices(err)} as the key")
+    if kind == "literal_error":
+        return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
+                       fix=f"set {field} to {_literal_choices(err)}")
     return Problem(field=field, host=host, message=f"{err['msg']} (got {err.get('input')!r})",
                    fix=f"correct {field}")
+
+
+def _literal_choices(err: Mapping[str, Any]) -> str:
+    """The allowed values of a Literal field, with a note when only the case was wrong."""
+    choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+    given = err.get("input")
+    text = " or ".join(choices) or "an allowed value"
+    if isinstance(given, str) and given.lower() in choices and given not in choices:
+        return f"{text} (lower case: {given.lower()})"
+    return f"{text} (exactly, lower case)" if choices and all(c == c.lower() for c in choices) else text
+
+
+def _list_example(text: str) -> str | None:
+    """`[4, 5, 6, 7]` for a range written as "4-7" (or "4,5,6,7"); None when it is not one."""
+    span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
+    if span and int(span[1]) <= int(span[2]) < int(span[1]) + 64:
+        return str(list(range(int(span[1]), int(span[2]) + 1)))
+    parts = [p.strip() for p in text.strip("[] ").split(",")]
+    return f"[{', '.join(parts)}]" if len(parts) > 1 and all(p.isdigit() for p in parts) else None
 
 
 def _field_path(loc: Iterable[Any]) -> str:
@@ -447,7 +487,7 @@ def _check_tp(spec: Deployment) -> list[Problem]:
         if len(w.gpus) != w.tp_size:
             out.append(Problem(field=f"{path}.tp_size", host=w.host,
                                message=f"tp_size {w.tp_size} does not match {len(w.gpus)} GPUs {w.gpus}",
-                               fix=f"set tp_size: {len(w.gpus)} or list {w.tp_size} GPUs"))
+                               fix=_tp_fix(w.tp_size, list(w.gpus))))
         if len(set(w.gpus)) != len(w.gpus):
             out.append(Problem(field=f"{path}.gpus", host=w.host, message=f"GPU list {w.gpus} repeats a GPU",
                                fix="list each GPU once"))
@@ -459,6 +499,18 @@ def _check_tp(spec: Deployment) -> list[Problem]:
                                        f"{f'{count}: 0-{count - 1}' if count else 'none'})",
                                fix="use GPU indices the host has, or set gpu_count for the host"))
     return out
+
+
+# Tensor-parallel sizes a model splits over: its attention heads divide by them (powers of two).
+TP_SIZES = (1, 2, 4, 8, 16)
+
+
+def _tp_fix(tp_size: int, gpus: list[int]) -> str:
+    """How to make tp_size and the GPU list agree, never suggesting a tp size no model splits over."""
+    listed = f"list {tp_size} GPUs (e.g. {gpus[:tp_size]})" if tp_size <= len(gpus) else f"list {tp_size} GPUs"
+    if len(gpus) in TP_SIZES:
+        return f"set tp_size: {len(gpus)} or {listed}"
+    return f"{listed}; tp_size is one of {', '.join(map(str, TP_SIZES))} (the model's heads split evenly)"
 
 
 def _check_gpus(spec: Deployment) -> list[Problem]:
@@ -626,13 +678,25 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def _check_env(spec: Deployment) -> list[Problem]:
     """Environment names become `export NAME=...` in serve scripts: only shell variable names."""
-    targets: list[tuple[str, str | None, dict[str, str]]] = [("server_env", None, spec.server_env)]
+    from dsv4deploy.secret_env import is_secret
+
+    targets: list[tuple[str, str | None, dict[str, str]]] = [("server_env", None, spec.server_env),
+                                                             ("server_env_extra", None, spec.server_env_extra)]
+    targets += [(f"server_env_extra_by_role.{role}", None, env) for role, env in spec.server_env_extra_by_role.items()]
     targets += [(f"{path}.env", w.host, w.env) for path, w in spec.workers()]
     if spec.topology == "pd" and spec.router:
         targets.append(("router.env", spec.router.host, spec.router.env))
-    return [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
-                    fix="use letters, digits and underscores only, not starting with a digit")
-            for field, host, env in targets for name in env if not ENV_NAME.match(name)]
+    targets.append(("secret_env", None, dict.fromkeys(spec.secret_env, "")))
+    out = [Problem(field=field, host=host, message=f"{name!r} is not a valid environment variable name",
+                   fix="use letters, digits and underscores only, not starting with a digit")
+           for field, host, env in targets for name in env if not ENV_NAME.match(name)]
+    # A secret goes into an env file of NAME="value" lines: one line each.
+    out += [Problem(field=f"{field}.{name}", host=host, message="a secret value contains a control character "
+                                                               "(newline, tab, ...)",
+                    fix="remove it; secret values are written one per line into the host's env file")
+            for field, host, env in targets if field != "secret_env" for name, value in env.items()
+            if is_secret(name, spec.secret_env) and CONTROL.search(value)]
+    return out
 
 
 # -- values written into scripts, unit files, supervisord programs and paths --------------------
@@ -672,7 +736,8 @@ def _walk_text(value: Any, path: str) -> Iterable[tuple[str, str]]:
 
 
 # Values that only ever reach a serve script, shell-quoted (a newline there is data, not syntax).
-SHELL_ONLY = re.compile(r"(^|\.)(env|server_env)\.[A-Za-z0-9_]+\Z|extra_args\[\d+\]\Z")
+SHELL_ONLY = re.compile(r"(^|\.)(env|server_env|server_env_extra|server_env_extra_by_role\.[a-z]+)\.[A-Za-z0-9_]+\Z"
+                        r"|extra_args\[\d+\]\Z")
 
 
 # Names (they also reach unit descriptions, comments and the report) and paths: plain characters only.

@@ -13,9 +13,11 @@ from ansible.plugins.action import ActionBase
 from dsv4deploy import installed, names, reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
+from dsv4deploy.inventory_checks import inventory_problems, vault_var_problems, view_of
 from dsv4deploy.isolate import isolation_plan, parse_suite
-from dsv4deploy.plan import make_plan, targets_from_release_spec
+from dsv4deploy.plan import make_plan, secret_files, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
+from dsv4deploy.varnames import ALLOW_VAR
 
 ARGUMENT_SPEC = {
     "release_spec": {"type": "str"},
@@ -31,6 +33,10 @@ ARGUMENT_SPEC = {
     "locate": {"type": "bool", "default": False},
     # installed: the view of an installed release, from its records on the hosts.
     "installed": {"type": "dict"},
+    # secrets=true: only the secret env files per host (dsv4deploy.secret_env), for a no_log task.
+    "secrets": {"type": "bool", "default": False},
+    # with secrets: the plan being installed, when it is not the inventory's own (the isolation twin).
+    "planned_spec": {"type": "raw"},
 }
 
 
@@ -66,7 +72,19 @@ class ActionModule(ActionBase):
                 h: {k: plain(hostvars[h][k]) for k in (*HOST_KEYS, "ansible_host") if k in hostvars[h]}
                 for h in play_hosts
             }
-            spec = load_spec(common, host_data)
+            # The inventory as written first: a misspelt name explains the defaults it leads to.
+            problems = self._inventory_problems(task_vars)
+            try:
+                spec = load_spec(common, host_data)
+            except SpecError as exc:
+                raise SpecError(problems + exc.problems) from None
+            problems += vault_var_problems(spec, task_vars)
+            if problems:
+                raise SpecError(problems)
+            if args["secrets"]:
+                planned = args.get("planned_spec") or None
+                result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
+                return result
             plan = make_plan(spec, play_hosts)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
@@ -122,6 +140,16 @@ class ActionModule(ActionBase):
             return result
         result.update(changed=False, ansible_facts={args["fact"]: view})
         return result
+    def _inventory_problems(self, task_vars: dict) -> list:
+        """Misspelt variable names and an -e server_env that drops switches, as `dsv4deploy validate` finds them."""
+        hostvars = task_vars["hostvars"]
+        inventory = getattr(hostvars, "_inventory", None)
+        manager = getattr(hostvars, "_variable_manager", None)
+        if inventory is None or manager is None:  # not Ansible's HostVars: nothing to read the names from
+            return []
+        view = view_of(inventory, getattr(hostvars, "_loader", None) or self._loader, plain(manager.extra_vars))
+        allowed = plain(self._templar.template(task_vars[ALLOW_VAR])) if ALLOW_VAR in task_vars else None
+        return inventory_problems(view, allowed)
 
     def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:
         """The isolation plan: the serving PD release and its combined twin."""

@@ -14,6 +14,7 @@ from ansible.utils.display import Display
 from dsv4deploy.gates import GateResult
 from dsv4deploy.hardening import score_plan
 from dsv4deploy.inventory import plain
+from dsv4deploy.plan import env_switches
 from dsv4deploy.report import build_report, free_name, update_latest, write_report
 
 ARGUMENT_SPEC = {
@@ -56,6 +57,8 @@ class ActionModule(ActionBase):
             metadata={
                 "gate_phases": [g.get("phase", "deploy") for g in args.get("gates") or []],
                 "memory": plan.get("memory", []),
+                # An experiment's env switches on top of the inventory's (server_env_extra...).
+                "env_switches": env_switches(plan.get("spec") or {}),
             },
         )
         # A failure outside the gates (preflight, switchover) is named by the stage it happened in.

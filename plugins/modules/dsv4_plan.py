@@ -79,6 +79,18 @@ options:
       - An installed release - C(release_id), C(spec_files) and C(services_files) (host to the base64
         content of the release's C(spec.json) and C(services.json) there, as M(ansible.builtin.slurp)
         returns it; empty where the host has none) and C(install_roots) (host to install root).
+  secrets:
+    type: bool
+    default: false
+    description:
+      - Set O(fact) to the secret env files of every play host instead of the plan - per host, absolute path
+        to content (values of env variables named like C(*TOKEN*), C(*SECRET*), C(*KEY*), C(*PASSWORD*), or
+        listed in C(secret_env)). Use it only in a task with C(no_log) (the dsv4_release role does).
+  planned_spec:
+    type: raw
+    description:
+      - With O(secrets), the (redacted) C(spec) of the plan being installed when it is not the inventory's own,
+        such as the combined twin of isolate.yml; its secret values are taken from the inventory by digest.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller

@@ -34,6 +34,20 @@ CASES = [
     ("api_key.file", {"api_key": {"file": f"key; touch {CANARY}"}}),
     ("router.extra_args", {"router": {"host": "local", "extra_args": ["--api-key=sk-inline"]}}),
     ("server_env", {"server_env": {f"X;touch {CANARY}": "1"}}),
+    # Issue #23 items 1, 10, 13 and 14: what the refusal must say.
+    ("index_top_k: is not a variable dsv4deploy reads (set in -e); fix: did you mean index_topk?",
+     {"index_top_k": 1024}),
+    ("sever_env: is not a variable dsv4deploy reads (set in -e); fix: did you mean server_env?", {"sever_env": {}}),
+    ("fix: did you mean sglang_version?", {"sglang_versoin": "0.5.18"}),
+    # before, this one passed validation and failed at preflight after writing the release
+    ("api_key.vault_var: the variable 'dsv4_key_nobody_set' is not defined in the inventory or -e",
+     {"api_key": {"vault_var": "dsv4_key_nobody_set"}}),
+    ("server_env: -e server_env replaces the inventory's server_env",
+     {"server_env": {"SGLANG_DSV4_BF16_INDEX_K": "1"}}),
+    ("fix: set topology to pd or combined (lower case: pd)", {"topology": "PD"}),
+    ("server_env_extra.HF_TOKEN: a secret value contains a control", {"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}),
+    ("server_env_extra_by_role.docode: Input should be", {"server_env_extra_by_role": {"docode": {"X": "1"}}}),
+    ("server_env_extra: 'X;touch", {"server_env_extra": {f"X;touch {CANARY}": "1"}}),
 ]
 
 
@@ -61,7 +75,7 @@ def serving(sim_host: SimHost) -> SimHost:
     return sim_host
 
 
-@pytest.mark.parametrize(("field", "extra"), CASES, ids=[f"{f}={json.dumps(e)[:40]}" for f, e in CASES])
+@pytest.mark.parametrize(("field", "extra"), CASES, ids=[f"{f[:30]}={json.dumps(e)[:40]}" for f, e in CASES])
 def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, field: str, extra: dict) -> None:
     host = serving
     CANARY.unlink(missing_ok=True)
@@ -74,6 +88,25 @@ def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, fie
     assert not CANARY.exists(), "a hostile value was executed"
     assert snapshot(host.install_root) == before
     assert host.pids() == pids
+
+
+def test_a_misspelt_variable_in_group_vars_is_named_with_its_file(serving: SimHost) -> None:
+    host = serving
+    typo = host.inventory / "group_vars" / "all" / "experiment.yml"
+    typo.write_text("index_top_k: 1024\n")
+    try:
+        before = snapshot(host.install_root)
+        proc = host.playbook("deploy.yml", *GRID)
+        assert proc.returncode != 0
+        assert f"index_top_k: is not a variable dsv4deploy reads (set in {typo}); fix: did you mean index_topk?" \
+            in proc.stdout, proc.stdout[-3000:]
+        assert snapshot(host.install_root) == before
+        # The inventory may keep a name of its own that only looks like ours.
+        typo.write_text("index_top_k: 1024\ndsv4_allow_vars: [index_top_k]\n")
+        proc = host.playbook("deploy.yml", *GRID)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    finally:
+        typo.unlink()
 
 
 def test_purge_takes_the_lock_and_removes_only_what_dsv4deploy_created(serving: SimHost) -> None:

@@ -175,3 +175,19 @@ def test_a_restore_that_fails_is_the_loudest_failure(sim_host: SimHost) -> None:
     back = sim_host.playbook("rollback.yml", "-e", f"release={release}", *FAST)
     assert back.returncode == 0, back.stdout[-5000:]
     assert sim_host.active_release() == release and set(sim_host.pids()) == PD_PROGRAMS
+
+
+def test_the_combined_twin_gets_the_secret_env_and_it_never_shows(sim_host: SimHost) -> None:
+    # Issue #23 item 14: spec.json holds a digest; the twin's 0600 env file is filled from the inventory.
+    token = "hf_" + os.urandom(12).hex()
+    secret = ["-e", json.dumps({"server_env_extra": {"HF_TOKEN": token}})]
+    release = deploy(sim_host, *secret)
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, *secret)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["sides"]["combined"]["ran"] and report["sides"]["combined"]["passed"], report["why"]
+    twin = sim_host.install_root / "secrets" / "sglang-dsv4.env"
+    assert twin.read_text() == f'HF_TOKEN="{token}"\n' and (twin.stat().st_mode & 0o777) == 0o600
+    assert token not in proc.stdout + proc.stderr
+    assert not [p for p in sim_host.reports.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert_restored(sim_host, release, report)

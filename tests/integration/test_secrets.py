@@ -8,6 +8,7 @@ failure tails and the logs the config gate reads are redacted (README, "Secrets"
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -83,3 +84,36 @@ def test_key_from_a_vault_variable_never_shows_and_lands_0600(sim_host: SimHost)
     worker = f"http://127.0.0.1:{sim_host.base_port + 1}/server_info"
     assert httpx.get(worker, timeout=10).status_code == 401
     assert httpx.get(worker, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment a running process really got."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_secret_env_lands_in_a_0600_file_the_servers_read_and_never_shows(sim_host: SimHost) -> None:
+    # Issue #23 items 13 and 14: an HF_TOKEN and a switch added for an experiment, at -vvv with --diff.
+    token = "hf_" + os.urandom(12).hex()
+    extra = {"server_env_extra": {"HF_TOKEN": token},
+             "server_env_extra_by_role": {"decode": {"SGLANG_DSV4_BF16_INDEX_K": "1"}}}
+    proc = sim_host.playbook("deploy.yml", "-vvv", "--diff", "-e", json.dumps(extra), *FAST)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert leaks(sim_host, token, proc.stdout + proc.stderr) == []
+    releases = sim_host.install_root / "releases"
+    assert not [p for p in releases.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    secrets = sim_host.install_root / "secrets"
+    for role in ("prefill", "decode"):
+        path = secrets / f"sglang-dsv4-{role}.env"
+        assert path.read_text() == f'HF_TOKEN="{token}"\n'
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not (secrets / "sglang-dsv4-router.env").exists()  # server_env_extra is for the servers
+    # The servers got the secret and the switches: the inventory's and the experiment's.
+    pids = sim_host.pids()
+    decode, prefill = environ(pids["sglang-dsv4-decode"]), environ(pids["sglang-dsv4-prefill"])
+    assert decode["HF_TOKEN"] == prefill["HF_TOKEN"] == token
+    assert decode["SGLANG_DSV4_BF16_INDEX_K"] == "1" and "SGLANG_DSV4_BF16_INDEX_K" not in prefill
+    assert "DSV4_SIM_STATE_DIR" in decode  # the inventory's server_env is kept
+    report = (sim_host.reports / "latest" / "report.md").read_text()
+    assert "| env switches added (all servers) | HF_TOKEN=<secret sha256:" in report
+    assert "| env switches added (decode) | SGLANG_DSV4_BF16_INDEX_K=1 |" in report

@@ -110,7 +110,9 @@ def test_undefined_variable_and_missing_inventory_are_messages(capsys: pytest.Ca
     assert err.splitlines()[1] == ("install_root (host local): 'undefined_thing' is undefined; fix: define the "
                                    "variable (inventory or -e) or correct the template")
     code, _, err = run(capsys, "validate", "-i", "/no/such/inventory")
-    assert (code, err.splitlines()[1]) == (2, "inventory /no/such/inventory: no such file or directory")
+    assert (code, err.splitlines()[1]) == (2, "inventory /no/such/inventory: no such file or directory; fix: pass -i "
+                                              "with the folder or file of your inventory (e.g. one written by "
+                                              "`dsv4deploy init DIR`)")
 
 
 def test_bad_input_through_the_console_script_has_no_traceback() -> None:
@@ -119,7 +121,8 @@ def test_bad_input_through_the_console_script_has_no_traceback() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[1:] == [
-        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: correct topology"]
+        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: set topology to pd or combined "
+        "(exactly, lower case)"]
 
 
 @pytest.mark.parametrize("name", ["pd-single-host", "1p1d-three-hosts", "2p1d"])
@@ -339,3 +342,15 @@ def test_gate_unknown_name_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]
         cli.main(["gate", "latency", "--url", "http://127.0.0.1:1"])
     assert exc.value.code == 2
     assert "invalid choice: 'latency'" in capsys.readouterr().err
+
+
+def test_a_vault_var_nobody_defines_fails_validation_not_the_deploy(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue #23 item 10: it passed validate, and the deploy then failed after writing the release.
+    code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", '{"api_key": {"vault_var": "vault_dsv4_key"}}')
+    assert (code, err.splitlines()[1:]) == (2, [
+        "api_key.vault_var: the variable 'vault_dsv4_key' is not defined in the inventory or -e; fix: define "
+        "vault_dsv4_key (e.g. ansible-vault encrypt_string --name vault_dsv4_key, into group_vars), or use "
+        "api_key: {file: PATH}"])
+    code, _, _ = run(capsys, "validate", "-i", LOCAL, "-e", '{"api_key": {"vault_var": "vault_dsv4_key"}}',
+                     "-e", "vault_dsv4_key=sk-1")
+    assert code == 0

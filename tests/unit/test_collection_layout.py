@@ -87,9 +87,11 @@ def test_roles_and_playbooks_use_no_filter_of_our_own() -> None:
 
 def test_the_plan_role_declares_every_spec_variable_it_reads() -> None:
     from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS
+    from dsv4deploy.varnames import ALLOW_VAR
 
     specs = yaml.safe_load((REPO / "roles" / "dsv4_plan" / "meta" / "argument_specs.yml").read_text())
-    assert set(specs["argument_specs"]["main"]["options"]) == set(DEPLOYMENT_KEYS) | set(HOST_KEYS)
+    # ...and the inventory's allow-list of its own names that only look like ours (misspelt-name check)
+    assert set(specs["argument_specs"]["main"]["options"]) == set(DEPLOYMENT_KEYS) | set(HOST_KEYS) | {ALLOW_VAR}
 
 
 def test_every_role_declares_its_inputs() -> None:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from dsv4deploy import cli
 from dsv4deploy.plan import make_plan
 from dsv4deploy.render import render_all
-from dsv4deploy.spec import SpecError, load_spec
+from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
 CANARY = "/tmp/dsv4-hostile-canary"
 # The values the issue names: quotes, $(...), backticks, ';', newlines, '%', '\\', '..', absolute paths.
@@ -82,6 +82,9 @@ DATA_FIELDS = [
     ("common", "server_env.B", "server_env"),
     ("common", "prefill.0.extra_args.0", "prefill[0].extra_args"),
     ("common", "router.extra_args", "router.extra_args"),
+    # An experiment's switches (issue #23 item 13): shell-quoted data like server_env.
+    ("common", "server_env_extra.C", "server_env_extra"),
+    ("common", "server_env_extra_by_role.prefill.D", "server_env_extra_by_role.prefill"),
 ]
 # Broken structure and numbers: (path, value, field).
 BROKEN = [
@@ -202,6 +205,71 @@ def test_hostile_data_is_refused_or_passed_through_unchanged(tmp_path: Path, whe
             assert value in argv or value in env.values()
         if path == "server_env.B" and "router" not in rel:
             assert env["B"] == value
+        if path == "server_env_extra.C" and "router" not in rel:
+            assert env["C"] == value and env["B"] == "2"  # added on top of server_env, which stays
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize("path", ["server_env.HF_TOKEN", "server_env_extra.HF_TOKEN", "prefill.0.env.HF_TOKEN",
+                                  "server_env_extra_by_role.prefill.HF_TOKEN"])
+def test_hostile_secret_values_never_reach_a_release_and_reach_the_server_unchanged(tmp_path: Path, path: str,
+                                                                                    value: str) -> None:
+    # Issue #23 item 14: a secret is refused (a control character) or lands only in the env file, read back exact.
+    from dsv4deploy.plan import secret_files
+
+    common, hosts = base()
+    common["server_launcher"] = [sys.executable, "-c", "import os,json; print(json.dumps(dict(os.environ)))"]
+    put(common, path, value)
+    problems = outcome(common, hosts)
+    if problems is not None:
+        assert named(problems, path.replace(".0.", "[0].")), problems
+        assert "control character" in " ".join(problems)
+        return
+    spec = load_spec(common, hosts)
+    files = render_all(spec)["gpu1"]
+    if len(value.strip()) >= 4:  # a short value is a substring of anything
+        assert not [rel for rel, text in files.items() if value in text]
+        assert value not in json.dumps(make_plan(spec, ["gpu1"]))
+    env_file = next(p for p in secret_files(spec, ["gpu1"])["gpu1"] if p.endswith("-prefill.env"))
+    local = tmp_path / "prefill.env"
+    local.write_text(secret_files(spec, ["gpu1"])["gpu1"][env_file])
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    script = tmp_path / "serve.sh"
+    script.write_text(files["bin/serve-sglang-dsv4-prefill.sh"].replace(env_file, str(local))
+                      .replace("cd /opt/dsv4deploy/current", f"cd {tmp_path}")
+                      .replace("/etc/dsv4deploy/api_key", str(key)))
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["HF_TOKEN"] == value
+    assert not Path(CANARY).exists()
+
+
+def _typos(name: str) -> list[str]:
+    """Misspellings a person makes: two neighbours swapped, a letter dropped or doubled, an extra '_'."""
+    out = {name[:i] + name[i + 1] + name[i] + name[i + 2:] for i in range(len(name) - 1) if name[i] != name[i + 1]}
+    out |= {name[:i] + name[i + 1:] for i in range(1, len(name))}
+    out |= {name[:i] + name[i] + name[i:] for i in range(len(name))}
+    out |= {name[:i] + "_" + name[i:] for i in range(1, len(name)) if "_" not in name[i - 1:i + 1]}
+    return sorted(out - {name})
+
+
+SPEC_NAMES = sorted(n for n in (*DEPLOYMENT_KEYS, *HOST_KEYS) if len(n) >= 8)
+TYPOS = [(name, typo) for name in SPEC_NAMES for typo in _typos(name)]
+
+
+@pytest.mark.parametrize(("name", "typo"), TYPOS, ids=[t for _, t in TYPOS])
+def test_every_near_miss_of_a_spec_variable_is_refused_with_did_you_mean(name: str, typo: str) -> None:
+    # Issue #23 item 1: each one used to pass silently and deploy the default instead.
+    from dsv4deploy.varnames import known_names, misspelt
+
+    if typo in known_names():  # another real name (e.g. dropping a letter of a longer one)
+        return
+    problems = [str(p) for p in misspelt({typo: ["group_vars/all/x.yml"]})]
+    assert len(problems) == 1 and problems[0].startswith(f"{typo}: is not a variable dsv4deploy reads (set in "
+                                                         "group_vars/all/x.yml); fix: did you mean "), problems
+    assert f"did you mean {name}?" in problems[0], problems
 
 
 @pytest.mark.parametrize(("path", "value", "field"), BROKEN, ids=[f"{b[0]}={b[1]!r}" for b in BROKEN])

@@ -109,7 +109,8 @@ def test_undefined_variable_is_a_clean_message(tmp_path: Path) -> None:
 def test_missing_inventory() -> None:
     with pytest.raises(InventoryError) as err:
         load_inventory_vars(["/nonexistent/inventory"], [])
-    assert str(err.value) == "inventory /nonexistent/inventory: no such file or directory"
+    assert str(err.value) == ("inventory /nonexistent/inventory: no such file or directory; fix: pass -i with the "
+                              "folder or file of your inventory (e.g. one written by `dsv4deploy init DIR`)")
 
 
 def test_bad_extra_vars() -> None:

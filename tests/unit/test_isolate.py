@@ -211,3 +211,30 @@ def test_heatmaps_are_skipped_and_said_so_without_matplotlib(tmp_path, monkeypat
     paths = write_isolate_report(tmp_path, report())
     assert "heatmaps" not in paths
     assert "Heatmaps skipped: matplotlib is not installed" in paths["md"].read_text()
+
+
+def test_the_twin_keeps_each_roles_experiment_switches_and_notes_a_difference():
+    # Issue #23 item 13: a switch added for decode only is the decode's in the combined twin, and said.
+    pd = pd_spec(server_env_extra={"SGLANG_ALL": "1"}, server_env_extra_by_role={"decode": {"SGLANG_D": "1"}})
+    spec, notes = combined_from_pd(pd)
+    (svc,) = build_services(spec)
+    assert svc.env["SGLANG_ALL"] == "1" and svc.env["SGLANG_D"] == "1"
+    assert any("SGLANG_D differs" in n for n in notes)
+
+
+def test_the_twin_of_a_release_with_secrets_gets_them_from_the_inventory_by_digest():
+    # Issue #23 item 14: spec.json holds digests only; the twin's env file is filled from the inventory.
+    from dsv4deploy.plan import secret_files
+
+    token = "hf_" + "k" * 20
+    inventory = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token})
+    release = render.render_release(inventory, "gpu1")["spec.json"]
+    assert token not in release
+    plan = isolation_plan(release, ["gpu1"])
+    assert token not in json.dumps(plan)
+    files = secret_files(inventory, ["gpu1"], planned=plan["combined"]["spec"])["gpu1"]
+    assert files == {"/opt/dsv4deploy/secrets/sglang-dsv4.env": f'HF_TOKEN="{token}"\n'}
+    # The inventory's secret changed since the release was made: said, not written wrong.
+    changed = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token + "2"})
+    with pytest.raises(SpecError, match="the secret values of HF_TOKEN in this release differ from the inventory's"):
+        secret_files(changed, ["gpu1"], planned=plan["combined"]["spec"])

@@ -86,7 +86,15 @@ def test_same_gpus_on_different_hosts_are_fine() -> None:
 def test_tp_not_matching_the_gpu_list() -> None:
     assert problems(changed(**{"prefill.0.tp_size": 2})) == [
         "prefill[0].tp_size (host gpu1): tp_size 2 does not match 4 GPUs [0, 1, 2, 3]; "
-        "fix: set tp_size: 4 or list 2 GPUs"]
+        "fix: set tp_size: 4 or list 2 GPUs (e.g. [0, 1])"]
+
+
+def test_tp_fix_never_suggests_a_tp_size_the_model_cannot_split_over() -> None:
+    # Issue #23 item 10: tp_size 4 on 5 GPUs suggested "tp_size 5".
+    assert problems(changed(**{"prefill.0.tp_size": 4, "prefill.0.gpus": [0, 1, 2, 3, 4],
+                               "decode.0.gpus": [5, 6, 7]}))[0] == (
+        "prefill[0].tp_size (host gpu1): tp_size 4 does not match 5 GPUs [0, 1, 2, 3, 4]; "
+        "fix: list 4 GPUs (e.g. [0, 1, 2, 3]); tp_size is one of 1, 2, 4, 8, 16 (the model's heads split evenly)")
 
 
 def test_gpu_the_host_does_not_have() -> None:
@@ -213,7 +221,23 @@ def test_missing_required_field() -> None:
 
 def test_unknown_topology() -> None:
     assert problems(changed(topology="mixed")) == [
-        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: correct topology"]
+        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: set topology to pd or combined "
+        "(exactly, lower case)"]
+
+
+def test_topology_in_upper_case_names_the_valid_values() -> None:
+    # Issue #23 item 10: topology=PD got only "correct topology".
+    assert problems(changed(topology="PD")) == [
+        "topology: Input should be 'pd' or 'combined' (got 'PD'); fix: set topology to pd or combined "
+        "(lower case: pd)"]
+
+
+def test_a_gpu_range_as_a_string_suggests_the_list_and_a_valid_extra_var() -> None:
+    # Issue #23 item 10: gpus: "4-7" suggested -e '{"prefill[0].gpus": ...}', which Ansible cannot set.
+    assert problems(changed(**{"decode.0.gpus": "4-7"})) == [
+        "decode[0].gpus (host gpu1): Input should be a valid list (got the string '4-7'); fix: give "
+        "decode[0].gpus as a list such as [4, 5, 6, 7] in the inventory, on the command line -e replaces the "
+        "whole decode, as JSON: -e '{\"decode\": ...}' (key=value always gives a string)"]
 
 
 def test_structured_value_given_as_a_string() -> None:
