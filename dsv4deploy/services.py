@@ -7,7 +7,7 @@ unit-tested here.
 
 Secrets: the API key is never part of a definition. `api_key_file` names the file the serve script
 reads at start (`api_key.file`, or `{install_root}/secrets/api_key` that the playbook writes with
-mode 0600 from a vault variable); the script appends `--api-key "$key"` itself.
+mode 0400 from a vault variable); the script appends `--api-key "$key"` itself.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ ROUTER_START_ORDER = 20
 SERVER_STOP_TIMEOUT_S = 60
 # A router's stop timeout is the drain deadline plus this: the service manager must not kill it mid-drain.
 ROUTER_STOP_MARGIN_S = 15
-# Where the playbook writes a key given as a vault variable (mode 0600, owned by the service user).
+# Where the playbook writes a key given as a vault variable (mode 0400, owned by the service user).
 VAULT_KEY_RELPATH = "secrets/api_key"
 
 
