@@ -15,7 +15,7 @@ from dsv4deploy.gate_runner import GateSettings
 from dsv4deploy.services import build_services
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
-from fixture_specs import pd_spec  # noqa: E402
+from fixture_specs import pd_spec
 
 REPO = Path(__file__).resolve().parents[2]
 VARIABLES = REPO / "docs" / "variables.md"
@@ -101,3 +101,29 @@ def test_the_router_stop_time_the_docs_state_is_the_units() -> None:
     (router,) = [s for s in build_services(pd_spec("systemd")) if s.role == "router"]
     assert f"`TimeoutStopSec={router.stop_timeout_s}`" in VARIABLES.read_text()
     assert f"({router.stop_timeout_s} by default)" in (REPO / "docs" / "interfaces.md").read_text()
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown text, in order."""
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
+
+
+def test_the_readmes_first_two_blocks_are_the_quickstart_and_the_test_command() -> None:
+    first, second = fenced_blocks((REPO / "README.md").read_text())[:2]
+    assert first.count("\n") == 1 and "dsv4deploy init site --example local" in first
+    assert "ansible-playbook dsv4.deploy.deploy -i site -e topology=pd" in first
+    assert second == "./scripts/setup.sh && .venv/bin/python -m pytest -n 3 --dist loadfile --reruns 1\n"
+
+
+def quickstart_extras() -> set[str]:
+    """The extras the README's first command installs."""
+    first = fenced_blocks((REPO / "README.md").read_text())[0]
+    (extras,) = re.findall(r'pip install -q "\$PWD\[([a-z,]+)\]"', first)
+    return set(extras.split(","))
+
+
+def test_the_quickstart_installs_what_a_whole_report_needs() -> None:
+    # The first report a user sees has its heatmap: matplotlib comes with the `plot` extra.
+    project = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^plot = \["matplotlib', project, re.M)
+    assert quickstart_extras() >= {"sim", "plot"}
