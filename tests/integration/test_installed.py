@@ -180,6 +180,6 @@ def test_collection_layout_runs_from_the_installed_wheel(installed: Installed) -
     # No source tree beside the installed package: the collection the wheel holds is laid out.
     proc = _must(installed.run("python", "-m", "dsv4deploy.collection_layout", "collections"), "collection_layout")
     root = installed.work / "collections" / "ansible_collections" / "dsv4" / "deploy"
-    assert proc.stdout.strip() == str(root) and "Traceback" not in proc.stderr
+    assert (installed.work / proc.stdout.strip()).resolve() == root.resolve() and "Traceback" not in proc.stderr
     assert (root / "galaxy.yml").is_file() and (root / "plugins" / "modules" / "dsv4_release.py").is_file()
     assert (root / "playbooks" / "deploy.yml").is_file()
