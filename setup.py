@@ -1,11 +1,11 @@
 """Build hook: the wheel also carries the Ansible collection dsv4.deploy and the package's data.
 
-Everything else is declared in pyproject.toml. The collection and the data are assembled from the
-repository's own layout by dsv4deploy/collection_layout.py (loaded by path: nothing is installed yet).
+Everything else is declared in pyproject.toml. The repository root is the collection; the entries that
+ship (the same as galaxy's tarball) and the data are named by dsv4deploy/collection_layout.py (loaded by
+path: nothing is installed yet).
 """
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 from setuptools import setup
@@ -34,8 +34,6 @@ class BuildWithCollection(build_py):
         build_lib = Path(self.build_lib)
         layout.write_collection(HERE, build_lib)
         layout.write_package_data(HERE, build_lib / "dsv4deploy")
-        # The plugins' sources live in the collection now, not a second time inside the package.
-        shutil.rmtree(build_lib / "dsv4deploy" / "ansible", ignore_errors=True)
 
 
 setup(cmdclass={"build_py": BuildWithCollection})

@@ -1,15 +1,18 @@
-"""Lay out the Ansible collection `dsv4.deploy` (and the package's data) from the source tree.
+"""The Ansible collection `dsv4.deploy` is the repository itself; this module says which of its files ship.
 
-The repository keeps its own layout (top-level `playbooks/`, `roles/`, `templates/`, `inventory/`,
-the plugins under `dsv4deploy/ansible/`). A collection needs another one
-(`ansible_collections/dsv4/deploy/{playbooks,roles,plugins/...}`), so it is assembled from those
-same files when it is needed, never kept as a second copy in the repository:
+The repository root is laid out as the collection: `galaxy.yml`, `meta/runtime.yml`,
+`plugins/{modules,action,module_utils,doc_fragments}`, `roles/`, `playbooks/`, beside the Python package
+`dsv4deploy/`. A clone uses that tree as it is: the committed link `ansible_collections/dsv4/deploy -> ../..`
+and ansible.cfg's `collections_path = .` let ansible-core find `dsv4.deploy` at the root, with no
+assembling step. What ships is the same tree, named once here (`COLLECTION_CONTENT`):
 
-- the wheel build (`setup.py`) writes it into the wheel, where ansible-core finds it on `sys.path`
-  with no configuration (its collection finder scans `sys.path` for `ansible_collections/`), and
-  puts the templates and example inventories inside the `dsv4deploy` package;
-- `python -m dsv4deploy.collection_layout OUT` writes `OUT/ansible_collections/dsv4/deploy` for
-  `ansible-galaxy collection build` and `ansible-test sanity`.
+- the wheel build (`setup.py`) copies those entries into the wheel's `ansible_collections/dsv4/deploy`,
+  where ansible-core finds it on `sys.path` with no configuration, and puts the templates and example
+  inventories inside the `dsv4deploy` package;
+- `ansible-galaxy collection build`, run at the repository root, packs the same entries (galaxy.yml's
+  `build_ignore` leaves out everything else; a unit test keeps the two lists equal);
+- `python -m dsv4deploy.collection_layout OUT` copies them to `OUT/ansible_collections/dsv4/deploy`, a
+  tree outside git for `ansible-test sanity` (inside a git checkout it lists only git's files).
 
 Standard library only: `setup.py` loads this file by path before any dependency is installed.
 """
@@ -17,32 +20,19 @@ Standard library only: `setup.py` loads this file by path before any dependency 
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 NAMESPACE = "dsv4"
 NAME = "deploy"
 COLLECTION_DIR = Path("ansible_collections") / NAMESPACE / NAME
 
-# Source folder (relative to the repository) -> folder in the collection, copied recursively.
-COLLECTION_TREES: dict[str, str] = {
-    "playbooks": "playbooks",
-    "roles": "roles",
-    "dsv4deploy/ansible/modules": "plugins/modules",
-    "dsv4deploy/ansible/action_plugins": "plugins/action",
-    "dsv4deploy/ansible/doc_fragments": "plugins/doc_fragments",
-    "dsv4deploy/ansible/meta": "meta",
-    # ansible-test's ignore files (tests/sanity/ignore-<ansible-core>.txt), each entry with its reason.
-    "dsv4deploy/ansible/tests": "tests",
-}
-# Single files: source -> place in the collection.
-COLLECTION_FILES: dict[str, str] = {
-    "dsv4deploy/ansible/galaxy.yml": "galaxy.yml",
-    "README.md": "README.md",
-}
+# The entries of the repository root that make up the collection, as the wheel and the tarball ship it
+# (tests/sanity: ansible-test's ignore files, each entry with its reason).
+COLLECTION_CONTENT: tuple[str, ...] = (
+    "galaxy.yml", "README.md", "meta", "plugins", "roles", "playbooks", "tests/sanity",
+)
 # Package data assembled into the installed `dsv4deploy` package (source -> folder in the package).
 PACKAGE_TREES: dict[str, str] = {
     "templates": "templates",
@@ -51,10 +41,6 @@ PACKAGE_TREES: dict[str, str] = {
 }
 
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
-# Modules name the shared documentation fragments `dsv4deploy.<NAME>`, which a clone finds through
-# ansible.cfg's doc_fragment_plugins; inside the collection a fragment is found by its full name.
-_FRAGMENTS = re.compile(r"^extends_documentation_fragment:\n(?:  - .*\n)+", re.M)
-_SHORT_FRAGMENT = re.compile(r"^  - dsv4deploy\.", re.M)
 
 
 def _copy_tree(src: Path, dst: Path) -> list[Path]:
@@ -69,35 +55,22 @@ def _copy_file(src: Path, dst: Path) -> Path:
     return dst
 
 
-def qualify_fragments(text: str) -> str:
-    """A module's source with its `dsv4deploy.<NAME>` documentation fragments named as the collection's."""
-    return _FRAGMENTS.sub(lambda m: _SHORT_FRAGMENT.sub(f"  - {NAMESPACE}.{NAME}.dsv4deploy.", m.group(0)), text)
-
-
-def _pairs(source: Path, trees: dict[str, str], files: dict[str, str]) -> Iterator[tuple[Path, str, bool]]:
-    for src, dst in trees.items():
-        yield source / src, dst, True
-    for src, dst in files.items():
-        yield source / src, dst, False
-
-
 def write_collection(source: Path, out: Path) -> Path:
-    """Write the collection from the tree at `source` under `out` (a collections root); its path.
+    """Copy the collection's entries of the tree at `source` under `out` (a collections root); its path.
 
     `out/ansible_collections/dsv4/deploy` is replaced, so removed files do not linger.
     """
     root = out / COLLECTION_DIR
     if root.exists():
         shutil.rmtree(root)
-    for src, dst, is_tree in _pairs(source, COLLECTION_TREES, COLLECTION_FILES):
+    for entry in COLLECTION_CONTENT:
+        src = source / entry
         if not src.exists():
             raise FileNotFoundError(f"the collection needs {src}, which is missing from the source tree")
-        if is_tree:
-            _copy_tree(src, root / dst)
+        if src.is_dir():
+            _copy_tree(src, root / entry)
         else:
-            _copy_file(src, root / dst)
-    for module in (root / "plugins" / "modules").glob("*.py"):
-        module.write_text(qualify_fragments(module.read_text()))
+            _copy_file(src, root / entry)
     return root
 
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "tests" / "golden"))
 from fixture_specs import combined_spec, pd_spec
 
 pytestmark = pytest.mark.integration
-MODULE = REPO / "dsv4deploy" / "ansible" / "modules" / "dsv4_release.py"
+MODULE = REPO / "plugins" / "modules" / "dsv4_release.py"
 
 
 def release_module(tmp_path: Path, **args: object) -> dict:

@@ -1,8 +1,12 @@
-"""The collection dsv4.deploy as assembled from the repository's own layout."""
+"""The repository root as the collection dsv4.deploy: what a clone finds, what the wheel and the tarball ship."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -14,7 +18,7 @@ REPO = repo_root()
 
 
 def test_collection_version_follows_the_package() -> None:
-    galaxy = yaml.safe_load((REPO / "dsv4deploy" / "ansible" / "galaxy.yml").read_text())
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert (galaxy["namespace"], galaxy["name"]) == ("dsv4", "deploy")
     assert galaxy["version"] == project["version"]
@@ -34,6 +38,35 @@ def test_collection_holds_playbooks_roles_and_plugins_where_ansible_looks(tmp_pa
     assert not list(root.rglob("__pycache__"))
 
 
+def test_a_clone_finds_the_collection_at_its_root_with_no_assembling() -> None:
+    link = REPO / "ansible_collections" / "dsv4" / "deploy"
+    assert link.is_symlink() and link.resolve() == REPO.resolve()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    doc = subprocess.run([str(bin_dir / "ansible-doc"), "--json", "dsv4.deploy.dsv4_services"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert doc.returncode == 0, doc.stderr
+    assert "dsv4.deploy.dsv4_services" in doc.stdout
+    check = subprocess.run([str(bin_dir / "ansible-playbook"), "--syntax-check", "dsv4.deploy.stop"], cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_galaxy_tarball_ships_the_tree_the_wheel_ships(tmp_path: Path) -> None:
+    galaxy = str(Path(sys.executable).with_name("ansible-galaxy"))
+    proc = subprocess.run([galaxy, "collection", "build", "--force", "--output-path", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tarball,) = (tmp_path / "out").glob("dsv4-deploy-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        shipped = {m.name for m in tar.getmembers() if m.isfile()}
+    root = write_collection(REPO, tmp_path / "wheel")
+    in_wheel = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    # galaxy.yml becomes the tarball's MANIFEST.json and FILES.json; everything else is the same tree.
+    assert shipped - {"MANIFEST.json", "FILES.json"} == in_wheel - {"galaxy.yml"}
+    assert any(name.startswith("plugins/modules/") for name in shipped)
+
+
 def test_rewriting_drops_files_that_are_gone(tmp_path: Path) -> None:
     root = write_collection(REPO, tmp_path)
     stale = root / "roles" / "gone.txt"
@@ -49,7 +82,7 @@ def test_roles_and_playbooks_use_no_filter_of_our_own() -> None:
                  for n, line in enumerate(path.read_text().splitlines(), 1)
                  if re.search(r"\|\s*dsv4_\w+\s*\(", line)]
     assert not offenders, f"use builtin filters instead: {offenders}"
-    assert not (REPO / "dsv4deploy" / "ansible" / "filter_plugins").exists()
+    assert not (REPO / "plugins" / "filter").exists()
 
 
 def test_the_plan_role_declares_every_spec_variable_it_reads() -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy.ansible.action_plugins.dsv4_lock import holder_is_dead, process_start
+from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import holder_is_dead, process_start
 from dsv4deploy.render import render_release
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from fixture_specs import combined_spec
 
-MODULES = Path(__file__).resolve().parents[2] / "dsv4deploy" / "ansible" / "modules"
+MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"
 
 
 def run_module(name: str, tmp_path: Path, **args: object) -> dict:

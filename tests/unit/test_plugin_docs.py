@@ -15,9 +15,9 @@ from types import ModuleType
 import pytest
 import yaml
 
-PLUGINS = Path(__file__).resolve().parents[2] / "dsv4deploy" / "ansible"
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 MODULES = sorted((PLUGINS / "modules").glob("*.py"))
-ACTIONS = sorted((PLUGINS / "action_plugins").glob("*.py"))
+ACTIONS = sorted((PLUGINS / "action").glob("*.py"))
 OPTION_KEYS = {"type", "elements", "required", "default", "choices", "description", "no_log", "aliases", "suboptions"}
 SPEC_KEYS = ("type", "elements", "required", "default", "choices")
 FRAGMENTS = PLUGINS / "doc_fragments" / "dsv4deploy.py"
@@ -39,11 +39,11 @@ def load(path: Path) -> ModuleType:
 
 
 def fragment_attributes(doc: dict) -> set[str]:
-    """The attributes a module documents, its shared fragments' (`dsv4deploy.<NAME>`) included."""
+    """The attributes a module documents, its shared fragments' (`dsv4.deploy.dsv4deploy.<NAME>`) included."""
     names = set(doc.get("attributes") or {})
     for ref in doc.get("extends_documentation_fragment") or []:
-        assert ref.startswith("dsv4deploy."), f"{ref}: a fragment of dsv4deploy's own, named dsv4deploy.<NAME>"
-        fragment = getattr(load(FRAGMENTS).ModuleDocFragment, ref.split(".")[1].upper())
+        assert ref.startswith("dsv4.deploy.dsv4deploy."), f"{ref}: a fragment of the collection's own, by its FQCN"
+        fragment = getattr(load(FRAGMENTS).ModuleDocFragment, ref.rsplit(".", 1)[1].upper())
         names |= set(yaml.safe_load(fragment)["attributes"])
     return names
 
@@ -85,7 +85,7 @@ def test_action_plugin_has_a_documentation_stub_matching_its_argument_spec(path:
 
 
 def test_the_api_key_is_never_logged() -> None:
-    spec = load(PLUGINS / "action_plugins" / "dsv4_gate.py").ARGUMENT_SPEC
+    spec = load(PLUGINS / "action" / "dsv4_gate.py").ARGUMENT_SPEC
     assert spec["api_key"]["no_log"] is True
 
 
@@ -97,7 +97,8 @@ def test_ansible_doc_merges_the_shared_fragments_in_a_clone_and_in_the_collectio
     ansible_doc = str(Path(sys.executable).with_name("ansible-doc"))
     names = ["dsv4_gate", "dsv4_access", "dsv4_worker_probe"]
     runs = {
-        # A clone: ansible.cfg names the modules' and the fragments' folders.
+        # A clone: ansible.cfg names the modules' folder (short names) and the root as the collections path
+        # (the fragments are named by their FQCN).
         "clone": ([ansible_doc, "--json", *names], {"ANSIBLE_CONFIG": str(repo / "ansible.cfg")}, ""),
         # The collection as the wheel carries it, found by its full name from anywhere.
         "collection": ([ansible_doc, "--json", *(f"dsv4.deploy.{n}" for n in names)],

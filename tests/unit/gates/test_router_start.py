@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsv4deploy.ansible.modules import dsv4_services as services
+from ansible_collections.dsv4.deploy.plugins.modules import dsv4_services as services
 
 from .stubs import after, always
 

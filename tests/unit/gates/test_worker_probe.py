@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from dsv4deploy.ansible.modules import dsv4_worker_check as probe
+from ansible_collections.dsv4.deploy.plugins.modules import dsv4_worker_check as probe
 
 from .stubs import after, always
 

@@ -45,7 +45,7 @@ options:
     description:
       - File on this host holding the API key, sent as a Bearer token (O(mode=config)).
 extends_documentation_fragment:
-  - dsv4deploy.read_only
+  - dsv4.deploy.dsv4deploy.read_only
 attributes:
   check_mode:
     support: full

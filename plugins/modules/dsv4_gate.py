@@ -50,8 +50,8 @@ options:
       - "What M(dsv4.deploy.dsv4_worker_probe) found on each host (C({host: probe})), for workers only their
         own host reaches."
 extends_documentation_fragment:
-  - dsv4deploy.action
-  - dsv4deploy.controller
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: none

@@ -1,9 +1,8 @@
 """Documentation shared by dsv4deploy's modules and action plugins (ansible-doc merges it in).
 
-A module names these as `dsv4deploy.<FRAGMENT>` in `extends_documentation_fragment`: found through
-ansible.cfg's `doc_fragment_plugins` in a clone; the collection build names them
-`dsv4.deploy.dsv4deploy.<FRAGMENT>` (dsv4deploy/collection_layout.py). A module's own entry for an
-attribute wins over a fragment's.
+A module names these by their FQCN, `dsv4.deploy.dsv4deploy.<FRAGMENT>`, in
+`extends_documentation_fragment`: a clone finds them through its collections path, the wheel and the
+tarball as they are. A module's own entry for an attribute wins over a fragment's.
 """
 
 from __future__ import annotations

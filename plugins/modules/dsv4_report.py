@@ -65,8 +65,8 @@ options:
     description:
       - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
 extends_documentation_fragment:
-  - dsv4deploy.action
-  - dsv4deploy.controller
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: none

@@ -63,8 +63,8 @@ options:
     description:
       - Suites to run on each side (with O(derive)), a list or comma-separated - C(smoke), C(needle), C(soak).
 extends_documentation_fragment:
-  - dsv4deploy.action
-  - dsv4deploy.controller
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: full

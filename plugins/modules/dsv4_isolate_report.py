@@ -84,8 +84,8 @@ options:
     description:
       - Why the run stopped before changing anything.
 extends_documentation_fragment:
-  - dsv4deploy.action
-  - dsv4deploy.controller
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: none

@@ -59,7 +59,7 @@ options:
     description:
       - Poll interval for O(state=released).
 extends_documentation_fragment:
-  - dsv4deploy.read_only
+  - dsv4.deploy.dsv4deploy.read_only
 attributes:
   check_mode:
     support: full

@@ -38,7 +38,7 @@ options:
       - "PathNeed mappings of the plan: C(path), C(need) (exec, search, secret), C(what), C(hidden),
         C(search_path), C(no_dac_override)."
 extends_documentation_fragment:
-  - dsv4deploy.read_only
+  - dsv4.deploy.dsv4deploy.read_only
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 

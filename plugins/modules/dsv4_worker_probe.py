@@ -50,8 +50,8 @@ options:
         as every worker of the plan answers C(/health) at the URL the router uses when they all run on that
         host, else at once). Without C(install_root) there is no wait."
 extends_documentation_fragment:
-  - dsv4deploy.action
-  - dsv4deploy.read_only
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.read_only
 attributes:
   action:
     support: full
