@@ -24,7 +24,7 @@ description:
   - The first install writes an ownership marker, C(install_root/.dsv4deploy-owner.json), with an id
     and the entries that were there before; an install root holding a C(current) or C(state.json) that
     dsv4deploy did not create is refused (the deploy would overwrite them).
-  - O(state=purged) removes what dsv4deploy provably created under O(install_root): entries made after
+  - O(state=purged) removes what dsv4deploy provably created under O(install_root) - entries made after
     the marker, and in C(releases/) only each release's files its manifest lists. What was there before,
     anything unmarked and anything unlisted stays and is named with why (RV(left_why)). The root itself
     goes only when it was empty at the first install and nothing is left in it.

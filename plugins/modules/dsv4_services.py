@@ -29,6 +29,9 @@ description:
     the wait, once their workers are healthy.
   - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
     supervisord; the releases stay.
+  - Our units are those run from O(install_root) (their C(WorkingDirectory)); another deployment's
+    units on the same host are never changed or removed, and installing a unit whose name another
+    deployment's unit has fails before anything changes.
   - O(state=status) and O(state=logs) change nothing.
 options:
   manager:
@@ -518,9 +521,26 @@ class Systemd:
     def run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=900, check=False)
 
+    def ours(self, path: str) -> bool:
+        """Whether the unit file at `path` is this deployment's: managed by us and run from this install root.
+
+        Another deployment on the host (another install root) has units of its own, never touched here.
+        """
+        text = _read(path)
+        return MANAGED_MARK in text and f"\nWorkingDirectory={self.root}/current\n" in text.replace("%%", "%")
+
     def install(self) -> bool:
         changed = False
         wanted = {os.path.basename(p): p for p in glob.glob(os.path.join(self.root, "current", "units", "*.service"))}
+        clash = []
+        for name in sorted(wanted):
+            dst = os.path.join(self.unit_dir, name)
+            if os.path.exists(dst) and MANAGED_MARK in _read(dst) and not self.ours(dst):
+                clash.append(dst)
+        if clash:
+            self.module.fail_json(msg=f"{', '.join(clash)} belong to another dsv4deploy deployment on this host "
+                                      "(another install_root); nothing was changed. Fix: set deployment_name to a "
+                                      "name of this deployment's own")
         for name, src in wanted.items():
             dst = os.path.join(self.unit_dir, name)
             text = _read(src)
@@ -531,7 +551,7 @@ class Systemd:
                 changed = True
         for path in glob.glob(os.path.join(self.unit_dir, "sglang-dsv4*.service")):
             name = os.path.basename(path)
-            if name not in wanted and MANAGED_MARK in _read(path):
+            if name not in wanted and self.ours(path):  # e.g. this deployment's units before a rename
                 self.run("disable", "--now", name)
                 os.unlink(path)
                 changed = True
@@ -557,7 +577,7 @@ class Systemd:
         """Take every unit we manage out of systemd (the releases keep their copies)."""
         removed = False
         for path in glob.glob(os.path.join(self.unit_dir, "sglang-dsv4*.service")):
-            if MANAGED_MARK in _read(path):
+            if self.ours(path):
                 self.run("disable", "--now", os.path.basename(path))
                 os.unlink(path)
                 removed = True
