@@ -617,10 +617,11 @@ def _purge(module: AnsibleModule, root: str) -> dict:
             shutil.rmtree(path)
         else:
             os.unlink(path)
-    if owner and not module.check_mode and not [n for n in os.listdir(root) if n != OWNER_MARKER]:
+    if owner and not module.check_mode:
+        # Everything ours is gone: a later first install claims the root afresh, as it then is.
         os.unlink(os.path.join(root, OWNER_MARKER))
         removed.append(OWNER_MARKER)
-        if owner.get("root_was_empty"):
+        if owner.get("root_was_empty") and not os.listdir(root):
             os.rmdir(root)
     if left:
         named = "; ".join(f"{n} ({why})" for n, why in sorted(left.items()))

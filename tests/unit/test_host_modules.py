@@ -131,7 +131,8 @@ def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
     (root / "models").mkdir()
     (root / "models" / "weights.bin").write_text("precious")
     out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
-    assert out["removed"] == ["logs", "releases/r1", "releases"] and out["left"] == ["models"]
+    assert out["removed"] == ["logs", "releases/r1", "releases", ".dsv4deploy-owner.json"]
+    assert out["left"] == ["models"]
     assert (root / "models" / "weights.bin").read_text() == "precious"
     (root / "models" / "weights.bin").unlink()
     (root / "models").rmdir()
