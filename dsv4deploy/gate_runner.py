@@ -201,7 +201,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     if name == "readiness":
         workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"], sglang_version=w.get("sglang_version"))
                    for w in plan["workers"] if w["name"] not in on_host]
-        settled = [{**found["health"], "checked_on": host} for host, found in on_host.values()]
+        settled = [{**entry, "checked_on": host} for host, found in on_host.values() for entry in found["checks"]]
         # The hosts' checks used part of the deadline already; what remains is the controller's.
         elapsed = max((float(data.get("seconds") or 0) for data in probes.values()), default=0.0)
         result = check_readiness(workers, plan.get("router_url"), model,

@@ -89,6 +89,13 @@ class _Check:
         return data
 
 
+def worker_paths(sglang_version: str | None) -> tuple[str, ...]:
+    """What a worker answers 200 to once ready: ``/health``, and ``/ready`` where its sglang version has
+    one (0.5.23 on; older ones answer it 404). The one definition, asked here and on a worker's own host
+    (``dsv4_worker_check``, told these paths by ``dsv4_worker_probe``)."""
+    return ("/health", "/ready") if versions.has_ready_endpoint(sglang_version) else ("/health",)
+
+
 def check_readiness(
     workers: list[WorkerEndpoint],
     router_url: str | None,
@@ -122,9 +129,8 @@ def check_readiness(
         raise ValueError("deadline_s, poll_interval_s and request_timeout_s must be positive")
     router = check_url(router_url, "router_url") if router_url is not None else None
 
-    checks = [_Check(f"{w.name} /health", f"{w.url}/health", "health") for w in workers]
-    checks += [_Check(f"{w.name} /ready", f"{w.url}/ready", "health") for w in workers
-               if versions.has_ready_endpoint(w.sglang_version)]
+    checks = [_Check(f"{w.name} {path}", f"{w.url}{path}", "health") for w in workers
+              for path in worker_paths(w.sglang_version)]
     if router is not None:
         checks.append(_Check("router /readiness", f"{router}/readiness", "readiness"))
         checks.append(_Check("router /v1/models", f"{router}/v1/models", "model_card"))

@@ -1,35 +1,84 @@
 """Action plugin: the dsv4_lock module plus what only the controller can know (is the holder alive?).
 
-A lock held by a dead run (same controller, process gone or replaced) or an empty lock file is taken
+A lock held by a dead run (same controller - host name, boot and process namespace - with its process gone
+or replaced) or an empty lock file is taken
 over, with one line saying whose run died and in which phase; a live holder fails the task naming it.
 Its options are the module's (modules/dsv4_lock.py, ansible-doc dsv4.deploy.dsv4_lock), which validates them.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import subprocess
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
+# The lock module, by its full name: the collection is always found (a clone's collections path, the
+# wheel's site-packages), whatever name the task used.
+LOCK_MODULE = "dsv4.deploy.dsv4_lock"
+PROC = "/proc"  # absent on a macOS controller: every read of it has a portable fallback
 
 
-def process_start(pid: int) -> str:
-    """The start time of `pid` in clock ticks since boot ('' when there is no such process)."""
+def _read(path: str) -> str:
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
         return ""
 
 
+def _run(*argv: str) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (signal 0 checks without sending anything; EPERM: it exists)."""
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM  # another user's process: it exists (ESRCH: it does not)
+    return True
+
+
+def process_start(pid: int) -> str:
+    """The start time of `pid` ('' when there is no such process): clock ticks since boot from /proc,
+    else what ps says (macOS, BSD)."""
+    stat = _read(f"{PROC}/{pid}/stat")
+    if stat:
+        try:
+            return stat.rsplit(")", 1)[1].split()[19]
+        except IndexError:
+            return ""
+    if not os.path.isdir(PROC) and process_alive(pid):
+        return _run("ps", "-o", "lstart=", "-p", str(pid))
+    return ""
+
+
+def boot_identity() -> str:
+    """This controller's boot and process namespace: two controllers with one host name (cloned VMs, which
+    boot apart; containers, which share a kernel but not a pid namespace) differ here. '' when unknown."""
+    boot = _read(f"{PROC}/sys/kernel/random/boot_id") or _run("sysctl", "-n", "kern.bootsessionuuid")
+    try:
+        namespace = os.readlink(f"{PROC}/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{boot}/{namespace}" if boot or namespace else ""
+
+
 def controller_identity() -> dict[str, Any]:
-    """This controller: host name, the ansible-playbook process (the worker's parent) and its start time."""
+    """This controller: host name, boot and namespace, the ansible-playbook process (the worker's parent)
+    and its start time."""
     pid = os.getppid()
-    return {"controller": socket.gethostname(), "controller_pid": pid, "controller_start": process_start(pid)}
+    return {"controller": socket.gethostname(), "controller_boot": boot_identity(), "controller_pid": pid,
+            "controller_start": process_start(pid)}
 
 
 def holder_is_dead(holder: dict[str, Any], me: dict[str, Any]) -> str | None:
@@ -38,11 +87,15 @@ def holder_is_dead(holder: dict[str, Any], me: dict[str, Any]) -> str | None:
         return "the lock file is empty or unreadable (its writer died, or it was not written by dsv4deploy)"
     if holder.get("controller") != me["controller"] or not holder.get("controller_pid"):
         return None
+    # Same host name, another boot or process namespace (a clone, a container, or a reboot): its process
+    # cannot be seen from here.
+    if holder.get("controller_boot", "") != me.get("controller_boot", ""):
+        return None
     pid = int(holder["controller_pid"])
-    started = process_start(pid)
-    if not started:
+    if not process_alive(pid):
         return f"its controller process {pid} is gone"
-    if holder.get("controller_start") and started != holder["controller_start"]:
+    started = process_start(pid)
+    if holder.get("controller_start") and started and started != holder["controller_start"]:
         return f"its controller process {pid} is gone (the pid now belongs to another process)"
     return None
 
@@ -53,8 +106,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        # The module of the same name: dsv4.deploy.dsv4_lock in the collection, else the library's.
-        module = self._task.resolved_action or "dsv4_lock"
+        module = LOCK_MODULE
         me = controller_identity()
         args.update(me)
         module_result = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
@@ -82,6 +134,10 @@ class ActionModule(ActionBase):
         base = module_result.get("msg", "")
         if holder.get("controller") not in (None, "", me["controller"]):
             hint = (f"it was taken on controller {holder['controller']}, which this run cannot check: if no run is "
+                    f"alive there, remove {path} on the host and retry")
+        elif holder.get("controller_pid") and holder.get("controller_boot", "") != me.get("controller_boot", ""):
+            hint = (f"it was taken on another controller named {holder['controller']} (another machine or container "
+                    "with this host name, or before this one rebooted), which this run cannot check: if no run is "
                     f"alive there, remove {path} on the host and retry")
         else:
             hint = "that run is alive: wait for it to finish"

@@ -3,8 +3,8 @@ servers with its programs watched; for readiness and config, the checks of worke
 cannot reach.
 
 Documented in modules/dsv4_worker_probe.py (ansible-doc dsv4.deploy.dsv4_worker_probe); ARGUMENT_SPEC
-follows it. The wait is the module dsv4_services (state=watched), the checks dsv4_worker_check, both of
-the same collection (or library).
+follows it. The wait and the checks are the module dsv4.deploy.dsv4_worker_check (mode=watch, then
+readiness or config); a worker is asked what the controller's readiness gate asks (worker_paths).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dsv4deploy.gate_runner import (
     plan_index_topk,
     settings_from_vars,
 )
+from dsv4deploy.gates.readiness import worker_paths
 from dsv4deploy.inventory import plain
 
 ARGUMENT_SPEC = {
@@ -32,6 +33,9 @@ ARGUMENT_SPEC = {
 
 
 display = Display()
+# The host side of the gates, by its full name: the collection is always found (a clone's collections path,
+# the wheel's site-packages), whatever name the task used.
+CHECK_MODULE = "dsv4.deploy.dsv4_worker_check"
 
 
 class ActionModule(ActionBase):
@@ -64,7 +68,8 @@ class ActionModule(ActionBase):
                 result.update(changed=False, probe=probe)
                 return result
         module_args = {
-            "checks": [{"name": w["name"], "url": w["url"]} for w in checks],
+            "checks": [{"name": w["name"], "url": w["url"], "paths": list(worker_paths(w.get("sglang_version")))}
+                       for w in checks],
             "mode": name,
             "deadline_s": settings.readiness_deadline_s,
         }
@@ -73,7 +78,7 @@ class ActionModule(ActionBase):
             module_args["api_key_file"] = key_file
         display.display(f"  [{name}] on {host}: {', '.join(w['name'] for w in checks)} "
                         f"(listening where only {host} reaches them)")
-        found = self._execute_module(module_name=self._beside("dsv4_worker_check"), module_args=module_args,
+        found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args,
                                      task_vars=task_vars)
         if found.get("failed"):
             # The probe itself could not run (no python3, key file unreadable, ...): the gate says so.
@@ -86,25 +91,15 @@ class ActionModule(ActionBase):
         result.update(changed=False, probe=probe)
         return result
 
-    def _beside(self, module: str) -> str:
-        """The module of this collection (dsv4.deploy.NAME), else the library's."""
-        collection = self._task.resolved_action.rpartition(".")[0] if self._task.resolved_action else ""
-        return f"{collection}.{module}" if collection else module
-
     def _watch(self, plan: dict[str, Any], host: str, services: dict[str, Any], deadline_s: float,
                task_vars: dict, probe: dict[str, Any]) -> bool:
         """Wait on `host` until its workers answer /health, watching its programs; True when one died
         (recorded in probe["died"], with the host named: the gate fails on it at once)."""
-        urls = {w["name"]: w["url"] for w in plan["workers"] if w["host"] == host}
-        module_args = {
-            "state": "watched", "manager": services.get("manager"), "install_root": services["install_root"],
-            "health_urls": urls, "timeout_s": deadline_s, "since": services.get("since") or {},
-            "log_offsets": services.get("log_offsets") or {},
-        }
-        if services.get("supervisor_bin_dir"):
-            module_args["supervisor_bin_dir"] = services["supervisor_bin_dir"]
+        checks = [{"name": w["name"], "url": w["url"]} for w in plan["workers"] if w["host"] == host]
+        watched = {k: services[k] for k in ("manager", "install_root", "supervisor_bin_dir") if services.get(k)}
+        watched.update(since=services.get("since") or {}, log_offsets=services.get("log_offsets") or {})
         if services.get("lock"):
-            module_args["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
+            watched["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
         router = plan.get("router_service")
         if services.get("start_router") and router and plan.get("endpoint_host") == host:
             # Started once every worker answers /health, asked at the URLs the router itself uses, when they
@@ -113,9 +108,9 @@ class ActionModule(ActionBase):
             # is started at once, as with its workers, and the controller's checks judge.
             workers = plan["workers"]
             alone = all(w["host"] == host for w in workers)
-            module_args["start_when_healthy"] = {router: {w["name"]: w["url"] for w in workers} if alone else {}}
-        found = self._execute_module(module_name=self._beside("dsv4_services"), module_args=module_args,
-                                     task_vars=task_vars)
+            watched["start_when_healthy"] = {router: {w["name"]: w["url"] for w in workers} if alone else {}}
+        module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched}
+        found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)
         if found.get("failed"):
             # The wait itself could not run (service manager unreachable, ...): the gate says so.
             why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The shared blocks: ACTION, CONTROLLER and READ_ONLY."""
+    """The shared blocks: ACTION, CONTROLLER, READ_ONLY, POSIX and SERVICE_MANAGER."""
 
     # An action plugin that runs dsv4deploy's Python core on the controller.
     ACTION = r"""
@@ -43,4 +43,43 @@ attributes:
     support: full
     platforms: posix
     description: Any host with Python 3.
+"""
+
+    # Any POSIX host (a module that changes files there).
+    POSIX = r"""
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX host.
+"""
+
+    # A module that reaches the service manager of an install root (plugins/module_utils/managers.py).
+    SERVICE_MANAGER = r"""
+options:
+  manager:
+    type: str
+    choices: [systemd, supervisor]
+    required: true
+    description:
+      - Service manager.
+  install_root:
+    type: path
+    required: true
+    description:
+      - Root of the releases on this host.
+  unit_dir:
+    type: path
+    default: /etc/systemd/system
+    description:
+      - Where systemd units are installed.
+  supervisor_bin_dir:
+    type: path
+    description:
+      - Folder holding C(supervisord) and C(supervisorctl) (default the PATH).
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: A Linux host with systemd, or with supervisor installed.
 """

@@ -11,10 +11,11 @@ description:
   - O(state=present) creates O(path) atomically (never empty, never half-written), recording O(owner),
     O(run_id), the controller host, process id and process start time, and the phase. When another run
     holds the lock it fails at once naming the holder (RV(holder)); the action of the same name then
-    decides on the controller whether that holder is dead (same controller, process gone or replaced, or
-    an empty lock file) and takes its lock over with O(takeover_from), saying whose run died and in which
-    phase. A holder on another controller cannot be checked from here - the failure names it and says
-    how to clear it. Taking a lock this run already holds succeeds.
+    decides on the controller whether that holder is dead (the same controller - host name, boot
+    and process namespace - with its process gone or replaced, or an empty lock file) and takes its
+    lock over with O(takeover_from), saying whose run died and in which phase. A holder on another
+    controller cannot be checked from here - the failure names it and says how to clear it. Taking a
+    lock this run already holds succeeds.
   - O(state=phase) records the phase in progress (and the release it targets) in the lock this run holds.
   - O(state=absent) removes the lock when this run holds it (or when O(force) is set).
 options:
@@ -54,6 +55,12 @@ options:
     default: ""
     description:
       - Start time of that process, which tells a reused pid apart (the action fills it in).
+  controller_boot:
+    type: str
+    default: ""
+    description:
+      - The controller's boot and process namespace, which tell apart two controllers of the same host name
+        (cloned VMs or containers; the action fills it in).
   phase:
     type: str
     default: locked
@@ -78,6 +85,8 @@ options:
     default: false
     description:
       - Release even a lock held by another run.
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.posix
 attributes:
   action:
     support: full
@@ -88,10 +97,6 @@ attributes:
   diff_mode:
     support: none
     description: The lock lives only for the run.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX host.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
@@ -135,6 +140,11 @@ age_s:
   description: Age of the lock another run holds.
   returned: when another run holds the lock
   type: int
+would:
+  description: In check mode, what a real run would do (take the lock, or take over a dead run's).
+  returned: check mode, when the lock would be taken or removed
+  type: list
+  elements: str
 stale:
   description: Whether the lock another run holds is older than O(stale_after_s).
   returned: when another run holds the lock
@@ -142,58 +152,13 @@ stale:
 """
 
 
-import json
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-EMPTY = "(empty or unreadable)"
-
-
-def _read(path: str) -> dict | None:
-    """The lock record; None when there is no lock; {} when the file is empty or not a record."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) and data.get("run_id") else {}
-
-
-def _write_new(path: str, record: dict) -> bool:
-    """Create `path` holding `record`, atomically and exclusively; False when it exists."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".deploy.lock-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        try:
-            os.link(tmp, path)  # exclusive like O_EXCL, but the file appears with its content
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        os.unlink(tmp)
-
-
-def _replace(path: str, record: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".deploy.lock-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils.lock import describe
 
 
 def _retire(path: str, run_id: str) -> bool:
@@ -203,22 +168,12 @@ def _retire(path: str, run_id: str) -> bool:
         os.rename(path, grave)
     except FileNotFoundError:
         return False
-    moved = _read(grave) or {}
+    moved = deploy_lock.read(grave) or {}
     if moved.get("run_id", "") != run_id:
         os.rename(grave, path)  # a live run replaced it between our read and the rename: put it back
         return False
     os.unlink(grave)
     return True
-
-
-def describe(holder: dict) -> str:
-    """One line naming the holder: who, which run, which controller process, which phase, since when."""
-    if not holder:
-        return EMPTY
-    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder.get("since", 0))))
-    where = f"pid {holder.get('controller_pid', '?')} on {holder.get('controller') or '?'}"
-    return (f"{holder.get('owner') or 'unknown'} (run {holder.get('run_id')}, {where}, "
-            f"phase {holder.get('phase', '?')}, since {since})")
 
 
 def main() -> None:
@@ -231,6 +186,7 @@ def main() -> None:
             "controller": {"type": "str", "default": ""},
             "controller_pid": {"type": "int", "default": 0},
             "controller_start": {"type": "str", "default": ""},
+            "controller_boot": {"type": "str", "default": ""},
             "phase": {"type": "str", "default": "locked"},
             "target": {"type": "str", "default": ""},
             "takeover_from": {"type": "str"},
@@ -241,22 +197,24 @@ def main() -> None:
     )
     p = module.params
     path = p["path"]
-    held = _read(path)
+    held = deploy_lock.read(path)
     if p["state"] == "absent":
         if held is None:
             module.exit_json(changed=False)
         if held.get("run_id") != p["run_id"] and not p["force"]:
             module.exit_json(changed=False, msg="lock held by another run; left in place", holder=held)
-        if not module.check_mode:
-            os.unlink(path)
+        if module.check_mode:
+            module.exit_json(changed=True, would=[f"remove the lock {path}"])
+        os.unlink(path)
         module.exit_json(changed=True)
 
     if p["state"] == "phase":
         if module.check_mode:  # a check run takes no lock, so it has none to update
             module.exit_json(changed=False, phase=p["phase"])
-        if held is None or held.get("run_id") != p["run_id"]:
-            module.fail_json(msg=f"this run no longer holds {path} (now: {describe(held or {})}); stopping here")
-        _replace(path, {**held, "phase": p["phase"], "target": p["target"], "phase_since": time.time()})
+        try:
+            deploy_lock.record_phase(path, p["run_id"], p["phase"], p["target"])
+        except deploy_lock.LockLost as exc:
+            module.fail_json(msg=str(exc))
         module.exit_json(changed=False, phase=p["phase"])
 
     if held is not None and held.get("run_id") == p["run_id"]:
@@ -267,19 +225,21 @@ def main() -> None:
         module.fail_json(msg=f"another run holds {path}: {describe(held)}", holder=held, age_s=int(age),
                          stale=age > p["stale_after_s"])
     if module.check_mode:
-        module.exit_json(changed=True)
+        would = f"take over the lock of run {held.get('run_id')}" if takeover else f"take the lock {path}"
+        module.exit_json(changed=True, would=[would])
     record = {"owner": p["owner"], "run_id": p["run_id"], "since": time.time(), "host": os.uname().nodename,
               "controller": p["controller"], "controller_pid": p["controller_pid"],
-              "controller_start": p["controller_start"], "phase": p["phase"], "target": p["target"],
+              "controller_start": p["controller_start"],
+              "controller_boot": p["controller_boot"], "phase": p["phase"], "target": p["target"],
               "phase_since": time.time()}
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if takeover and not _retire(path, p["takeover_from"]):
-            module.fail_json(msg=f"another run took over {path} a moment ago: {describe(_read(path) or {})}",
-                             holder=_read(path) or {}, stale=False)
-        if not _write_new(path, record):
-            module.fail_json(msg=f"another run took {path} a moment ago: {describe(_read(path) or {})}",
-                             holder=_read(path) or {}, stale=False)
+            module.fail_json(msg=f"another run took over {path} a moment ago: {describe(deploy_lock.read(path) or {})}",
+                             holder=deploy_lock.read(path) or {}, stale=False)
+        if not deploy_lock.create(path, record):
+            module.fail_json(msg=f"another run took {path} a moment ago: {describe(deploy_lock.read(path) or {})}",
+                             holder=deploy_lock.read(path) or {}, stale=False)
     except OSError as exc:
         module.fail_json(msg=f"cannot take the deploy lock {path}: {exc.strerror or exc}; check that the install "
                              "root's folder exists and is writable (and not full); nothing was changed")

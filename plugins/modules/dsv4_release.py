@@ -53,6 +53,8 @@ options:
     default: 5
     description:
       - Releases kept after activation (the active, the previous and the last verified are always kept).
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.posix
 attributes:
   check_mode:
     support: full
@@ -60,10 +62,6 @@ attributes:
   diff_mode:
     support: full
     description: O(state=present) shows every file of the new release against the active one.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX host.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
@@ -88,6 +86,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+would:
+  description: In check mode, what a real run would do, in words.
+  returned: check mode, when something would change (O(state=present), O(state=active), O(state=verified),
+    O(state=absent))
+  type: list
+  elements: str
 active:
   description: Active release id after the task (null when none).
   returned: always
@@ -320,7 +324,8 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
     active = _active(root)
     diff = _diff(root, active, files)
     if module.check_mode:
-        return {"changed": True, "release_id": release_id, "diff": diff, **_summary(root)}
+        return {"changed": True, "release_id": release_id, "diff": diff, **_summary(root),
+                "would": [f"install release {release_id} in {_releases_dir(root)}"]}
     releases = _releases_dir(root)
     final = os.path.join(releases, release_id)
     if os.path.exists(final):
@@ -382,7 +387,7 @@ def _activate(module: AnsibleModule, root: str, release_id: str, keep: int) -> d
     if active == release_id:
         return {"changed": False, **_summary(root)}
     if module.check_mode:
-        return {"changed": True, **_summary(root)}
+        return {"changed": True, **_summary(root), "would": [f"point {root}/current at {release_id} (now {active})"]}
     link = os.path.join(root, "current")
     tmp = os.path.join(root, f".current-{os.getpid()}")
     if os.path.lexists(tmp):
@@ -404,8 +409,9 @@ def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
     good = _state(root).get("good", [])
     if good and good[-1] == release_id:
         return {"changed": False, **_summary(root)}
-    if not module.check_mode:
-        _save_state(root, good=[r for r in good if r != release_id] + [release_id])
+    if module.check_mode:
+        return {"changed": True, **_summary(root), "would": [f"record {release_id} as verified"]}
+    _save_state(root, good=[r for r in good if r != release_id] + [release_id])
     return {"changed": True, **_summary(root)}
 
 
@@ -417,7 +423,7 @@ def _remove(module: AnsibleModule, root: str, release_id: str) -> dict:
         module.fail_json(msg=f"release {release_id} is active or verified on this host; only a temporary "
                              "release can be removed", **summary)
     if module.check_mode:
-        return {"changed": True, **summary}
+        return {"changed": True, **summary, "would": [f"remove release {release_id}"]}
     shutil.rmtree(os.path.join(_releases_dir(root), release_id))
     # Forget it, so `previous` names what served before it again.
     state = _state(root)

@@ -1,35 +1,50 @@
 #!/usr/bin/python
-"""Worker checks run on the worker's own host: for servers bound to addresses only that host reaches."""
+"""A gate's host side: the readiness wait over a host's services, and worker checks run on the worker's own
+host (for servers bound to addresses only that host reaches)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_worker_check
-short_description: Poll workers' /health or read their /server_info from the host they listen on
+short_description: Wait for a host's servers while watching them, or check workers from the host they listen on
 description:
   - Run by the action M(dsv4.deploy.dsv4_worker_probe), which decides which workers need it. Standard
     library only. Never fails for a failing server; returns, per worker, the same evidence the
     controller-side gates record (tries, time to ready, last status, body and error).
   - Before asking anything, each address is checked to be one of this host's own; one that is not is
     reported at once, without waiting for a deadline.
+  - O(mode=readiness) asks each worker every path of its C(paths) (what the controller's readiness gate
+    asks of it, C(dsv4deploy.gates.readiness.worker_paths) - C(/health), and C(/ready) from sglang 0.5.23)
+    until each answers 200 or O(deadline_s) passes.
+  - O(mode=config) reads C(/server_info) once (C(/get_server_info) when that is 404); its secrets (the
+    C(api_key) among the server's arguments) are masked on this host, so they never reach the controller.
+  - O(mode=watch) is the readiness wait on a host that runs the services - until every worker of O(checks)
+    answers C(/health) 200 (asked from this host, at 127.0.0.1 when the address is not this host's own) or
+    O(deadline_s) passes - watching the active release's services meanwhile. The first that exits, or is
+    restarted by its service manager, ends the wait at once; it is returned in RV(died) with its exit
+    status and the end of its log, and left as it is (a deploy's rollback stops it, a verify run changes
+    nothing). Programs of O(services) C(start_when_healthy) are started during the wait, once their
+    workers are healthy.
 options:
   checks:
     type: list
     elements: dict
     required: true
     description:
-      - "Workers to check, each with C(name) and C(url)."
+      - "Workers to check, each with C(name), C(url) and (O(mode=readiness)) C(paths), the paths that must
+        answer 200 (default C([/health]))."
   mode:
     type: str
-    choices: [readiness, config]
+    choices: [readiness, config, watch]
     required: true
     description:
-      - What to ask - C(/health) until ready, or C(/server_info) once.
+      - What to do - ask each worker's C(paths) until ready, read C(/server_info) once, or wait for the
+        host's services while watching them.
   deadline_s:
     type: float
     default: 600
     description:
-      - Readiness deadline.
+      - Readiness deadline (O(mode=watch) - how long to wait at most).
   poll_interval_s:
     type: float
     default: 0.25
@@ -44,12 +59,25 @@ options:
     type: str
     description:
       - File on this host holding the API key, sent as a Bearer token (O(mode=config)).
+  services:
+    type: dict
+    default: {}
+    description:
+      - O(mode=watch) - the services to watch - C(manager) (systemd or supervisor), C(install_root),
+        C(supervisor_bin_dir), C(unit_dir); C(since), each service's life at its start as
+        M(dsv4.deploy.dsv4_services) O(dsv4.deploy.dsv4_services#module:state=started) returned it (a service
+        under another pid or invocation since has been restarted; without it the first look counts);
+        C(log_offsets) for the log of one that died; C(start_when_healthy), programs to start during the wait,
+        each once every worker URL it maps to (name to URL, asked as given) answers C(/health) 200 (until
+        then not watched; a router started so registers its workers at its first probe, instead of on its
+        own back-off); C(lock), the deploy lock to record C(before), its phase as the wait begins, in
+        (C(path), C(run_id), C(target)).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.read_only
 attributes:
   check_mode:
     support: full
-    description: Only reads from the servers.
+    description: Only reads from the servers; O(mode=watch) starts nothing and records no lock phase in check mode.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
@@ -57,79 +85,80 @@ EXAMPLES = r"""
 - name: Wait on this host until its loopback-bound prefill answers /health
   dsv4.deploy.dsv4_worker_check:
     checks:
-      - {name: prefill, url: "http://127.0.0.1:30001"}
+      - {name: prefill, url: "http://127.0.0.1:30001", paths: [/health, /ready]}
     mode: readiness
     deadline_s: 300
+
+- name: Wait for this host's servers, watching them, and start the router once its workers answer
+  dsv4.deploy.dsv4_worker_check:
+    checks:
+      - {name: sglang-dsv4-prefill-0, url: "http://127.0.0.1:30001"}
+      - {name: sglang-dsv4-decode-0, url: "http://127.0.0.1:30002"}
+    mode: watch
+    deadline_s: 600
+    services:
+      manager: systemd
+      install_root: /opt/dsv4deploy
+      start_when_healthy:
+        sglang-dsv4-router:
+          sglang-dsv4-prefill-0: "http://127.0.0.1:30001"
+          sglang-dsv4-decode-0: "http://127.0.0.1:30002"
 """
 
 RETURN = r"""
 workers:
-  description: Worker name to its evidence (C(ready), C(tries), C(seconds_to_ready), C(last_status), C(last_body),
-    C(last_error); C(server_info) answers for O(mode=config); C(unreachable) when the address is not this host's).
-  returned: always
+  description: Worker name to its evidence - C(checks), one entry per path asked (C(check), C(url), C(ready),
+    C(attempts), C(seconds_to_ready), C(last_status), C(last_body), C(last_error)) for O(mode=readiness);
+    C(server_info) answers (secrets masked) for O(mode=config); C(unreachable) when the address is not this host's.
+  returned: O(mode=readiness) and O(mode=config)
   type: dict
 seconds:
   description: How long the checks took.
   returned: always
   type: float
+died:
+  description: The service that exited or was restarted during the wait - C(name), C(why) (exit status, and
+    whether its manager started it again), C(seconds) after the wait began, C(log) (the end of its log).
+  returned: O(mode=watch), when one did
+  type: dict
+healthy:
+  description: Seconds from the start of the wait until each worker answered C(/health) 200.
+  returned: O(mode=watch)
+  type: dict
+started_later:
+  description: Seconds from the start of the wait until each program of C(start_when_healthy) was started.
+  returned: O(mode=watch)
+  type: dict
+not_started:
+  description: Programs of C(start_when_healthy) still not started when the wait timed out.
+  returned: O(mode=watch), when it timed out
+  type: list
+  elements: str
 """
 
 
-import errno
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
-from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
-BODY_LIMIT = 4000  # as the controller-side gates keep (dsv4deploy.gates.result.BODY_LIMIT)
+from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils.managers import Manager, log_since, open_manager
+from ansible_collections.dsv4.deploy.plugins.module_utils.net import get, healthy, local_url, not_here
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
+from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
+from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact_body, tail
+
 INFO_LIMIT = 1_000_000  # a server_info body is parsed on the controller: keep it whole
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
-# No environment proxies: the address is this host's own.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+WATCH_POLL_S = 0.1
 
 
-def _clip(text: str, limit: int = BODY_LIMIT) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} more characters]"
-
-
-def get(url: str, key: str | None, timeout: float, limit: int = BODY_LIMIT) -> dict:
-    """One GET: {status, body, error}; status None when no HTTP answer came."""
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return {"status": resp.status, "body": _clip(resp.read().decode(errors="replace"), limit), "error": ""}
-    except urllib.error.HTTPError as exc:
-        return {"status": exc.code, "body": _clip(exc.read().decode(errors="replace"), limit), "error": ""}
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return {"status": None, "body": "", "error": f"{reason.__class__.__name__}: {reason}"}
-
-
-def not_here(url: str) -> str:
-    """Why `url`'s address is not one of this host's own, or ''."""
-    address = urlsplit(url).hostname or ""
-    try:
-        infos = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        return f"{address} does not resolve on this host ({exc.strerror})"
-    family, sockaddr = infos[0][0], infos[0][4]
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((sockaddr[0], 0))
-        except OSError as exc:
-            if exc.errno == errno.EADDRNOTAVAIL:
-                return f"{address} is not an address of this host, so no server here can listen on it"
-    return ""
-
-
-def poll_health(check: dict, key: str | None, deadline: float, started: float, p: dict) -> dict:
-    """Ask /health until 200 or the deadline; evidence as the controller's readiness gate keeps it."""
-    url = f"{check['url']}/health"
-    ev = {"check": f"{check['name']} /health", "url": url, "ready": False, "seconds_to_ready": None,
+def poll_health(check: dict, key: str | None, deadline: float, started: float, p: dict, path: str = "/health") -> dict:
+    """Ask `path` until 200 or the deadline; evidence as the controller's readiness gate keeps it."""
+    url = f"{check['url']}{path}"
+    ev = {"check": f"{check['name']} {path}", "url": url, "ready": False, "seconds_to_ready": None,
           "attempts": 0, "last_status": None, "last_body": ""}
     while True:
         ev["attempts"] += 1
@@ -150,29 +179,131 @@ def poll_health(check: dict, key: str | None, deadline: float, started: float, p
 
 
 def server_info(check: dict, key: str | None, timeout: float) -> list[dict]:
-    """The answers of /server_info (then /get_server_info when the first is 404)."""
+    """The answers of /server_info (then /get_server_info when the first is 404), secrets masked."""
     answers = []
     for path in SERVER_INFO_PATHS:
-        answer = {"path": path, **get(f"{check['url']}{path}", key, timeout, INFO_LIMIT)}
-        answers.append(answer)
+        answer = get(f"{check['url']}{path}", key, timeout, INFO_LIMIT)
+        answers.append({"path": path, **answer, "body": redact_body(answer["body"])})
         if answer["status"] != 404:
             break
     return answers
+
+
+def readiness(checks: list[dict], key: str | None, p: dict) -> dict:
+    """Every path of every worker polled at once until ready or the deadline; worker name -> evidence."""
+    started = time.monotonic()
+    results: dict[str, dict] = {}
+    threads = []
+    for check in checks:
+        entries: list[dict] = []
+        results[check["name"]] = {"checks": entries}
+        for path in check.get("paths") or ["/health"]:
+            def run(check: dict = check, path: str = path, entries: list = entries) -> None:
+                entries.append(poll_health(check, key, started + p["deadline_s"], started, p, path))
+
+            threads.append(threading.Thread(target=run, daemon=True))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for found in results.values():
+        found["checks"].sort(key=lambda ev: ev["check"])
+    return results
+
+
+def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str, dict],
+          timeout_s: float, offsets: dict[str, int], later: dict[str, dict[str, str]] | None = None) -> dict:
+    """Wait until every worker of `urls` is healthy, or `timeout_s`, or the first of `names` exits or is
+    restarted (then returned as `died` with its log); the module's result. Each program of `later` that is
+    not running yet is started as soon as every worker URL it names answers /health 200, and watched from
+    then on (a router started once its workers are healthy registers them at its first probe)."""
+    t0 = time.monotonic()
+    urls = {n: local_url(u) for n, u in urls.items()}
+    first = mgr.lives(names)
+    base = {n: since.get(n) or first[n] for n in names}
+    # A program of `later` already running (started with the others) is simply watched.
+    pending = {n: u for n, u in (later or {}).items() if n in names and mgr.gone(first[n], first[n])}
+    healthy_at: dict[str, float] = {}
+    up: dict[str, bool] = {}  # URL -> answered /health 200 (each URL asked once per round)
+    started_later: dict[str, float] = {}
+    lives = first
+    while True:
+        for name in names:
+            why = "" if name in pending else mgr.gone(lives[name], base[name])
+            if why:
+                return {"changed": bool(started_later), "died": _died(mgr, name, why, base[name], offsets, t0),
+                        "healthy": healthy_at, "started_later": started_later,
+                        "seconds": round(time.monotonic() - t0, 3)}
+        for url in {*urls.values(), *(u for w in pending.values() for u in w.values())}:
+            if not up.get(url):
+                up[url] = healthy(url)
+        for name, url in urls.items():
+            if name not in healthy_at and up[url]:
+                healthy_at[name] = round(time.monotonic() - t0, 3)
+        for name in [n for n, workers in pending.items() if all(up[u] for u in workers.values())]:
+            refused = mgr.start_all([name])
+            del pending[name]
+            if refused:
+                return {"changed": bool(started_later), "healthy": healthy_at, "started_later": started_later,
+                        "seconds": round(time.monotonic() - t0, 3),
+                        "died": _died(mgr, name, f"did not start: {refused[name]}", {}, offsets, t0)}
+            started_later[name] = round(time.monotonic() - t0, 3)
+            base[name] = mgr.lives([name])[name]
+        elapsed = time.monotonic() - t0
+        if (len(healthy_at) == len(urls) and not pending) or elapsed >= timeout_s:
+            return {"changed": bool(started_later), "healthy": healthy_at, "seconds": round(elapsed, 3),
+                    "started_later": started_later,
+                    "waiting": sorted(set(urls) - set(healthy_at)), "not_started": sorted(pending)}
+        time.sleep(min(WATCH_POLL_S, max(timeout_s - elapsed, 0)))
+        lives = mgr.lives(names)
+
+
+def _died(mgr: Manager, name: str, why: str, base: dict, offsets: dict[str, int], t0: float) -> dict:
+    """What the wait returns for a service that exited: why, when, the end of its log. It is left to the
+    caller (a deploy's rollback stops it; a verify run changes nothing)."""
+    seconds = round(time.monotonic() - t0, 2)
+    log = log_since(mgr, name, int(offsets.get(name, 0)), base.get("invocation"))
+    return {"name": name, "why": why, "seconds": seconds, "log": tail(log, lines=20),
+            "log_source": "last log lines" if isinstance(mgr, Supervisor) else "its journal"}
+
+
+def watch_services(module: AnsibleModule) -> dict:
+    """mode=watch: the readiness wait over the active release's services (nothing started in check mode)."""
+    p, svc = module.params, module.params["services"]
+    root = svc.get("install_root") or ""
+    if root_problem(root):
+        module.fail_json(msg=root_problem(root))
+    if svc.get("manager") not in ("systemd", "supervisor"):
+        module.fail_json(msg=f"services.manager must be systemd or supervisor, not {svc.get('manager')!r}")
+    mgr = open_manager(svc["manager"], root, svc.get("supervisor_bin_dir") or None,
+                       svc.get("unit_dir") or "/etc/systemd/system")
+    lock = svc.get("lock") or {}
+    if lock.get("before") and not module.check_mode:
+        deploy_lock.record_phase(lock["path"], lock["run_id"], lock["before"], lock.get("target", ""))
+    later = {} if module.check_mode else (svc.get("start_when_healthy") or {})
+    return watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
+                 p["deadline_s"], svc.get("log_offsets") or {}, later)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "checks": {"type": "list", "elements": "dict", "required": True},
-            "mode": {"type": "str", "choices": ["readiness", "config"], "required": True},
+            "mode": {"type": "str", "choices": ["readiness", "config", "watch"], "required": True},
             "deadline_s": {"type": "float", "default": 600},
             "poll_interval_s": {"type": "float", "default": 0.25},
             "request_timeout_s": {"type": "float", "default": 5},
             "api_key_file": {"type": "str"},
+            "services": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if p["mode"] == "watch":
+        try:
+            module.exit_json(**watch_services(module))
+        except (ServiceError, deploy_lock.LockLost) as exc:
+            module.fail_json(msg=str(exc))
     key = None
     if p["api_key_file"] and p["mode"] == "config":  # /health is open; only server_info needs the key
         try:
@@ -183,24 +314,16 @@ def main() -> None:
                                  f"workers' server_info: {exc.strerror}")
     started = time.monotonic()
     results: dict[str, dict] = {}
-    threads = []
+    here = []
     for check in p["checks"]:
         why = not_here(check["url"])
         if why:
             results[check["name"]] = {"unreachable": why, "url": check["url"]}
-            continue
-        if p["mode"] == "config":
+        elif p["mode"] == "config":
             results[check["name"]] = {"server_info": server_info(check, key, p["request_timeout_s"] * 2)}
-            continue
-
-        def run(check: dict = check) -> None:
-            results[check["name"]] = {"health": poll_health(check, key, started + p["deadline_s"], started, p)}
-
-        threads.append(threading.Thread(target=run, daemon=True))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+        else:
+            here.append(check)
+    results.update(readiness(here, key, p) if here else {})
     module.exit_json(changed=False, workers=results, seconds=round(time.monotonic() - started, 3))
 
 

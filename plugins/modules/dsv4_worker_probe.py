@@ -9,15 +9,16 @@ short_description: Run the host side of a gate - the readiness wait, and checks 
 description:
   - Runs on every host (not C(run_once)), before the gate itself (M(dsv4.deploy.dsv4_gate), C(run_once)
     on the controller).
-  - For C(readiness) with O(services), it first waits on the host (M(dsv4.deploy.dsv4_services),
-    O(dsv4.deploy.dsv4_services#module:state=watched)) until the host's workers answer C(/health), within
+  - For C(readiness) with O(services), it first waits on the host (M(dsv4.deploy.dsv4_worker_check),
+    O(dsv4.deploy.dsv4_worker_check#module:mode=watch)) until the host's workers answer C(/health), within
     the readiness deadline, watching every program of the host meanwhile. A program that exits or is
     restarted ends the wait at once; it is returned in RV(probe.died) and the gate fails on it
     at once, naming program, host and exit status, with the end of its log.
   - For the workers of this host bound to an address the controller cannot count
     on reaching (a loopback or other address than the one Ansible reaches the host at), it runs
     M(dsv4.deploy.dsv4_worker_check) on the host - one module run per host and gate, whatever the
-    number of tries.
+    number of tries - asking each worker what the controller's readiness gate would (C(/health), and
+    C(/ready) from sglang 0.5.23). Secrets in their C(/server_info) are masked on the host.
   - Hosts reached through the local connection, and workers the controller reaches, are left to the
     gate; without O(services) nothing runs on the host then.
   - Returns RV(probe) for the gate's O(dsv4.deploy.dsv4_gate#module:probes). Never fails for a failing
@@ -45,7 +46,7 @@ options:
       - "The host's services to watch during the readiness wait: C(manager) (systemd or supervisor),
         C(install_root), C(supervisor_bin_dir), C(since) and C(log_offsets) (as
         O(dsv4.deploy.dsv4_services#module:state=started) returned them), and C(lock), the deploy lock to
-        record a phase in as the wait begins (O(dsv4.deploy.dsv4_services#module:lock)), and C(start_router)
+        record a phase in as the wait begins (C(path), C(run_id), C(target), C(before)), and C(start_router)
         (true when the start left the router for this wait to start: on the router's host it is started as soon
         as every worker of the plan answers C(/health) at the URL the router uses when they all run on that
         host, else at once). Without C(install_root) there is no wait."
@@ -55,8 +56,8 @@ extends_documentation_fragment:
 attributes:
   action:
     support: full
-    description: An action plugin; it runs M(dsv4.deploy.dsv4_services) and M(dsv4.deploy.dsv4_worker_check) on
-      the host when needed.
+    description: An action plugin; it runs M(dsv4.deploy.dsv4_worker_check) on the host when needed (the wait,
+      then the checks).
   check_mode:
     support: full
     description: Only reads from the servers; the one change it can make (starting the router, with

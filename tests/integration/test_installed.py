@@ -24,8 +24,8 @@ from tests.unit.test_docs import quickstart_extras
 pytestmark = pytest.mark.integration
 
 # Every module and action plugin of the collection.
-PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_worker_check",
-           "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe", "dsv4_isolate_report"]
+PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_services_info",
+           "dsv4_worker_check", "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe", "dsv4_isolate_report"]
 # A user's own playbook: the rollout is one role; its outcome comes back as documented facts.
 USER_PLAYBOOK = """\
 - name: My rollout

@@ -8,6 +8,7 @@ that cannot be reached (ssh to a closed port) is named with why, and the command
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ def release_module(tmp_path: Path, **args: object) -> dict:
     """The dsv4_release module run as Ansible runs it, as the playbooks would leave the host."""
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, str(MODULE), str(args_file)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, str(MODULE), str(args_file)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # the collection's module_utils
     return json.loads(proc.stdout)
 
 

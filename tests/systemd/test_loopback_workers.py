@@ -17,11 +17,13 @@ import pytest
 from tests.systemd import example_site
 from tests.systemd.hostkit import VENV_BIN, Lab
 
+API_KEY = "sk-loopback-workers"
+
 
 @pytest.fixture(scope="module")
 def lab(hostkit) -> Iterator[Lab]:
     with hostkit.lab(["gpu1"], routers=["gpu1"]) as booted:
-        example_site.prepare(booted.hosts["gpu1"], "sk-loopback-workers")
+        example_site.prepare(booted.hosts["gpu1"], API_KEY)
         yield booted
 
 
@@ -31,10 +33,10 @@ def _fail_text(proc) -> str:
 
 @pytest.fixture(scope="module")
 def deployed(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]:
-    """The example deployed once: (inventory, reports folder, ansible-playbook's result)."""
+    """The example deployed once, at -v: (inventory, reports folder, ansible-playbook's result)."""
     tmp = tmp_path_factory.mktemp("loopback")
     inventory = lab.write_inventory(tmp / "inventory", example="pd-single-host")
-    return inventory, tmp / "reports", lab.playbook("deploy.yml", inventory, reports=tmp / "reports")
+    return inventory, tmp / "reports", lab.playbook("deploy.yml", inventory, "-v", reports=tmp / "reports")
 
 
 def test_example_as_shipped_promotes_with_worker_checks_on_the_host(lab: Lab, deployed) -> None:
@@ -54,6 +56,16 @@ def test_example_as_shipped_promotes_with_worker_checks_on_the_host(lab: Lab, de
     rows = {r["name"]: r for r in gates["config"]["evidence"]["servers"]}
     assert all(r["ok"] and r["checked_on"] == "gpu1" for r in rows.values()), rows
     assert gates["smoke"]["status"] == "passed" and gates["needle"]["status"] == "passed"
+
+
+def test_the_api_key_of_the_host_side_checks_never_reaches_the_controller(deployed) -> None:
+    # The worker checks read /server_info on gpu1, whose body holds api_key: masked there, it is neither in
+    # the -v output (each task's result) nor in the report.
+    _, reports, proc = deployed
+    assert proc.returncode == 0, _fail_text(proc)
+    assert "server_info" in proc.stdout, "-v shows the host side's results"
+    assert API_KEY not in proc.stdout + proc.stderr
+    assert API_KEY not in (reports / "latest" / "report.json").read_text()
 
 
 def test_a_unit_that_cannot_start_says_why_from_its_journal(lab: Lab, deployed) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible_collections.dsv4.deploy.plugins.modules.dsv4_services import kind_of, release_services
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import kind_of, release_services
 
 
 def test_release_services_are_in_drain_order(tmp_path: Path) -> None:

@@ -11,23 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import holder_is_dead, process_start
+from ansible_collections.dsv4.deploy.plugins.action import dsv4_lock as lock_action
+from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import boot_identity, holder_is_dead, process_start
 from dsv4deploy.render import render_release
+from tests.unit.plugins.runner import run_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from fixture_specs import combined_spec
-
-MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"
-
-
-def run_module(name: str, tmp_path: Path, **args: object) -> dict:
-    """Run modules/<name>.py with `args` the way Ansible does; its JSON result."""
-    args_file = tmp_path / f"args-{name}.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, str(MODULES / f"{name}.py"), str(args_file)],
-                          capture_output=True, text=True, timeout=60)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
 
 
 def release_files() -> dict[str, str]:
@@ -267,21 +257,47 @@ def test_an_empty_lock_file_is_reported_as_such_not_as_1970(tmp_path: Path) -> N
     assert lock(tmp_path, "r1", takeover_from="")["changed"]
 
 
-def test_dead_and_live_holders_are_told_apart() -> None:
-    me = {"controller": "ctl"}
-    live = {"controller": "ctl", "controller_pid": os.getpid(), "controller_start": process_start(os.getpid())}
-    assert holder_is_dead(live, me) is None
+def _holders() -> tuple[dict, dict, int]:
+    """This controller, a live holder (this process) and the pid of a process that has exited."""
+    me = {"controller": "ctl", "controller_boot": boot_identity()}
+    live = {**me, "controller_pid": os.getpid(), "controller_start": process_start(os.getpid())}
     child = subprocess.Popen(["true"])
     child.wait()
-    assert "is gone" in holder_is_dead({**live, "controller_pid": child.pid}, me)
+    return me, live, child.pid
+
+
+def test_dead_and_live_holders_are_told_apart() -> None:
+    me, live, dead_pid = _holders()
+    assert live["controller_boot"] and live["controller_start"]
+    assert holder_is_dead(live, me) is None
+    assert "is gone" in holder_is_dead({**live, "controller_pid": dead_pid}, me)
     assert "another process" in holder_is_dead({**live, "controller_start": "1"}, me)
     # Another controller's process cannot be checked from here: never taken over.
-    assert holder_is_dead({**live, "controller": "elsewhere", "controller_pid": child.pid}, me) is None
+    assert holder_is_dead({**live, "controller": "elsewhere", "controller_pid": dead_pid}, me) is None
+
+
+def test_without_proc_a_live_holder_is_alive_and_a_dead_one_dead(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    # A macOS controller has no /proc: liveness comes from kill(pid, 0) and ps, never "no /proc, so dead".
+    monkeypatch.setattr(lock_action, "PROC", str(tmp_path / "no-proc"))
+    me, live, dead_pid = _holders()
+    assert live["controller_start"], "ps gives the start time where /proc is missing"
+    assert holder_is_dead(live, me) is None
+    assert "is gone" in holder_is_dead({**live, "controller_pid": dead_pid}, me)
+    assert "another process" in holder_is_dead({**live, "controller_start": "Thu Jan  1 00:00:00 1970"}, me)
+
+
+def test_a_controller_of_the_same_host_name_elsewhere_is_never_taken_over() -> None:
+    # A cloned VM or a container: the same host name, another boot or pid namespace, and a pid that means
+    # nothing here (here it is gone; there it may be the live holder).
+    me, live, dead_pid = _holders()
+    clone = {**live, "controller_boot": "0f00-another-boot/pid:[4026531836]", "controller_pid": dead_pid}
+    assert holder_is_dead(clone, me) is None
 
 
 # -- services ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("root", ["/opt/x%(here)s", "/opt/a ;b", "/opt/a\nb", "/opt/a #b"])
 def test_services_module_refuses_roots_supervisord_would_misread(tmp_path: Path, root: str) -> None:
-    out = run_module("dsv4_services", tmp_path, manager="supervisor", install_root=root, state="status")
+    out = run_module("dsv4_services_info", tmp_path, manager="supervisor", install_root=root)
     assert out["failed"] and "install_root" in out["msg"]

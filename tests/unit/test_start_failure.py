@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.dsv4.deploy.plugins.modules.dsv4_services import journal_lines, redact, start_failure_reason
+from ansible_collections.dsv4.deploy.plugins.module_utils.systemd import journal_lines, start_failure_reason
+from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact
 from dsv4deploy.report import build_report, render_markdown
 
 UNIT = "sglang-dsv4-decode.service"

@@ -36,7 +36,8 @@ def module(tmp_path: Path, name: str, **args: object) -> dict:
     (bin_dir / "systemctl").chmod(0o755)
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # PYTHONPATH: the modules import their module_utils from the collection at the repository root.
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(MODULES.parents[1])}
     proc = subprocess.run([sys.executable, str(MODULES / f"{name}.py"), str(args_file)], capture_output=True,
                           text=True, timeout=60, env=env)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -70,8 +70,8 @@ def test_host_checks_pick_workers_only_their_host_reaches():
 def test_readiness_counts_the_hosts_checks_and_asks_the_router_itself(stub):
     rtr = router(stub)
     p = plan(rtr.url, host_address="127.0.0.1", router_host="ctl")
-    probes = probes_for(p, prefill={"health": health("prefill", p["workers"][0]["url"])},
-                        decode={"health": health("decode", p["workers"][1]["url"])})
+    probes = probes_for(p, prefill={"checks": [health("prefill", p["workers"][0]["url"])]},
+                        decode={"checks": [health("decode", p["workers"][1]["url"])]})
     result = run_gate("readiness", p, GateSettings(readiness_deadline_s=20), probes=probes)
     assert result.status is GateStatus.PASSED, result.summary
     assert "2 worker(s) /health 200 (2 checked on gpu1)" in result.summary
@@ -84,8 +84,8 @@ def test_readiness_counts_the_hosts_checks_and_asks_the_router_itself(stub):
 def test_a_worker_not_ready_on_its_host_fails_the_gate_with_its_evidence(stub):
     rtr = router(stub)
     p = plan(rtr.url, router_host="ctl")
-    probes = probes_for(p, prefill={"health": health("prefill", p["workers"][0]["url"], ready=False)},
-                        decode={"health": health("decode", p["workers"][1]["url"])})
+    probes = probes_for(p, prefill={"checks": [health("prefill", p["workers"][0]["url"], ready=False)]},
+                        decode={"checks": [health("decode", p["workers"][1]["url"])]})
     result = run_gate("readiness", p, GateSettings(readiness_deadline_s=5), probes=probes)
     assert result.status is GateStatus.FAILED
     assert "prefill /health 503 warming up" in result.summary
@@ -94,8 +94,8 @@ def test_a_worker_not_ready_on_its_host_fails_the_gate_with_its_evidence(stub):
 def test_a_loopback_router_of_a_remote_host_is_refused_at_once(stub):
     rtr = router(stub)  # listening on the controller's loopback: must not be mistaken for gpu1's
     p = plan(rtr.url, router_host="gpu1")
-    probes = probes_for(p, prefill={"health": health("prefill", p["workers"][0]["url"])},
-                        decode={"health": health("decode", p["workers"][1]["url"])})
+    probes = probes_for(p, prefill={"checks": [health("prefill", p["workers"][0]["url"])]},
+                        decode={"checks": [health("decode", p["workers"][1]["url"])]})
     result = run_gate("readiness", p, GateSettings(readiness_deadline_s=600), probes=probes)
     assert result.status is GateStatus.FAILED
     address = reach.url_address(rtr.url)[0]

@@ -1,4 +1,4 @@
-"""The readiness wait of dsv4_services (state=watched) starts the router once its workers answer /health,
+"""The readiness wait of dsv4_worker_check (mode=watch) starts the router once its workers answer /health,
 against stub workers and a stand-in for the service manager (supervisord and systemd are exercised by the
 integration and systemd tiers)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.dsv4.deploy.plugins.modules import dsv4_services as services
+from ansible_collections.dsv4.deploy.plugins.modules import dsv4_worker_check as services
 
 from .stubs import after, always
 

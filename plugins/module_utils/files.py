@@ -1,0 +1,50 @@
+"""Files written so that a reader sees the old content or the new, never a part (standard library only)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def _temp_with(path: str, data: str, mode: int, prefix: str) -> str:
+    """A temporary file beside `path` holding `data` (flushed to disk) with `mode`; its path."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=prefix)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, mode)
+    return tmp
+
+
+def write_atomic(path: str, data: str, mode: int = 0o644, prefix: str = ".tmp-") -> None:
+    """Replace `path` with `data` in one rename."""
+    os.replace(_temp_with(path, data, mode, prefix), path)
+
+
+def write_new(path: str, data: str, mode: int = 0o644, prefix: str = ".tmp-") -> bool:
+    """Create `path` holding `data`, atomically and exclusively; False when it exists already."""
+    tmp = _temp_with(path, data, mode, prefix)
+    try:
+        os.link(tmp, path)  # exclusive like O_EXCL, but the file appears with its content
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
+
+
+def read_text(path: str) -> str:
+    """The whole of a UTF-8 file."""
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def read_from(path: str, offset: int) -> str:
+    """A log from byte `offset` (from its start when it is shorter now: rotated or truncated); '' when unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            fh.seek(offset if offset <= os.path.getsize(path) else 0)
+            return fh.read()
+    except OSError:
+        return ""

@@ -1,0 +1,143 @@
+#!/usr/bin/python
+"""Which of the active release's services run, their processes, and what they logged since their start."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_services_info
+short_description: Status and logs of dsv4deploy services under systemd or supervisord
+description:
+  - Reads the services of the active release C(install_root/current) (its C(bin/serve-NAME.sh)) from the
+    service manager - running or not, main pid, every pid of theirs and their children's - and, with
+    O(logs), what each logged since its start, API keys redacted (sglang prints them in its start line).
+  - Changes nothing. Where no supervisord of ours runs, nothing of ours runs.
+options:
+  names:
+    type: list
+    elements: str
+    description:
+      - Services to report on (default all of the active release's).
+  only:
+    type: str
+    choices: [all, router, workers, decode, prefill]
+    default: all
+    description:
+      - Narrow O(names) by kind, as M(dsv4.deploy.dsv4_services) does.
+  logs:
+    type: bool
+    default: false
+    description:
+      - Also return each service's log since its start.
+  log_offsets:
+    type: dict
+    default: {}
+    description:
+      - Byte offsets per service, as M(dsv4.deploy.dsv4_services) O(dsv4.deploy.dsv4_services#module:state=started)
+        returned them (supervisord); the log is read from there.
+  invocations:
+    type: dict
+    default: {}
+    description:
+      - systemd invocation ids per service, as M(dsv4.deploy.dsv4_services) returned them; the journal of that
+        invocation is read (default the running one's).
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.service_manager
+  - dsv4.deploy.dsv4deploy.read_only
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Which of our services run, with their PIDs
+  dsv4.deploy.dsv4_services_info:
+    manager: supervisor
+    install_root: "{{ playbook_dir }}/.state"
+    supervisor_bin_dir: "{{ ansible_playbook_python | dirname }}"
+  register: status
+
+- name: What the workers logged since their start
+  dsv4.deploy.dsv4_services_info:
+    manager: systemd
+    install_root: /opt/dsv4deploy
+    only: workers
+    logs: true
+  register: logs
+  no_log: true
+"""
+
+RETURN = r"""
+services:
+  description: Service name to C(name), C(running), C(active) and C(pid).
+  returned: always
+  type: dict
+pids:
+  description: PIDs of our services and all their children (and of our supervisord).
+  returned: always
+  type: list
+  elements: int
+logs:
+  description: Service name to the text it logged since its start, API keys redacted.
+  returned: O(logs=true)
+  type: dict
+"""
+
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem, select
+from ansible_collections.dsv4.deploy.plugins.module_utils.managers import (
+    MANAGER_OPTIONS,
+    Manager,
+    log_since,
+    open_manager,
+)
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, children
+from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
+
+
+def report(mgr: Manager, names: list[str], logs: bool, offsets: dict, invocations: dict) -> dict:
+    """The module's result: each service's status, every pid of ours, and (`logs`) their logs."""
+    if isinstance(mgr, Supervisor) and (not os.path.exists(mgr.conf) or not mgr.running()):
+        # No supervisord of ours runs here: nothing of ours does.
+        idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
+        return {"changed": False, "services": idle, "pids": [], **({"logs": dict.fromkeys(names, "")} if logs else {})}
+    services = {n: mgr.status(n) for n in names}
+    pids = []
+    for svc in services.values():
+        if svc["pid"]:
+            pids += [svc["pid"], *children(svc["pid"])]
+    if isinstance(mgr, Supervisor):
+        pids.append(int(mgr.rpc().supervisor.getPID()))
+    result = {"changed": False, "services": services, "pids": sorted(set(pids))}
+    if logs:
+        result["logs"] = {n: log_since(mgr, n, int(offsets.get(n, 0)),
+                                       invocations.get(n) or services[n].get("invocation")) for n in names}
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            **MANAGER_OPTIONS,
+            "names": {"type": "list", "elements": "str"},
+            "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
+            "logs": {"type": "bool", "default": False},
+            "log_offsets": {"type": "dict", "default": {}},
+            "invocations": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if root_problem(p["install_root"]):
+        module.fail_json(msg=root_problem(p["install_root"]))
+    mgr = open_manager(p["manager"], p["install_root"], p["supervisor_bin_dir"], p["unit_dir"])
+    names = select(p["names"] if p["names"] is not None else release_services(p["install_root"]), p["only"])
+    try:
+        module.exit_json(**report(mgr, names, p["logs"], p["log_offsets"], p["invocations"]))
+    except ServiceError as exc:
+        module.fail_json(msg=str(exc))
+
+
+if __name__ == "__main__":
+    main()

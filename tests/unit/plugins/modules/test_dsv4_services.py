@@ -1,0 +1,81 @@
+"""dsv4_services: the service state (installed, started, stopped, removed) under a real supervisord, with
+honest check mode and the deploy lock's phases recorded by explicit calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.unit.plugins.conftest import BIN_DIR, PROGRAM, supervisord_runs
+from tests.unit.plugins.runner import run_module
+
+
+def services(tmp_path: Path, root: Path, state: str, check: bool = False, **args: object) -> dict:
+    return run_module("dsv4_services", tmp_path, check_mode=check, manager="supervisor", install_root=str(root),
+                      supervisor_bin_dir=BIN_DIR, state=state, **args)
+
+
+def info(tmp_path: Path, root: Path) -> dict:
+    return run_module("dsv4_services_info", tmp_path, manager="supervisor", install_root=str(root),
+                      supervisor_bin_dir=BIN_DIR)
+
+
+def test_check_mode_says_what_installed_and_started_would_do_and_does_nothing(tmp_path: Path,
+                                                                              install_root: Path) -> None:
+    installed = services(tmp_path, install_root, "installed", check=True)
+    assert installed["changed"] and not installed.get("failed"), installed
+    assert any("supervisord.conf" in step for step in installed["would"])
+    assert f"load program {PROGRAM}" in installed["would"]
+    started = services(tmp_path, install_root, "started", check=True)
+    assert started["changed"] and f"start {PROGRAM}" in started["would"] and started["started"] == [PROGRAM]
+    assert not (install_root / "supervisor").exists() and not supervisord_runs(install_root)
+
+
+def test_started_then_stopped_each_idempotent_with_check_mode_telling_the_truth(tmp_path: Path,
+                                                                                install_root: Path) -> None:
+    first = services(tmp_path, install_root, "started")
+    assert first["changed"] and first["started"] == [PROGRAM], first
+    assert info(tmp_path, install_root)["services"][PROGRAM]["running"]
+    again = services(tmp_path, install_root, "started", check=True)
+    assert not again["changed"] and again["would"] == [], again
+    assert not services(tmp_path, install_root, "started")["changed"]
+    would_stop = services(tmp_path, install_root, "stopped", check=True)
+    assert would_stop["changed"] and would_stop["would"] == [f"stop {PROGRAM}"]
+    assert info(tmp_path, install_root)["services"][PROGRAM]["running"], "check mode stopped nothing"
+    stopped = services(tmp_path, install_root, "stopped")
+    assert stopped["changed"] and stopped["stopped"] == [PROGRAM]
+    assert not services(tmp_path, install_root, "stopped", check=True)["changed"]
+    assert services(tmp_path, install_root, "removed", check=True)["would"] == ["shut down supervisord"]
+    assert supervisord_runs(install_root)
+    assert services(tmp_path, install_root, "removed")["changed"] and not supervisord_runs(install_root)
+
+
+def test_lock_phases_are_recorded_before_and_after_and_never_in_check_mode(tmp_path: Path,
+                                                                           install_root: Path) -> None:
+    path = install_root / "deploy.lock"
+    path.write_text(json.dumps({"run_id": "r1", "phase": "preflight", "owner": "ops"}))
+    lock = {"path": str(path), "run_id": "r1", "target": "rel-1", "before": "switch: switched",
+            "after": "switch: started"}
+    services(tmp_path, install_root, "started", check=True, lock=lock)
+    assert json.loads(path.read_text())["phase"] == "preflight"
+    assert not services(tmp_path, install_root, "started", lock=lock).get("failed")
+    record = json.loads(path.read_text())
+    assert (record["phase"], record["target"], record["owner"]) == ("switch: started", "rel-1", "ops")
+    lost = services(tmp_path, install_root, "stopped", lock={**lock, "run_id": "r2"})
+    assert lost["failed"] and "no longer holds" in lost["msg"]
+    assert info(tmp_path, install_root)["services"][PROGRAM]["running"], "nothing done once the lock is lost"
+
+
+def test_a_refused_start_fails_with_the_log_and_records_no_after_phase(tmp_path: Path, install_root: Path) -> None:
+    (install_root / "current" / "bin" / f"serve-{PROGRAM}.sh").chmod(0o644)  # not executable
+    path = install_root / "deploy.lock"
+    path.write_text(json.dumps({"run_id": "r1", "phase": "preflight"}))
+    out = services(tmp_path, install_root, "started",
+                   lock={"path": str(path), "run_id": "r1", "before": "switched", "after": "started"})
+    assert out["failed"] and f"{PROGRAM} did not start" in out["msg"], out
+    assert json.loads(path.read_text())["phase"] == "switched"
+
+
+def test_status_and_logs_are_not_states_of_this_module(tmp_path: Path, install_root: Path) -> None:
+    out = services(tmp_path, install_root, "status")
+    assert out["failed"] and "value of state must be one of" in out["msg"]

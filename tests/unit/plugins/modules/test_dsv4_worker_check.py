@@ -1,0 +1,82 @@
+"""dsv4_worker_check run as Ansible runs it: the paths the controller's readiness asks, server_info with its
+secrets masked on the host, and the readiness wait's check mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact_body
+from dsv4deploy.gates.readiness import worker_paths
+from tests.unit.gates.stubs import after, always
+from tests.unit.plugins.conftest import BIN_DIR, KEY, PROGRAM, supervisord_runs
+from tests.unit.plugins.runner import run_module
+
+
+def test_the_host_asks_what_the_controllers_readiness_asks(tmp_path: Path, stub) -> None:
+    server = stub({"GET /health": always((200, "")), "GET /ready": after(2, (503, "loading"), (200, ""))})
+    assert worker_paths("0.5.23") == ("/health", "/ready") and worker_paths("0.5.18") == ("/health",)
+    out = run_module("dsv4_worker_check", tmp_path, mode="readiness", deadline_s=10, poll_interval_s=0.05,
+                     checks=[{"name": "decode", "url": server.url, "paths": list(worker_paths("0.5.23"))}])
+    checks = {ev["check"]: ev for ev in out["workers"]["decode"]["checks"]}
+    assert set(checks) == {"decode /health", "decode /ready"}
+    assert checks["decode /ready"]["ready"] and checks["decode /ready"]["attempts"] == 3
+    assert not out["changed"]
+
+
+def test_a_not_ready_ready_path_keeps_the_worker_not_ready(tmp_path: Path, stub) -> None:
+    server = stub({"GET /health": always((200, "")), "GET /ready": always((503, "not yet"))})
+    out = run_module("dsv4_worker_check", tmp_path, mode="readiness", deadline_s=0.5, poll_interval_s=0.05,
+                     checks=[{"name": "decode", "url": server.url, "paths": ["/health", "/ready"]}])
+    ready = {ev["check"]: ev["ready"] for ev in out["workers"]["decode"]["checks"]}
+    assert ready == {"decode /health": True, "decode /ready": False}
+
+
+def test_server_info_leaves_the_host_without_the_api_key(tmp_path: Path, stub) -> None:
+    info = {"api_key": KEY, "admin_api_key": KEY + "-admin", "json_model_override_args": '{"index_topk": 1024}',
+            "max_total_tokens": 123456, "context_length": 65536}
+    server = stub({"GET /server_info": always((200, info))})
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    out = run_module("dsv4_worker_check", tmp_path, mode="config", api_key_file=str(key_file),
+                     checks=[{"name": "decode", "url": server.url}])
+    assert KEY not in json.dumps(out)
+    (answer,) = out["workers"]["decode"]["server_info"]
+    body = json.loads(answer["body"])
+    assert body["api_key"] == "***" and body["admin_api_key"] == "***"
+    # What the config gate compares is kept as it was.
+    assert {k: body[k] for k in ("json_model_override_args", "max_total_tokens", "context_length")} == {
+        k: info[k] for k in ("json_model_override_args", "max_total_tokens", "context_length")}
+    assert server.auth_headers == [f"Bearer {KEY}"]
+
+
+def test_a_body_that_is_not_json_is_masked_as_text() -> None:
+    assert KEY not in redact_body(f"ServerArgs(api_key='{KEY}')")
+
+
+def test_the_wait_in_check_mode_starts_nothing(tmp_path: Path, install_root: Path, dead_url: str) -> None:
+    out = run_module("dsv4_worker_check", tmp_path, check_mode=True, mode="watch", deadline_s=0.3,
+                     checks=[{"name": "w", "url": dead_url}],
+                     services={"manager": "supervisor", "install_root": str(install_root),
+                               "supervisor_bin_dir": BIN_DIR, "start_when_healthy": {PROGRAM: {}}})
+    # Nothing runs (nothing was started): the wait says so, and starts neither the program nor supervisord.
+    assert not out.get("failed") and not out["changed"] and out["started_later"] == {}, out
+    assert out["died"]["name"] == PROGRAM and not supervisord_runs(install_root)
+
+
+def test_the_wait_records_its_lock_phase_and_sees_a_program_die(tmp_path: Path, install_root: Path,
+                                                                dead_url: str) -> None:
+    started = run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(install_root),
+                         supervisor_bin_dir=BIN_DIR, state="started")
+    path = install_root / "deploy.lock"
+    path.write_text(json.dumps({"run_id": "r1", "phase": "switch: started"}))
+    run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(install_root),
+               supervisor_bin_dir=BIN_DIR, state="stopped")  # the program ends during the wait
+    out = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=10,
+                     checks=[{"name": "w", "url": dead_url}],
+                     services={"manager": "supervisor", "install_root": str(install_root),
+                               "supervisor_bin_dir": BIN_DIR, "since": started["programs"],
+                               "lock": {"path": str(path), "run_id": "r1", "target": "t", "before": "gates"}})
+    assert out["died"]["name"] == PROGRAM and "stopped" in out["died"]["why"], out
+    assert KEY not in out["died"]["log"]
+    assert json.loads(path.read_text())["phase"] == "gates"
