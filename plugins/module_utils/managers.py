@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Union
+
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
 from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
 from ansible_collections.dsv4.deploy.plugins.module_utils.systemd import Systemd
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact
 
-Manager = Supervisor | Systemd
+# Union, not |: this line runs on the host, whose Python may be older than 3.10.
+Manager = Union[Supervisor, Systemd]  # noqa: UP007
 # The options every module that reaches the service manager takes (its argument_spec entries).
 MANAGER_OPTIONS = {
     "manager": {"type": "str", "choices": ["systemd", "supervisor"], "required": True},

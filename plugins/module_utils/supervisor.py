@@ -156,7 +156,7 @@ class Supervisor:
                 rpc.supervisor.addProcessGroup(group)
         except (OSError, xmlrpc.client.Error) as exc:
             raise ServiceError(f"supervisord at {self.dir} could not load the programs of {self.root}/current: "
-                                      f"{getattr(exc, 'faultString', exc)}") from exc
+                               f"{getattr(exc, 'faultString', exc)}") from exc
         return bool(added or changed or removed)
 
     def status(self, name: str) -> dict:

@@ -195,11 +195,11 @@ def readiness(checks: list[dict], key: str | None, p: dict) -> dict:
     results: dict[str, dict] = {}
     threads = []
     for check in checks:
-        entries: list[dict] = []
-        results[check["name"]] = {"checks": entries}
+        results[check["name"]] = {"checks": []}
         for path in check.get("paths") or ["/health"]:
-            def run(check: dict = check, path: str = path, entries: list = entries) -> None:
-                entries.append(poll_health(check, key, started + p["deadline_s"], started, p, path))
+            def run(check: dict = check, path: str = path) -> None:
+                found = poll_health(check, key, started + p["deadline_s"], started, p, path)
+                results[check["name"]]["checks"].append(found)
 
             threads.append(threading.Thread(target=run, daemon=True))
     for thread in threads:
