@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,10 @@ from dsv4deploy.memory import WorkerMemory, check_memory, problems_from_memory
 from dsv4deploy.spec import Deployment, Problem, SpecError
 
 EXIT_OK = 0
+EXIT_HOST_FAILED = 1
 EXIT_BAD_INPUT = 2
+# What a shell reports for a command killed by SIGPIPE (128 + 13): `dsv4deploy plan | head` ends so, quietly.
+EXIT_BROKEN_PIPE = 141
 
 RenderedFiles = dict[str, dict[str, str]]  # host -> path relative to the release -> content
 
@@ -505,6 +509,24 @@ def _run_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_releases(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_releases(args: argparse.Namespace) -> int:
+    from dsv4deploy.releases import ReleasesError, as_json, format_releases, query
+
+    spec, _ = load_deployment(args.inventory, args.extra_vars, check_fit=False)
+    roots = {name: host.install_root for name, host in spec.hosts.items()}
+    try:
+        answers = query(args.inventory or default_inventory(), args.extra_vars, roots)
+    except ReleasesError as exc:
+        raise CliError([str(exc)]) from None
+    print(as_json(answers) if args.json else "\n".join(format_releases(answers)))
+    # Every host must answer: a listing with a host missing is not the whole picture.
+    return EXIT_OK if all(a.error is None for a in answers) else EXIT_HOST_FAILED
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """One `dsv4deploy <name>`: help line, argument setup, runner returning the exit code."""
@@ -521,6 +543,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "render": Subcommand("write the rendered files of every host", _add_render, _run_render),
     "gate": Subcommand("run one gate (readiness, config, smoke, needle, soak) by hand", _add_gate, _run_gate,
                        reads_inventory=False),
+    "releases": Subcommand("each host's releases: created, verified or failed, which is active (read-only)",
+                           _add_releases, _run_releases),
     "init": Subcommand("write a starter inventory (local simulated host or an example layout)", _add_init,
                        _run_init, reads_inventory=False),
 }
@@ -529,6 +553,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 def build_parser(subcommands: Mapping[str, Subcommand] = SUBCOMMANDS) -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="dsv4deploy", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in subcommands.items():
         p = sub.add_parser(name, help=command.help)
@@ -542,16 +567,33 @@ def build_parser(subcommands: Mapping[str, Subcommand] = SUBCOMMANDS) -> argpars
     return parser
 
 
+def package_version() -> str:
+    """The installed dsv4deploy's version (from its package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dsv4deploy")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `dsv4deploy` console script."""
     args = build_parser().parse_args(argv)
     try:
-        return args._run(args)
+        code = args._run(args)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not in the interpreter's exit
+        return code
     except CliError as exc:
         print(f"dsv4deploy {args.command}: invalid input", file=sys.stderr)
         for line in exc.lines:
             print(line, file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # The reader stopped reading: what it wanted was printed. Point stdout at /dev/null so the
+        # interpreter's own final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

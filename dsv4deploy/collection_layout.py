@@ -87,13 +87,44 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def installed_collection() -> Path | None:
+    """The collection an installed wheel holds (`site-packages/ansible_collections/dsv4/deploy`), if any."""
+    for entry in sys.path:
+        root = Path(entry or ".") / COLLECTION_DIR
+        if (root / "galaxy.yml").is_file():
+            return root
+    return None
+
+
+def copy_installed(installed: Path, out: Path) -> Path:
+    """Write `out/ansible_collections/dsv4/deploy` as a copy of an installed collection; its path."""
+    root = out / COLLECTION_DIR
+    if root.exists():
+        shutil.rmtree(root)
+    shutil.copytree(installed, root, ignore=_SKIP)
+    return root
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m dsv4deploy.collection_layout OUT`: write OUT/ansible_collections/dsv4/deploy."""
     parser = argparse.ArgumentParser(prog="python -m dsv4deploy.collection_layout", description=main.__doc__)
     parser.add_argument("out", type=Path, help="collections root to write (e.g. build/collections)")
-    parser.add_argument("--source", type=Path, default=repo_root(), help="source tree (default: this clone)")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="source tree (default: this clone; from an installed wheel, the collection it holds)")
     args = parser.parse_args(argv)
-    print(write_collection(args.source, args.out))
+    source = args.source or repo_root()
+    if args.source is None and not (source / "playbooks").is_dir():
+        # Run from an installed wheel: there is no source tree, but the wheel holds the collection laid out.
+        installed = installed_collection()
+        if installed is None:
+            parser.error(f"no source tree at {source} and no installed collection dsv4.deploy; fix: pass --source "
+                         "CLONE (a clone of dsv4deploy)")
+        print(copy_installed(installed, args.out))
+        return 0
+    try:
+        print(write_collection(source, args.out))
+    except FileNotFoundError as exc:
+        parser.error(f"{exc}; fix: pass --source CLONE (a clone of dsv4deploy)")
     return 0
 
 

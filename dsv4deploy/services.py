@@ -7,12 +7,14 @@ unit-tested here.
 
 Secrets: the API key is never part of a definition. `api_key_file` names the file the serve script
 reads at start (`api_key.file`, or `{install_root}/secrets/api_key` that the playbook writes with
-mode 0600 from a vault variable); the script appends `--api-key "$key"` itself.
+mode 0400 from a vault variable); the script appends `--api-key "$key"` itself.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,13 +33,16 @@ from dsv4deploy.spec import (
 Role = Literal["prefill", "decode", "combined", "router"]
 
 BASE_NAME = "sglang-dsv4"
+DEFAULT_INSTALL_ROOT = HostSpec.model_fields["install_root"].default
+# The host modules tell a router by its name's ending: a combined server's name may not end so.
+RESERVED_ENDING = "router"
 WORKER_START_ORDER = 10
 ROUTER_START_ORDER = 20
 # Seconds a stopping server gets before SIGKILL: sglang tears down TP ranks and frees GPU memory.
 SERVER_STOP_TIMEOUT_S = 60
 # A router's stop timeout is the drain deadline plus this: the service manager must not kill it mid-drain.
 ROUTER_STOP_MARGIN_S = 15
-# Where the playbook writes a key given as a vault variable (mode 0600, owned by the service user).
+# Where the playbook writes a key given as a vault variable (mode 0400, owned by the service user).
 VAULT_KEY_RELPATH = "secrets/api_key"
 
 
@@ -84,10 +89,42 @@ def build_services(spec: Deployment) -> list[ServiceDefinition]:
     """Every service of the active topology, workers first (in spec order), then the router."""
     if spec.topology == "combined":
         assert spec.combined is not None  # guaranteed by spec validation
-        return [_server(spec, "combined", BASE_NAME, spec.combined)]
-    prefills = [_server(spec, "prefill", _numbered("prefill", i), w) for i, w in enumerate(spec.prefill)]
-    decodes = [_server(spec, "decode", _numbered("decode", i), w) for i, w in enumerate(spec.decode)]
+        return [_server(spec, "combined", base_name(spec, spec.host(spec.combined.host)), spec.combined)]
+    prefills = [_server(spec, "prefill", _numbered(base_name(spec, spec.host(w.host)), "prefill", i), w)
+                for i, w in enumerate(spec.prefill)]
+    decodes = [_server(spec, "decode", _numbered(base_name(spec, spec.host(w.host)), "decode", i), w)
+               for i, w in enumerate(spec.decode)]
     return [*prefills, *decodes, _router(spec, prefills, decodes)]
+
+
+def deployment_part(spec: Deployment, host: HostSpec) -> str | None:
+    """The part of `host`'s service names that is this deployment's own, or None for the plain names.
+
+    systemd units share one folder per host, so two deployments there need different names: set
+    `deployment_name`, or it is derived from the install root (its last folder's letters and
+    digits, else a hash). The default install root keeps the plain names, so a deployment made
+    before this keeps its units. supervisord programs live in the deployment's own supervisord under
+    its install root and clash with nobody: they keep the plain names unless `deployment_name` is set.
+    """
+    if spec.deployment_name:
+        return spec.deployment_name
+    if host.service_manager != "systemd" or host.install_root == DEFAULT_INSTALL_ROOT:
+        return None
+    return derived_name(host.install_root)
+
+
+def derived_name(install_root: str) -> str:
+    """A deployment name for `install_root`: its last folder as [a-z0-9] (24 at most), else a hash."""
+    tail = re.sub(r"[^a-z0-9]", "", install_root.rstrip("/").rsplit("/", 1)[-1].lower())[:24]
+    if tail[:1].isalpha() and not tail.endswith(RESERVED_ENDING):
+        return tail
+    return "d" + hashlib.sha256(install_root.encode()).hexdigest()[:8]
+
+
+def base_name(spec: Deployment, host: HostSpec) -> str:
+    """The name every service of this deployment on `host` starts with (the combined server's whole name)."""
+    part = deployment_part(spec, host)
+    return f"{BASE_NAME}_{part}" if part else BASE_NAME
 
 
 def services_on(spec: Deployment, host: str) -> list[ServiceDefinition]:
@@ -95,9 +132,9 @@ def services_on(spec: Deployment, host: str) -> list[ServiceDefinition]:
     return sorted((s for s in build_services(spec) if s.host == host), key=lambda s: s.start_order)
 
 
-def _numbered(role: str, index: int) -> str:
+def _numbered(base: str, role: str, index: int) -> str:
     # The first keeps the plain name (as the seeds' units were called); -2, -3 ... from the second on.
-    return f"{BASE_NAME}-{role}" if index == 0 else f"{BASE_NAME}-{role}-{index + 1}"
+    return f"{base}-{role}" if index == 0 else f"{base}-{role}-{index + 1}"
 
 
 def url_host(address: str) -> str:
@@ -299,7 +336,7 @@ def _router(spec: Deployment, prefills: list[ServiceDefinition], decodes: list[S
     # Only workers on the router's own host can be ordered by the service manager.
     local_workers = [s.name for s in [*prefills, *decodes] if s.host == router.host]
     return ServiceDefinition(
-        **_common(spec, f"{BASE_NAME}-router", host),
+        **_common(spec, f"{base_name(spec, host)}-router", host),
         role="router",
         argv=router_argv(spec, prefills, decodes),
         **_env_fields(spec, host, f"{BASE_NAME}-router",

@@ -221,6 +221,9 @@ class Deployment(ModelSettings):
     # Seconds a switchover or rollback lets in-flight requests finish: the router stops taking new ones
     # and exits when those are done (--shutdown-grace-period-secs), before any worker is stopped.
     drain_deadline_s: Annotated[int, Field(ge=1)] = 60
+    # Tells this deployment's systemd units apart from another deployment's on the same host
+    # (sglang-dsv4_NAME-prefill, ...); unset = derived from each host's install_root (dsv4deploy.services).
+    deployment_name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,23}$")] | None = None
     server_env: EnvMap = {}
     # Switches added for an experiment on top of the inventory's (server_env and each worker's env):
     # for every server, and per role (prefill, decode, combined, router), e.g.
@@ -770,6 +773,11 @@ def _check_text(spec: Deployment) -> list[Problem]:
 
 def _check_host_settings(spec: Deployment) -> list[Problem]:
     out = []
+    if spec.deployment_name and spec.deployment_name.endswith("router"):
+        # The host modules tell a router by its unit name's ending; a combined server is named sglang-dsv4_NAME.
+        out.append(Problem(field="deployment_name", message=f"{spec.deployment_name!r} ends in 'router', which "
+                                                            "would make its combined server look like a router",
+                           fix="choose another name (lower-case letters and digits, e.g. blue)"))
     for name in spec.hosts_in_use():
         host = spec.host(name)
         if not HOST_NAME.match(name) or ".." in name:

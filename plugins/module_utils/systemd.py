@@ -24,14 +24,31 @@ class Systemd:
     def run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=900, check=False)
 
+    def ours(self, path: str) -> bool:
+        """Whether the unit file at `path` is this deployment's: managed by us and run from this install root.
+
+        Another deployment on the host (another install root) has units of its own, never touched here.
+        """
+        text = read_text(path)
+        return MANAGED_MARK in text and f"\nWorkingDirectory={self.root}/current\n" in text.replace("%%", "%")
+
     def _unit_changes(self) -> tuple[dict[str, str], dict[str, str], list[str]]:
         """The active release's units (file name -> source), those to write, and ours to take out."""
         wanted = {os.path.basename(p): p for p in glob.glob(os.path.join(self.root, "current", "units", "*.service"))}
+        clash = [os.path.join(self.unit_dir, n) for n in sorted(wanted)
+                 if os.path.exists(os.path.join(self.unit_dir, n))
+                 and MANAGED_MARK in read_text(os.path.join(self.unit_dir, n))
+                 and not self.ours(os.path.join(self.unit_dir, n))]
+        if clash:
+            raise ServiceError(f"{', '.join(clash)} belong to another dsv4deploy deployment on this host (another "
+                               "install_root); nothing was changed. Fix: set deployment_name to a name of this "
+                               "deployment's own")
         write = {name: src for name, src in wanted.items()
                  if not os.path.exists(os.path.join(self.unit_dir, name))
                  or read_text(os.path.join(self.unit_dir, name)) != read_text(src)}
+        # Ours the release no longer has: units of an older release, or named as before a rename.
         drop = [os.path.basename(path) for path in glob.glob(os.path.join(self.unit_dir, "sglang-dsv4*.service"))
-                if os.path.basename(path) not in wanted and MANAGED_MARK in read_text(path)]
+                if os.path.basename(path) not in wanted and self.ours(path)]
         return wanted, write, drop
 
     def pending(self) -> list[str]:
@@ -67,7 +84,7 @@ class Systemd:
     def removable(self) -> list[str]:
         """The units of ours remove() would take out."""
         return [os.path.basename(path) for path in glob.glob(os.path.join(self.unit_dir, "sglang-dsv4*.service"))
-                if MANAGED_MARK in read_text(path)]
+                if self.ours(path)]
 
     def set_enabled(self, names: list[str], enabled: bool) -> bool:
         """Enable (or disable) the named services at boot; True when any changed."""

@@ -23,8 +23,13 @@ description:
   - O(state=absent) removes a temporary release (an experiment's, see playbooks/isolate.yml) and
     forgets it; it refuses the active release and any verified one.
   - O(state=query) changes nothing.
-  - O(state=purged) removes what dsv4deploy created under O(install_root) (and the root when nothing
-    else is left in it), never anything else.
+  - The first install writes an ownership marker, C(install_root/.dsv4deploy-owner.json), with an id
+    and the entries that were there before; an install root holding a C(current) or C(state.json) that
+    dsv4deploy did not create is refused (the deploy would overwrite them).
+  - O(state=purged) removes what dsv4deploy provably created under O(install_root) - entries made after
+    the marker, and in C(releases/) only each release's files its manifest lists. What was there before,
+    anything unmarked and anything unlisted stays and is named with why (RV(left_why)). The root itself
+    goes only when it was empty at the first install and nothing is left in it.
 options:
   install_root:
     type: path
@@ -138,6 +143,32 @@ releases:
   returned: always
   type: list
   elements: str
+details:
+  description: >-
+    Per installed release, oldest first: C(id), C(created) (when it was installed, seconds since the
+    epoch), C(status) (C(verified), C(failed): it served and never passed its gates, C(unverified): active
+    and not yet passed, C(never started)) and C(active).
+  returned: O(state=query)
+  type: list
+  elements: dict
+owner_id:
+  description: The id in the install root's ownership marker (null when none).
+  returned: O(state=query)
+  type: str
+removed:
+  description: Entries under O(install_root) that were removed (C(releases/ID) for a release).
+  returned: O(state=purged)
+  type: list
+  elements: str
+left:
+  description: Entries under O(install_root) that were left, because dsv4deploy did not provably create them.
+  returned: O(state=purged)
+  type: list
+  elements: str
+left_why:
+  description: Each entry of RV(left) with why it was left.
+  returned: O(state=purged)
+  type: dict
 """
 
 
@@ -147,6 +178,8 @@ import os
 import re
 import shutil
 import tempfile
+import time
+import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -238,9 +271,10 @@ def _active(root: str) -> str | None:
 def _read_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            data = json.load(fh)
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}  # a foreign file that is JSON but not ours
 
 
 def _content_hash(root: str, release: str) -> str | None:
@@ -290,6 +324,12 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
                                  if rel != MANIFEST}, manifest)
     if problem:
         module.fail_json(msg=f"the release to install does not match its own manifest ({problem}); nothing was written")
+    try:
+        _claim(module, root)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot write release {release_id} under {root}: {exc.strerror or exc} "
+                             f"({exc.filename or root}); nothing was switched, the active release "
+                             f"{_active(root) or '(none)'} is untouched")
     wanted = manifest["content_hash"]
     for existing in _list_releases(root):
         if _content_hash(root, existing) == wanted:
@@ -440,21 +480,175 @@ def _prune(root: str, keep: int, protected: set) -> None:
         excess -= 1
 
 
-# What dsv4deploy creates under an install root; purge removes these and nothing else.
+# What dsv4deploy creates under an install root. Purge removes one of these only when the ownership
+# marker proves dsv4deploy made it: the marker lists what was there before the first install.
 OURS = ("current", "releases", STATE_FILE, "supervisor", "logs", "secrets", "deploy.lock")
+OWNER_MARKER = ".dsv4deploy-owner.json"
+# Our scratch names (the pointer switch, atomic writes, lock takeovers) and the marker itself.
+OUR_SCRATCH = (".current-", ".tmp-", ".deploy.lock-")
+# Entries that, already there and not ours, a deploy would overwrite: the install refuses such a root.
+OVERWRITTEN = ("current", STATE_FILE)
+STATE_KEYS = {"active", "previous", "history", "good"}
+
+
+def _owner(root: str) -> dict:
+    """The ownership marker of `root` ({} when there is none or it is unreadable)."""
+    marker = _read_json(os.path.join(root, OWNER_MARKER))
+    return marker if isinstance(marker, dict) and marker.get("id") else {}
+
+
+def _is_our_lock(path: str) -> bool:
+    record = _read_json(path)
+    return isinstance(record, dict) and bool(record.get("run_id"))
+
+
+def _is_release_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path) and isinstance(
+        _read_json(os.path.join(path, MANIFEST)).get("files"), dict)
+
+
+def _legacy_proof(root: str, name: str) -> bool:
+    """Whether `name`, found under a root with no marker, was provably made by an older dsv4deploy."""
+    path = os.path.join(root, name)
+    if name == "releases":
+        entries = [e for e in os.listdir(path) if not e.startswith(".")] if os.path.isdir(path) else []
+        return bool(entries) and all(_is_release_dir(os.path.join(path, e)) for e in entries)
+    if name == "current":
+        return os.path.islink(path) and os.readlink(path).startswith("releases/")
+    if name == STATE_FILE:
+        state = _read_json(path)
+        return isinstance(state, dict) and bool(state) and set(state) <= STATE_KEYS
+    if name == "deploy.lock":
+        return _is_our_lock(path)
+    if name == "supervisor":
+        return "Managed by dsv4deploy" in _read_text(os.path.join(path, "supervisord.conf"))
+    if name == "logs":  # supervisord's childlogdir, named in its config
+        return _legacy_proof(root, "supervisor")
+    if name == "secrets":
+        return os.path.isdir(path) and set(os.listdir(path)) <= {"api_key"}
+    return False
+
+
+def _is_legacy(root: str) -> bool:
+    """A root with no marker where an older dsv4deploy deployed: its releases and state prove it."""
+    return _legacy_proof(root, "releases") and _legacy_proof(root, STATE_FILE)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _claim(module: AnsibleModule, root: str) -> None:
+    """Write the ownership marker at the first install: what is there already is not ours.
+
+    A root that an older dsv4deploy deployed to (no marker, but its releases, pointer and state
+    are provably ours) is adopted. A root holding a `current` or `state.json` that is not ours is
+    refused: the deploy would overwrite them.
+    """
+    if _owner(root) or module.check_mode:
+        return
+    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    legacy = _is_legacy(root)
+    foreign = []
+    for name in names:
+        if name == "deploy.lock" and _is_our_lock(os.path.join(root, name)):
+            continue  # this run's lock, taken just before the install
+        if name.startswith(OUR_SCRATCH):
+            continue
+        if legacy and name in OURS and _legacy_proof(root, name):
+            continue
+        foreign.append(name)
+    clash = sorted(set(foreign) & set(OVERWRITTEN))
+    if clash:
+        module.fail_json(msg=f"install_root {root} already holds {', '.join(clash)}, which dsv4deploy did not "
+                             "create and a deploy would overwrite; nothing was written. Fix: choose an empty "
+                             "or new install_root (a folder of its own, e.g. /opt/dsv4deploy)")
+    os.makedirs(root, exist_ok=True)
+    marker = {"id": uuid.uuid4().hex, "claimed_at": time.time(), "foreign": foreign,
+              "root_was_empty": not foreign, "adopted": legacy}
+    _write_atomic(os.path.join(root, OWNER_MARKER), json.dumps(marker, indent=2, sort_keys=True) + "\n")
+
+
+def _purge_release(base: str, left: dict) -> None:
+    """Remove the files a release's manifest lists (and its manifest); anything else in it stays."""
+    listed = _read_json(os.path.join(base, MANIFEST)).get("files") or {}
+    for rel in [*listed, MANIFEST]:
+        path = os.path.normpath(os.path.join(base, rel))
+        if path.startswith(base + os.sep) and (os.path.isfile(path) or os.path.islink(path)):
+            os.unlink(path)
+    for folder, _dirs, _files in sorted(os.walk(base), key=lambda w: -len(w[0])):
+        if not os.listdir(folder):
+            os.rmdir(folder)
+    if os.path.isdir(base):
+        for folder, _dirs, files in os.walk(base):
+            for name in files:
+                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(os.path.dirname(base)))
+                left[rel] = "not in its release's manifest"
+
+
+def _purge_releases(module: AnsibleModule, root: str, ours: bool, removed: list, left: dict) -> None:
+    """Each release whose manifest proves it ours, our staging folders, then releases/ when ours and empty."""
+    path = _releases_dir(root)
+    for name in sorted(os.listdir(path)):
+        entry = os.path.join(path, name)
+        rel = f"releases/{name}"
+        # An install's staging folder (.ID-XXXX), left by an interrupted write.
+        staging = name.startswith(".") and os.path.isdir(entry) and not os.path.islink(entry)
+        if _is_release_dir(entry):
+            removed.append(rel)
+            if not module.check_mode:
+                _purge_release(entry, left)
+        elif staging and ours:
+            removed.append(rel)
+            if not module.check_mode:
+                shutil.rmtree(entry)
+        else:
+            left[rel] = "not a dsv4deploy release (no manifest.json listing its files)"
+    if ours and not module.check_mode and not os.listdir(path):
+        os.rmdir(path)
+        removed.append("releases")
+    elif not ours:
+        left["releases"] = "was there before dsv4deploy's first install (only our releases in it were removed)"
 
 
 def _purge(module: AnsibleModule, root: str) -> dict:
-    """Remove our entries under `root`, then `root` itself when nothing else is left in it."""
+    """Remove what dsv4deploy provably created under `root`, and say what was left and why.
+
+    Proof is the ownership marker written at the first install (what was there before is never
+    ours) and, inside releases/, each release's manifest (only the files it lists). A root with no
+    marker has only what an older dsv4deploy provably made removed.
+    """
     parts = [p for p in root.split("/") if p]
     if not root.startswith("/") or os.path.normpath(root) != root or len(parts) < 2:
         module.fail_json(msg=f"refusing to purge {root!r}: not an absolute, normalised path two levels deep")
     if not os.path.isdir(root):
-        return {"changed": False, "removed": [], "left": []}
-    removed = []
+        return {"changed": False, "removed": [], "left": [], "left_why": {}}
+    owner = _owner(root)
+    foreign = set(owner.get("foreign", []))
+    legacy = not owner and _is_legacy(root)
+    removed: list = []
+    left: dict = {}
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name)
-        if name not in OURS and not name.startswith((".current-", ".tmp-", ".deploy.lock-")):
+        if name == OWNER_MARKER:
+            continue
+        if name in foreign:
+            mine = False
+        elif owner:
+            mine = name in OURS or name.startswith(OUR_SCRATCH)
+        else:
+            mine = legacy and name in OURS and _legacy_proof(root, name)
+        if name == "releases" and os.path.isdir(path) and not os.path.islink(path):
+            _purge_releases(module, root, mine, removed, left)
+            continue
+        if not mine:
+            left[name] = ("was there before dsv4deploy's first install" if name in foreign else
+                          "not created by dsv4deploy" if owner or name not in OURS else
+                          f"no ownership marker ({OWNER_MARKER}) proves dsv4deploy created it")
             continue
         removed.append(name)
         if module.check_mode:
@@ -463,12 +657,37 @@ def _purge(module: AnsibleModule, root: str) -> dict:
             shutil.rmtree(path)
         else:
             os.unlink(path)
-    left = sorted(n for n in os.listdir(root) if n not in removed) if os.path.isdir(root) else []
-    if not left and not module.check_mode:
-        os.rmdir(root)
-    elif left:
-        module.warn(f"left in {root} what dsv4deploy did not create: {', '.join(left)}")
-    return {"changed": bool(removed), "removed": removed, "left": left}
+    if owner and not module.check_mode:
+        # Everything ours is gone: a later first install claims the root afresh, as it then is.
+        os.unlink(os.path.join(root, OWNER_MARKER))
+        removed.append(OWNER_MARKER)
+        if owner.get("root_was_empty") and not os.listdir(root):
+            os.rmdir(root)
+    if left:
+        named = "; ".join(f"{n} ({why})" for n, why in sorted(left.items()))
+        module.warn(f"left in {root} what dsv4deploy did not create or cannot prove it created: {named}")
+    return {"changed": bool(removed), "removed": removed, "left": sorted(left), "left_why": left}
+
+
+def _release_details(root: str, summary: dict) -> list[dict]:
+    """Per installed release: when it was installed and whether it passed, failed or awaits its gates."""
+    history = _state(root).get("history", [])
+    details = []
+    for name in summary["releases"]:
+        try:
+            created = os.path.getmtime(os.path.join(_releases_dir(root), name, MANIFEST))
+        except OSError:
+            created = None
+        if name in summary["good"]:
+            status = "verified"
+        elif name == summary["active"]:
+            status = "unverified"  # its gates are running, or the run that switched to it died
+        elif name in history:
+            status = "failed"  # it served once and never passed its gates
+        else:
+            status = "never started"
+        details.append({"id": name, "created": created, "status": status, "active": name == summary["active"]})
+    return details
 
 
 def _query(root: str) -> dict:
@@ -478,6 +697,8 @@ def _query(root: str) -> dict:
         # An edited active release never counts as "this release is running": a deploy reinstalls it.
         result["active_tampered"] = tampered(root, result["active"])
         result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
+    result["details"] = _release_details(root, result)
+    result["owner_id"] = _owner(root).get("id")
     return result
 
 

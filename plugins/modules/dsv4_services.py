@@ -23,6 +23,9 @@ description:
     decode still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
   - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
     supervisord; the releases stay.
+  - Our units are those run from O(install_root) (their C(WorkingDirectory)); another deployment's
+    units on the same host are never changed or removed, and installing a unit whose name another
+    deployment's unit has fails before anything changes.
   - Status and logs are M(dsv4.deploy.dsv4_services_info)'s.
 options:
   state:

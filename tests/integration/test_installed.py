@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_supervisord
+from tests.unit.test_docs import quickstart_extras
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +48,7 @@ class Installed:
 
     venv: Path
     work: Path
+    version: str
 
     def env(self) -> dict[str, str]:
         # Nothing from the developer's shell that could point Ansible or Python at the repository.
@@ -83,10 +85,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     assert build.returncode == 0, f"building the wheel failed:\n{build.stderr[-3000:]}"
     (wheel,) = dist.glob("dsv4deploy-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[sim]"],
+    # With the README's quickstart extras, so its first report is checked whole (heatmap included).
+    extras = ",".join(sorted(quickstart_extras()))
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[{extras}]"],
                          capture_output=True, text=True, timeout=900)
     assert pip.returncode == 0, f"pip install of the wheel failed:\n{pip.stderr[-3000:]}"
-    inst = Installed(venv=venv, work=work)
+    inst = Installed(venv=venv, work=work, version=wheel.name.split("-")[1])
     try:
         yield inst
     finally:
@@ -113,6 +117,20 @@ def test_collection_deploy_promotes_from_outside_the_repository(installed: Insta
     assert report["verdict"] == "promoted"
     assert all(g["status"] == "passed" for g in report["gates"])
     assert installed.active_release() == report["release"]
+    # The whole report, as the quickstart shows it: the needle heatmap is there, not skipped.
+    latest = installed.work / "reports" / "latest"
+    markdown = (latest / "report.md").read_text()
+    assert "Heatmap skipped" not in markdown and "![needle recall heatmap](needle-heatmap.png)" in markdown
+    assert (latest / "needle-heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_version_and_releases_from_the_installed_package(installed: Installed) -> None:
+    proc = _must(installed.run("dsv4deploy", "--version"), "--version")
+    assert proc.stdout.strip() == f"dsv4deploy {installed.version}"
+    proc = _must(installed.run("dsv4deploy", "releases", "-i", "site"), "releases")
+    active = installed.active_release()
+    assert active and any(line.startswith(f"  * {active} ") and line.rstrip().endswith("verified  (active)")
+                          for line in proc.stdout.splitlines()), proc.stdout
 
 
 def test_a_playbook_of_ones_own_uses_the_rollout_role_then_rollback_returns(installed: Installed) -> None:
@@ -156,3 +174,12 @@ def test_ansible_doc_documents_every_module_and_action(installed: Installed, plu
     assert doc["examples"].strip(), "EXAMPLES"
     assert doc["return"], "RETURN"
     assert set(doc["doc"]["attributes"]) >= {"check_mode", "diff_mode"}
+
+
+def test_collection_layout_runs_from_the_installed_wheel(installed: Installed) -> None:
+    # No source tree beside the installed package: the collection the wheel holds is laid out.
+    proc = _must(installed.run("python", "-m", "dsv4deploy.collection_layout", "collections"), "collection_layout")
+    root = installed.work / "collections" / "ansible_collections" / "dsv4" / "deploy"
+    assert (installed.work / proc.stdout.strip()).resolve() == root.resolve() and "Traceback" not in proc.stderr
+    assert (root / "galaxy.yml").is_file() and (root / "plugins" / "modules" / "dsv4_release.py").is_file()
+    assert (root / "playbooks" / "deploy.yml").is_file()

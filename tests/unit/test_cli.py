@@ -125,6 +125,26 @@ def test_bad_input_through_the_console_script_has_no_traceback() -> None:
         "(exactly, lower case)"]
 
 
+def test_version_is_the_installed_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dsv4deploy {version('dsv4deploy')}"
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
+    # `dsv4deploy plan | head`: the reader goes before the plan is printed.
+    proc = subprocess.Popen([sys.executable, "-m", "dsv4deploy.cli", "plan", "-i", LOCAL], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == cli.EXIT_BROKEN_PIPE
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
 @pytest.mark.parametrize("name", ["pd-single-host", "1p1d-three-hosts", "2p1d"])
 def test_example_inventories_validate(capsys: pytest.CaptureFixture[str], name: str) -> None:
     code, out, err = run(capsys, "validate", "-i", str(EXAMPLES / name))

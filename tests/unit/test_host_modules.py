@@ -122,7 +122,8 @@ def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
     (root / "models").mkdir()
     (root / "models" / "weights.bin").write_text("precious")
     out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
-    assert out["removed"] == ["logs", "releases"] and out["left"] == ["models"]
+    assert out["removed"] == ["logs", "releases/r1", "releases", ".dsv4deploy-owner.json"]
+    assert out["left"] == ["models"]
     assert (root / "models" / "weights.bin").read_text() == "precious"
     (root / "models" / "weights.bin").unlink()
     (root / "models").rmdir()
@@ -130,6 +131,80 @@ def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
                files=release_files())
     assert run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")["left"] == []
     assert not root.exists()
+
+
+def install_and_activate(tmp_path: Path, root: Path, release_id: str = "r1") -> None:
+    """A release installed and made active, as a deploy leaves it (the lock taken first)."""
+    lock(tmp_path, "run-1")
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id=release_id,
+               files=release_files())
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id=release_id)
+
+
+def test_purge_leaves_what_was_in_the_install_root_before_the_first_install(tmp_path: Path) -> None:
+    # install_root=/srv/www: a web site's logs/, secrets/ and releases/ are there before dsv4deploy.
+    root = tmp_path / "root"
+    for folder in ("logs", "secrets", "releases/site-v1"):
+        (root / folder).mkdir(parents=True)
+    (root / "logs" / "access.log").write_text("GET /\n")
+    (root / "secrets" / "tls.key").write_text("theirs")
+    (root / "releases" / "site-v1" / "index.html").write_text("<html>")
+    (root / "index.html").write_text("<html>")
+    install_and_activate(tmp_path, root)
+    (root / "releases" / "r1" / "notes.txt").write_text("an operator's note inside our release")
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    assert not out.get("failed"), out
+    assert set(out["removed"]) >= {"releases/r1", "current", "state.json", "deploy.lock"}
+    assert set(out["left"]) == {"index.html", "logs", "secrets", "releases", "releases/site-v1",
+                                "releases/r1/notes.txt"}
+    assert "before dsv4deploy's first install" in out["left_why"]["logs"]
+    assert "not in its release's manifest" in out["left_why"]["releases/r1/notes.txt"]
+    assert (root / "logs" / "access.log").read_text() == "GET /\n"
+    assert (root / "secrets" / "tls.key").read_text() == "theirs"
+    assert (root / "releases" / "site-v1" / "index.html").exists() and (root / "index.html").exists()
+    assert sorted(p.name for p in (root / "releases" / "r1").rglob("*")) == ["notes.txt"]
+    assert not (root / "current").exists() and not (root / "state.json").exists()
+    assert "left in" in json.dumps(out.get("warnings", []))
+
+
+def test_purge_without_an_ownership_marker_removes_nothing_it_cannot_prove(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for folder in ("logs", "secrets", "releases/site-v1", "supervisor"):
+        (root / folder).mkdir(parents=True)
+    (root / "state.json").write_text('{"visits": 3}')
+    (root / "current").symlink_to("/etc")
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    assert (out["changed"], out["removed"]) == (False, [])
+    assert set(out["left"]) == {"logs", "secrets", "releases", "releases/site-v1", "supervisor", "state.json",
+                                "current"}
+    assert "no ownership marker" in out["left_why"]["state.json"]
+    assert (root / "state.json").exists() and (root / "current").is_symlink()
+
+
+def test_an_install_root_with_a_foreign_pointer_or_state_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "state.json").write_text('{"visits": 3}')
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+                     files=release_files())
+    assert out["failed"] and "already holds state.json" in out["msg"] and "install_root" in out["msg"]
+    assert sorted(p.name for p in root.iterdir()) == ["state.json"]
+
+
+def test_a_deployment_made_before_the_marker_is_adopted_and_purged_whole(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    install_and_activate(tmp_path, root)
+    (root / ".dsv4deploy-owner.json").unlink()  # as an older dsv4deploy left it
+    (root / "logs").mkdir()
+    (root / "supervisor").mkdir()
+    (root / "supervisor" / "supervisord.conf").write_text("; Managed by dsv4deploy: supervisord\n")
+    (root / "models").mkdir()
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2",
+                     files={**release_files()})
+    assert not out.get("failed") and json.loads((root / ".dsv4deploy-owner.json").read_text())["foreign"] == [
+        "models"]
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    assert out["left"] == ["models"] and {"logs", "supervisor", "releases/r1", "state.json"} <= set(out["removed"])
 
 
 # -- locks ---------------------------------------------------------------------------------------

@@ -107,10 +107,11 @@ def test_odd_install_root_is_escaped():
     root = "/srv/my 100% root"
     spec = spec.model_copy(update={"hosts": {"gpu1": spec.hosts["gpu1"].model_copy(update={"install_root": root})}})
     files = render_release(spec, "gpu1")
-    unit = files["units/sglang-dsv4.service"]
-    assert 'ExecStart="/srv/my 100%% root/current/bin/serve-sglang-dsv4.sh"' in unit
+    # Not the default install root: the unit's name carries its last folder's letters and digits.
+    unit = files["units/sglang-dsv4_my100root.service"]
+    assert 'ExecStart="/srv/my 100%% root/current/bin/serve-sglang-dsv4_my100root.sh"' in unit
     assert "\nWorkingDirectory=/srv/my 100%% root/current\n" in unit
-    assert "cd '/srv/my 100% root/current'" in files["bin/serve-sglang-dsv4.sh"]
+    assert "cd '/srv/my 100% root/current'" in files["bin/serve-sglang-dsv4_my100root.sh"]
     spec = spec.model_copy(update={"hosts": {"gpu1": spec.hosts["gpu1"].model_copy(
         update={"service_manager": "supervisor"})}})
     # supervisord expands a log path twice, so '%%' would come back as '%': refused (the spec refuses

@@ -14,7 +14,7 @@ export SGLANG_SM120_TRITON_INDEXER=1
 
 cd /opt/dsv4deploy/current
 
-# The API key is read at start from a file (mode 0600) and never written into this script, the
+# The API key is read at start from a file (readable by the service user only) and never written into this script, the
 # unit or the release. It does appear in the server's argv: sglang takes it only as --api-key.
 api_key_file=/etc/dsv4deploy/api_key
 if [[ ! -r "$api_key_file" ]]; then
