@@ -3,6 +3,7 @@
 #   .venv/                 the tool, ansible-core, the real sglang-router and supervisord, test tools
 #   .smg-venv (cached)     the Shepherd Model Gateway (smg 1.13.0), the other router; its own venv,
 #                          because the sglang-router wheel also installs an `smg` command
+#   .engine-venv (cached)  the real-engine tier: the real sglang 0.5.23 (and mooncake) served on CPU
 #   contract envs (cached) the real argument parsers, CPU-only: sglang 0.5.23 and sglang-router 0.3.2
 #                          (a venv), sglang 0.5.12 and 0.5.18 (package folders beside its torch)
 # Idempotent: a second run only checks. Set DSV4_SKIP_CONTRACT=1 to skip the large contract envs.
@@ -75,6 +76,31 @@ if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
     fi
     ln -sfn "$pkgs" ".contract-sglang-$version"
   done
+fi
+# The real-engine tier (tests/real_engine): the unmodified PyPI sglang 0.5.23 served on CPU, with its
+# runtime dependencies but none of its GPU kernels; ~6 GB (torch is sglang's CUDA build, which runs on
+# CPU), so it lives in a cache keyed by its pinned requirements and is built once per machine. Its PD
+# transfer (mooncake) needs Debian's verbs libraries. DSV4_SKIP_REAL_ENGINE=1 skips it (the tier then
+# skips, saying so).
+if [ "${DSV4_SKIP_REAL_ENGINE:-0}" != 1 ]; then
+  if ! ldconfig -p 2>/dev/null | grep -q libibverbs.so.1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing libibverbs1 librdmacm1 libnuma1 (mooncake's PD transfer, real-engine tier)"
+    (apt-get install -y -qq libibverbs1 librdmacm1 libnuma1 >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 librdmacm1 libnuma1 >/dev/null; }) \
+      || log "could not install the verbs libraries: the real-engine tier's PD tests will skip"
+  fi
+  req=tests/real_engine/requirements.txt
+  engine=${DSV4_ENGINE_VENV:-$cache/engine-venv-$(key_of "$req")}
+  if [ ! -f "$engine/.complete" ]; then
+    log "building the real-engine venv in $engine (once per machine; about 6 GB, a few minutes)"
+    rm -rf "$engine"
+    "$PY" -m venv "$engine"
+    "$engine/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
+    SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=tests/real_engine/stand_in "$engine/bin/python" -c 'import sglang.launch_server' \
+      || { log "the real-engine venv does not import sglang.launch_server"; exit 1; }
+    touch "$engine/.complete"
+  fi
+  ln -sfn "$engine" .engine-venv
 fi
 # The newest ansible-core needs Python 3.12+: a second venv, .venv-newest, for the CI tier that runs the
 # unit tests and one gated deploy on it (DSV4_NEWEST=1; PYTHON_NEWEST names the interpreter).
