@@ -31,19 +31,25 @@ log "installing dsv4deploy with its test, sim and plot extras into .venv"
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/dsv4deploy
 key_of() { cat "$@" | sha256sum | cut -c1-12; }
+# A venv of exactly the pinned set in $2 (installed without dependency resolution), built once: $1 its
+# folder, $3 what it is (for the log), then the command that proves it works.
+pinned_venv() {
+  local dir=$1 req=$2 what=$3
+  shift 3
+  [ -f "$dir/.complete" ] && return 0
+  log "building $what in $dir (once per machine)"
+  rm -rf "$dir"
+  "$PY" -m venv "$dir"
+  "$dir/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
+  "$@" || { log "$what does not work: $* failed"; exit 1; }
+  touch "$dir/.complete"
+}
 
 # smg (~150 MB, seconds to build) is always set up: `-e router_implementation=smg` on the embedded
 # host runs it. Pinned without dependency resolution, so every machine gets the same set.
 req=scripts/requirements-smg.txt
 smg=${DSV4_SMG_VENV:-$cache/smg-venv-$(key_of "$req")}
-if [ ! -f "$smg/.complete" ]; then
-  log "building the smg venv in $smg (once per machine)"
-  rm -rf "$smg"
-  "$PY" -m venv "$smg"
-  "$smg/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
-  "$smg/bin/python" -c 'import smg.launch_router' || { log "the smg venv does not import smg"; exit 1; }
-  touch "$smg/.complete"
-fi
+pinned_venv "$smg" "$req" "the smg venv" "$smg/bin/python" -c 'import smg.launch_router'
 ln -sfn "$smg" .smg-venv
 
 if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
@@ -91,15 +97,8 @@ if [ "${DSV4_SKIP_REAL_ENGINE:-0}" != 1 ]; then
   fi
   req=tests/real_engine/requirements.txt
   engine=${DSV4_ENGINE_VENV:-$cache/engine-venv-$(key_of "$req")}
-  if [ ! -f "$engine/.complete" ]; then
-    log "building the real-engine venv in $engine (once per machine; about 6 GB, a few minutes)"
-    rm -rf "$engine"
-    "$PY" -m venv "$engine"
-    "$engine/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
-    SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=tests/real_engine/stand_in "$engine/bin/python" -c 'import sglang.launch_server' \
-      || { log "the real-engine venv does not import sglang.launch_server"; exit 1; }
-    touch "$engine/.complete"
-  fi
+  pinned_venv "$engine" "$req" "the real-engine venv (about 6 GB, a few minutes)" \
+    env SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=tests/real_engine/stand_in "$engine/bin/python" -c 'import sglang.launch_server'
   ln -sfn "$engine" .engine-venv
 fi
 # The newest ansible-core needs Python 3.12+: a second venv, .venv-newest, for the CI tier that runs the

@@ -18,6 +18,10 @@ BAD_REQUESTS = (
     ("messages not a list", "POST", "/v1/chat/completions", {"model": "{model}", "messages": "hi", "max_tokens": 4}),
     ("negative max_tokens", "POST", "/v1/chat/completions",
      {"model": "{model}", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}),
+    ("unknown role", "POST", "/v1/chat/completions",
+     {"model": "{model}", "messages": [{"role": "nobody", "content": "hi"}], "max_tokens": 4}),
+    ("generate, negative max_new_tokens", "POST", "/generate",
+     {"text": "hi", "sampling_params": {"max_new_tokens": -1}}),
     ("unknown path", "GET", "/no_such_path", None),
 )
 

@@ -20,7 +20,7 @@ import yaml
 from dsv4deploy.gates.config import AGREEMENT_KEYS, parse_logged_overrides
 from tests.integration.simhost import SimHost, make_sim_host
 from tests.real_engine.enginehost import make_engine_host
-from tests.real_engine.sidebyside import PATHS, Poller, answers, shape, warm_up_statuses
+from tests.real_engine.sidebyside import BAD_REQUESTS, PATHS, Poller, answers, shape, warm_up_statuses
 
 pytestmark = pytest.mark.real_engine
 
@@ -99,9 +99,9 @@ def test_start_log_lines_the_gates_read(sides: dict[str, dict]) -> None:
 
 
 def test_error_bodies_of_bad_requests(sides: dict[str, dict]) -> None:
-    from tests.real_engine.sidebyside import BAD_REQUESTS
-
     for name, *_ in BAD_REQUESTS:
         (sim_status, sim_body), (real_status, real_body) = sides["sim"]["up"][name], sides["real"]["up"][name]
         assert sim_status == real_status, (name, sim_status, sim_body, real_status, real_body)
         assert shape(sim_body) == shape(real_body), (name, sim_body, real_body)
+        if isinstance(real_body, dict) and "type" in real_body:
+            assert sim_body["type"] == real_body["type"], (name, sim_body, real_body)
