@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import yaml
@@ -83,3 +84,26 @@ def process_name(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def usage(pids: list[int], seconds: float = 5.0) -> dict[int, tuple[float, int]]:
+    """Per pid: the share of one core it used over `seconds` (%) and its RSS (MiB), for the tier's figures."""
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def ticks(pid: int) -> int:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def rss(pid: int) -> int:
+        try:
+            line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS"))
+            return int(line.split()[1]) // 1024
+        except (OSError, StopIteration, ValueError):
+            return 0
+
+    before = {p: ticks(p) for p in pids}
+    time.sleep(seconds)
+    return {p: (round((ticks(p) - before[p]) / hz / seconds * 100, 1), rss(p)) for p in pids}
