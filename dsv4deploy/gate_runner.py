@@ -84,6 +84,9 @@ class GateSettings(BaseModel):
     readiness_deadline_s: float = Field(600, gt=0)
     config_deadline_s: float = Field(60, gt=0)
     smoke_deadline_s: float = Field(300, gt=0)
+    # Whether smoke also wants the answer to say OK; None: as the model's profile says
+    # (profiles.yml `smoke_expects_ok`: on for DeepSeek-V4, off for a generic model).
+    smoke_expect_ok: bool | None = None
     needle_deadline_s: float = Field(1800, gt=0)
     # None: follow index_topk (REQUIRED_BY_TOPK); 0: report the curve without a requirement.
     needle_required_tokens: int | None = Field(None, ge=0)
@@ -219,8 +222,11 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                             deadline_s=settings.config_deadline_s)
     if name == "smoke":
         breaker = plan.get("router_breaker_s")
+        expect_ok = settings.smoke_expect_ok
+        if expect_ok is None:
+            expect_ok = bool(plan.get("smoke_expects_ok", True))
         return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress,
-                         **({"breaker_cooldown_s": float(breaker)} if breaker else {}))
+                         expect_ok=expect_ok, **({"breaker_cooldown_s": float(breaker)} if breaker else {}))
     if name == "needle":
         return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
                           required_tokens=settings.required_tokens(plan_index_topk(plan)),

@@ -41,6 +41,12 @@ class ModelProfile(_Strict):
     active_params_billion: Positive | None = None
     bits_per_param: Positive
     default_index_topk: Annotated[int, Field(ge=1)] = 512
+    # Whether the smoke gate also wants the answer to "Say OK" to contain OK (an instruction-following
+    # model); the gate setting smoke_expect_ok overrides it.
+    smoke_expects_ok: bool = True
+    # This model's own headroom, merged key by key over the shared `headroom` (a dense model has no
+    # sparse top-k buffers, a small one needs less context and graph memory).
+    headroom: dict[str, Any] = {}
 
     def weights_gib(self) -> float:
         """All weights, in GiB."""
@@ -138,11 +144,32 @@ def check_memory(spec: Deployment) -> list[WorkerMemory]:
             field="model.profile", message=f"no memory profile '{spec.model.profile}'",
             fix=f"use one of {', '.join(sorted(profile.models))} or define memory_profile.models."
                 f"{spec.model.profile}")])
+    headroom = model_headroom(profile, spec.model.profile)
     return [
         worker_memory(path, _role(worker), worker, spec.host(worker.host).gpu_memory_gib,
-                      spec.effective(worker, "index_topk") or model.default_index_topk, model, profile.headroom)
+                      spec.effective(worker, "index_topk") or model.default_index_topk, model, headroom)
         for path, worker in spec.workers()
     ]
+
+
+def model_headroom(profile: MemoryProfile, name: str) -> HeadroomProfile:
+    """The headroom of model `name`: the shared one with the model's own `headroom` merged over it."""
+    own = profile.models[name].headroom
+    if not own:
+        return profile.headroom
+    try:
+        return HeadroomProfile.model_validate(deep_merge(profile.headroom.model_dump(), own))
+    except ValidationError as exc:
+        raise SpecError([Problem(field=f"memory_profile.models.{name}.headroom." + ".".join(map(str, e["loc"])),
+                                 message=f"{e['msg']} (got {e.get('input')!r})",
+                                 fix="correct it; dsv4deploy/profiles.yml documents every key")
+                         for e in exc.errors()]) from None
+
+
+def smoke_expects_ok(spec: Deployment) -> bool:
+    """Whether the model of `spec` is expected to answer ``Say OK`` with OK (its profile; True if unknown)."""
+    model = load_profile(spec.memory_profile).models.get(spec.model.profile)
+    return True if model is None else model.smoke_expects_ok
 
 
 def _role(worker: WorkerSpec) -> Role:

@@ -137,6 +137,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         # Which router serves a PD deployment (sglang-router or smg); None without one.
         "router": spec.router_implementation if spec.topology == "pd" else None,
         "served_model_name": spec.model.served_name,
+        # Whether smoke also wants the answer to say OK (the model profile's smoke_expects_ok).
+        "smoke_expects_ok": memory.smoke_expects_ok(spec),
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
         # How long the router's circuit breaker stays open once tripped (smoke waits one window).

@@ -3,6 +3,7 @@
 #   .venv/                 the tool, ansible-core, the real sglang-router and supervisord, test tools
 #   .smg-venv (cached)     the Shepherd Model Gateway (smg 1.13.0), the other router; its own venv,
 #                          because the sglang-router wheel also installs an `smg` command
+#   .engine-venv (cached)  the real-engine tier: the real sglang 0.5.23 (and mooncake) served on CPU
 #   contract envs (cached) the real argument parsers, CPU-only: sglang 0.5.23 and sglang-router 0.3.2
 #                          (a venv), sglang 0.5.12 and 0.5.18 (package folders beside its torch)
 # Idempotent: a second run only checks. Set DSV4_SKIP_CONTRACT=1 to skip the large contract envs.
@@ -30,19 +31,25 @@ log "installing dsv4deploy with its test, sim and plot extras into .venv"
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/dsv4deploy
 key_of() { cat "$@" | sha256sum | cut -c1-12; }
+# A venv of exactly the pinned set in $2 (installed without dependency resolution), built once: $1 its
+# folder, $3 what it is (for the log), then the command that proves it works.
+pinned_venv() {
+  local dir=$1 req=$2 what=$3
+  shift 3
+  [ -f "$dir/.complete" ] && return 0
+  log "building $what in $dir (once per machine)"
+  rm -rf "$dir"
+  "$PY" -m venv "$dir"
+  "$dir/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
+  "$@" || { log "$what does not work: $* failed"; exit 1; }
+  touch "$dir/.complete"
+}
 
 # smg (~150 MB, seconds to build) is always set up: `-e router_implementation=smg` on the embedded
 # host runs it. Pinned without dependency resolution, so every machine gets the same set.
 req=scripts/requirements-smg.txt
 smg=${DSV4_SMG_VENV:-$cache/smg-venv-$(key_of "$req")}
-if [ ! -f "$smg/.complete" ]; then
-  log "building the smg venv in $smg (once per machine)"
-  rm -rf "$smg"
-  "$PY" -m venv "$smg"
-  "$smg/bin/pip" install -q --no-deps -r "$req" 2>&1 | grep -v '^WARNING: Location' || true
-  "$smg/bin/python" -c 'import smg.launch_router' || { log "the smg venv does not import smg"; exit 1; }
-  touch "$smg/.complete"
-fi
+pinned_venv "$smg" "$req" "the smg venv" "$smg/bin/python" -c 'import smg.launch_router'
 ln -sfn "$smg" .smg-venv
 
 if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
@@ -75,6 +82,24 @@ if [ "${DSV4_SKIP_CONTRACT:-0}" != 1 ]; then
     fi
     ln -sfn "$pkgs" ".contract-sglang-$version"
   done
+fi
+# The real-engine tier (tests/real_engine): the unmodified PyPI sglang 0.5.23 served on CPU, with its
+# runtime dependencies but none of its GPU kernels; ~6 GB (torch is sglang's CUDA build, which runs on
+# CPU), so it lives in a cache keyed by its pinned requirements and is built once per machine. Its PD
+# transfer (mooncake) needs Debian's verbs libraries. DSV4_SKIP_REAL_ENGINE=1 skips it (the tier then
+# skips, saying so).
+if [ "${DSV4_SKIP_REAL_ENGINE:-0}" != 1 ]; then
+  if ! ldconfig -p 2>/dev/null | grep -q libibverbs.so.1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing libibverbs1 librdmacm1 libnuma1 (mooncake's PD transfer, real-engine tier)"
+    (apt-get install -y -qq libibverbs1 librdmacm1 libnuma1 >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 librdmacm1 libnuma1 >/dev/null; }) \
+      || log "could not install the verbs libraries: the real-engine tier's PD tests will skip"
+  fi
+  req=tests/real_engine/requirements.txt
+  engine=${DSV4_ENGINE_VENV:-$cache/engine-venv-$(key_of "$req")}
+  pinned_venv "$engine" "$req" "the real-engine venv (about 6 GB, a few minutes)" \
+    env SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=tests/real_engine/stand_in "$engine/bin/python" -c 'import sglang.launch_server'
+  ln -sfn "$engine" .engine-venv
 fi
 # The newest ansible-core needs Python 3.12+: a second venv, .venv-newest, for the CI tier that runs the
 # unit tests and one gated deploy on it (DSV4_NEWEST=1; PYTHON_NEWEST names the interpreter).

@@ -186,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/generate":
             self._json(status, {"error": {"message": message}})
             return
-        err_type = "BadRequest" if status == 400 else str(status)
+        err_type = "BadRequestError" if status == 400 else str(status)  # sglang 0.5.23's type for a 400
         self._json(status, {"object": "error", "message": message, "type": err_type,
                             "param": None, "code": status})
 

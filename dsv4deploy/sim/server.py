@@ -32,6 +32,18 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+# /model_info's "embedding" of sglang 0.5.23 for a generation model (as the real server answers it).
+NO_EMBEDDING: dict[str, Any] = {
+    "family": "none", "task": "none", "execution": "none", "attention": "none", "pooling": "model_defined",
+    "normalize": False, "postprocessor": "none", "tokenizer_special_tokens": "model_default",
+    "supports_dimensions": False, "supports_token_embeddings": False, "supports_multimodal": False,
+    "requires_embedding_flag": False, "auto_enable_embedding": False, "bcg_eligibility": "disabled",
+    "safe_disable_kv_cache": False, "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
+    "enabled": False, "matryoshka_dimensions": [],
+    "bcg": {"prefill_backend": "disabled", "enabled": False, "capture_token_budget": 4096, "capture_batch_sizes": [4]},
+    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+}
+
 LOAD_SHARE = 0.7  # of DSV4_SIM_STARTUP_S spent loading weights (port closed), rest warming up
 
 
@@ -68,16 +80,27 @@ class SimServer:
     # -- views ------------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
         """``/server_info``: every resolved arg, version, start time, internal state."""
+        # As the real 0.5.23 (compared side by side in tests/real_engine): the resolved args (not
+        # argparse's --config, which ServerArgs consumes), each scheduler's state (its args again,
+        # memory, throughput), the KV pool's size, the device and the server's status.
+        args = {k: v for k, v in self.settings.args.items() if k != "config"}
+        args["device"] = args.get("device") or "cuda"
+        plan = self._plan()
+        tp = int(args.get("tp_size") or 1)
+        kv_tokens = int(plan.kv_pool_gib * GIB_TOKENS * tp)
         return {
-            **self.settings.args,
+            **args,
             "startup_time": self.startup_time,
             "internal_states": [{
-                "load": self.engine.running,
-                "peak_running_requests": self.engine.peak_running,
-                "memory_usage": {"weight": round(self._plan().weights_gib, 2),
-                                 "kvcache": round(self._plan().kv_pool_gib, 2)},
+                **args,
+                "memory_usage": {"weight": round(plan.weights_gib, 2), "kvcache": round(plan.kv_pool_gib, 2)},
                 "last_gen_throughput": 0.0,
+                "effective_max_running_requests_per_dp": args.get("max_running_requests"),
+                "world_size": tp,
             }],
+            "max_total_num_tokens": kv_tokens,
+            "max_req_input_len": max(1, self.settings.context_length - 5),
+            "status": "ready" if self.ready else "starting",
             "version": self.version,
             "frontend": "python",
         }
@@ -100,6 +123,8 @@ class SimServer:
             "has_audio_understanding": False,
             "model_type": "deepseek_v4",
             "architectures": [ARCHITECTURE],
+            # 0.5.23 describes the model's embedding support too (none for a generation model).
+            **({"embedding": NO_EMBEDDING} if table_version(self.version) == "0.5.23" else {}),
         }
 
     def _plan(self) -> memory.MemoryPlan:
@@ -302,3 +327,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

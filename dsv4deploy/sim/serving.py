@@ -43,12 +43,43 @@ class Prompt:
     max_tokens: int | None
 
 
+# The roles sglang 0.5.23's chat request accepts (its pydantic model refuses any other with a 400).
+CHAT_ROLES = frozenset({"system", "user", "assistant", "tool", "function", "developer", "latest_reminder", "root"})
+
+
 def parse_prompt(path: str, body: dict[str, Any]) -> Prompt:
-    """Read the prompt of an OpenAI chat/completion or native generate body."""
+    """Read the prompt of an OpenAI chat/completion or native generate body.
+
+    Refuses with sglang's 400s what the real server refuses: a missing or malformed ``messages`` or
+    role (its request model's validation errors), a negative token budget (the sampling params).
+    """
+    prompt = _parse_prompt(path, body)
+    if prompt.max_tokens is not None and int(prompt.max_tokens) < 0:
+        raise ServingError(400, f"max_new_tokens must be at least 0, got {prompt.max_tokens}.")
+    return prompt
+
+
+def _validation_error(loc: tuple[Any, ...], kind: str, msg: str, given: Any) -> ServingError:
+    # As sglang words a request that fails its pydantic model (the body's location, then the error).
+    detail = {"type": kind, "loc": ("body", *loc), "msg": msg, "input": given}
+    return ServingError(400, f"1 validation error:\n  {detail}")
+
+
+def _parse_prompt(path: str, body: dict[str, Any]) -> Prompt:
     if path == "/v1/chat/completions":
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
+        if messages is None:
+            raise _validation_error(("messages",), "missing", "Field required", body)
+        if not isinstance(messages, list):
+            raise _validation_error(("messages",), "list_type", "Input should be a valid list", messages)
+        if not messages:
             raise ServingError(400, "messages must be a non-empty list")
+        for i, message in enumerate(messages):
+            role = message.get("role") if isinstance(message, dict) else None
+            if str(role).lower() not in CHAT_ROLES:
+                raise _validation_error(("messages", i, "role"), "value_error",
+                                        f"Value error, 'role' must be one of {', '.join(sorted(CHAT_ROLES))} "
+                                        "(case-insensitive).", role)
         text, tokens = render_chat(messages)
         last = messages[-1]
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), last)

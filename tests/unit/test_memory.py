@@ -147,11 +147,26 @@ def test_a_misspelt_override_key_is_refused() -> None:
 def test_an_unknown_model_profile_is_refused() -> None:
     with pytest.raises(SpecError) as err:
         check_memory(spec(model={"path": "/m", "served_name": "m", "profile": "deepseek-v5"}))
-    assert str(err.value) == ("model.profile: no memory profile 'deepseek-v5'; fix: use one of deepseek-v4-flash "
-                              "or define memory_profile.models.deepseek-v5")
+    assert str(err.value) == ("model.profile: no memory profile 'deepseek-v5'; fix: use one of deepseek-v4-flash, "
+                              "llama or define memory_profile.models.deepseek-v5")
 
 
 def test_a_new_model_profile_from_the_inventory() -> None:
     extra = {"models": {"small": {"params_billion": 100, "bits_per_param": 8}}}
     reports = check_memory(spec(model={"path": "/m", "served_name": "m", "profile": "small"}, memory_profile=extra))
     assert reports[0].weights_gib == pytest.approx(100e9 / GIB / 4)
+
+
+def test_the_generic_llama_profile_has_its_own_headroom_without_top_k_buffers() -> None:
+    llama = spec(index_topk=None, model={"path": "/models/Llama-3.1-8B", "served_name": "llama", "profile": "llama"})
+    decode = by_field(llama)["decode[0]"]
+    assert decode.headroom_parts["topk_buffers"] == 0.0
+    assert decode.headroom_parts["base"] == load_profile().models["llama"].headroom["base_gib"]
+    assert decode.weights_gib == pytest.approx(8.03e9 * 2 / GIB / 4)
+    assert decode.feasible
+
+
+def test_a_bad_per_model_headroom_names_its_key() -> None:
+    bad = spec(memory_profile={"models": {"deepseek-v4-flash": {"headroom": {"base_gib": -1}}}})
+    with pytest.raises(SpecError, match=r"memory_profile\.models\.deepseek-v4-flash\.headroom\.base_gib"):
+        check_memory(bad)

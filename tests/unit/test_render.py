@@ -91,7 +91,7 @@ def test_scripts_and_units_shape():
 def test_supervisor_program():
     conf = render_release(pd_spec("supervisor"), "gpu1")["supervisor/sglang-dsv4-router.conf"]
     for line in ("[program:sglang-dsv4-router]", "command=/opt/dsv4deploy/current/bin/serve-sglang-dsv4-router.sh",
-                 "autostart=false", "autorestart=unexpected", "stopasgroup=true", "killasgroup=true",
+                 "autostart=false", "autorestart=unexpected", "stopasgroup=false", "killasgroup=true",
                  "redirect_stderr=true", "stdout_logfile=/opt/dsv4deploy/logs/sglang-dsv4-router.log",
                  "priority=20", "user=sglang"):
         assert f"\n{line}\n" in conf
@@ -176,5 +176,5 @@ def test_supervisord_reads_the_programs(tmp_path):
     router = groups["sglang-dsv4-router"].process_configs[0]
     assert groups["sglang-dsv4-router"].priority == 20 and groups["sglang-dsv4-prefill"].priority == 10
     assert router.command == f"{tmp_path}/current/bin/serve-sglang-dsv4-router.sh"
-    assert router.autostart is False and router.stopasgroup and router.killasgroup
+    assert router.autostart is False and not router.stopasgroup and router.killasgroup
     assert router.stdout_logfile == f"{tmp_path}/logs/sglang-dsv4-router.log"

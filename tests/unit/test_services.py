@@ -63,6 +63,16 @@ def test_combined_argv_exact_and_cuda_graph_disabled():
                         "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph", *PARSERS]
 
 
+def test_generic_llama_profile_gets_generic_flags_only():
+    # No DeepSeek-V4 reasoning/tool-call parsers and no attention backend: sglang's defaults for the model.
+    (svc,) = build_services(combined_spec(model={"path": "/models/Llama-3.1-8B", "served_name": "llama",
+                                                 "profile": "llama"}, index_topk=None, chat_template=None))
+    assert svc.argv == [*LAUNCHER, "--model-path", "/models/Llama-3.1-8B", "--served-model-name", "llama",
+                        *COMMON[4:], "--port", "30000", "--mem-fraction-static", "0.8",
+                        "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph"]
+    assert not any(a.startswith(("--reasoning-parser", "--tool-call-parser", "--attention-backend")) for a in svc.argv)
+
+
 def test_old_version_gets_old_cuda_graph_flags():
     assert "--cuda-graph-max-bs" in by_name(pd_spec(version="0.5.12"))["sglang-dsv4-decode"].argv
     (svc,) = build_services(combined_spec(version="0.5.12"))

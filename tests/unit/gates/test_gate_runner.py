@@ -53,3 +53,12 @@ def test_a_router_the_wait_never_started_is_named_with_why(stub):
     assert result.status is GateStatus.FAILED
     assert "not started, as its workers never all answered /health: sglang-dsv4-router on host gpu1" in result.summary
     assert result.evidence["not_started"] == ["sglang-dsv4-router on host gpu1"]
+
+
+def test_smoke_takes_the_content_expectation_from_the_plan_unless_set(stub):
+    server = stub({"POST /v1/chat/completions": always((200, completion("noise")))})
+    generic = run_gate("smoke", plan(server.url, smoke_expects_ok=False), GateSettings(smoke_deadline_s=10))
+    assert generic.status is GateStatus.PASSED and generic.evidence["expect_ok"] is False
+    forced = run_gate("smoke", plan(server.url, smoke_expects_ok=False),
+                      GateSettings(smoke_deadline_s=10, smoke_expect_ok=True))
+    assert forced.status is GateStatus.FAILED and "does not contain OK" in forced.summary

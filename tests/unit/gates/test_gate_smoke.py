@@ -120,3 +120,28 @@ def test_bad_arguments_raise():
         run_smoke("127.0.0.1:8000", "dsv4", deadline_s=10)
     with pytest.raises(ValueError, match="positive"):
         run_smoke("http://127.0.0.1:8000", "dsv4", deadline_s=0)
+
+
+def test_without_the_content_expectation_any_finished_answer_passes(stub):
+    # A random or generic model: smoke demands a 200 with a non-empty completion that finished.
+    server = stub({CHAT: always((200, completion("V\u00e9V\u00e9 noise")))})
+    result = run_smoke(server.url, "tiny", deadline_s=10, expect_ok=False)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert result.evidence["expect_ok"] is False
+    assert "content not checked: smoke_expect_ok is off" in result.summary
+
+
+def test_the_content_expectation_still_fails_a_wrong_answer(stub):
+    server = stub({CHAT: always((200, completion("noise")))})
+    result = run_smoke(server.url, "dsv4", deadline_s=10)
+    assert result.status is GateStatus.FAILED
+    assert "does not contain OK" in result.summary and server.count(CHAT) == 1
+
+
+def test_a_completion_without_finish_reason_fails_even_without_the_expectation(stub):
+    body = completion("OK")
+    body["choices"][0]["finish_reason"] = None
+    server = stub({CHAT: always((200, body))})
+    result = run_smoke(server.url, "tiny", deadline_s=10, expect_ok=False)
+    assert result.status is GateStatus.FAILED
+    assert "has no finish_reason" in result.summary

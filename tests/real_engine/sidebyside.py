@@ -1,0 +1,102 @@
+"""Record what a server answers, from its first second to ready and after: the same requests for the
+simulator and the real sglang, so the side-by-side test can compare them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+# What the gates and operators ask a server (GET), during warm-up and once up.
+PATHS = ("/health", "/health_generate", "/ready", "/model_info", "/v1/models", "/server_info")
+# Bad requests and what each is: (name, method, path, JSON body).
+BAD_REQUESTS = (
+    ("no messages", "POST", "/v1/chat/completions", {"model": "{model}", "max_tokens": 4}),
+    ("messages not a list", "POST", "/v1/chat/completions", {"model": "{model}", "messages": "hi", "max_tokens": 4}),
+    ("negative max_tokens", "POST", "/v1/chat/completions",
+     {"model": "{model}", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}),
+    ("unknown role", "POST", "/v1/chat/completions",
+     {"model": "{model}", "messages": [{"role": "nobody", "content": "hi"}], "max_tokens": 4}),
+    ("generate, negative max_new_tokens", "POST", "/generate",
+     {"text": "hi", "sampling_params": {"max_new_tokens": -1}}),
+    ("unknown path", "GET", "/no_such_path", None),
+)
+
+
+@dataclass
+class Poller:
+    """Polls every path of `PATHS` on `url` until stopped; keeps each path's status changes."""
+
+    url: str
+    api_key: str
+    seen: dict[str, list[int | None]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Poller:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, list[int | None]]:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=60)
+        return self.seen
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=10, headers={"Authorization": f"Bearer {self.api_key}"}) as client:
+            while not self._stop.is_set():
+                for path in PATHS:
+                    try:
+                        status: int | None = client.get(f"{self.url}{path}").status_code
+                    except httpx.HTTPError:
+                        status = None
+                    changes = self.seen.setdefault(path, [])
+                    if not changes or changes[-1] != status:
+                        changes.append(status)
+                time.sleep(0.3)
+
+
+def warm_up_statuses(changes: list[int | None]) -> list[int]:
+    """The statuses a path answered with after the port opened and before its first 200."""
+    out: list[int] = []
+    for status in changes:
+        if status == 200:
+            break
+        if status is not None and status not in out:
+            out.append(status)
+    return out
+
+
+def answers(url: str, api_key: str, model: str) -> dict[str, Any]:
+    """Once up: each path's status and JSON body, and each bad request's status and body."""
+    out: dict[str, Any] = {}
+    with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {api_key}"}) as client:
+        for path in PATHS:
+            reply = client.get(f"{url}{path}")
+            out[path] = (reply.status_code, _json(reply))
+        for name, method, path, body in BAD_REQUESTS:
+            payload = None if body is None else {k: (model if v == "{model}" else v) for k, v in body.items()}
+            reply = client.request(method, f"{url}{path}", json=payload)
+            out[name] = (reply.status_code, _json(reply))
+    return out
+
+
+def shape(value: Any) -> Any:
+    """A JSON value's shape: the keys of objects (recursively), the type name of anything else."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def _json(reply: httpx.Response) -> Any:
+    try:
+        return reply.json()
+    except ValueError:
+        return reply.text
