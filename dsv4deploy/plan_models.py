@@ -46,6 +46,8 @@ class GateTargets(_Strict):
     expected_settings: dict[str, dict[str, Any]]
     hosts_in_use: list[str]
     gpu_query_command: list[str]
+    # Smoke also wants the answer to say OK (the model profile's smoke_expects_ok; off for a random model).
+    smoke_expects_ok: bool = True
 
 
 class HostPlan(_Strict):
