@@ -39,7 +39,8 @@ def assert_promoted_pd(host: SimHost, report: dict) -> None:
     prefill, decode = server_info(host, host.base_port + 1), server_info(host, host.base_port + 2)
     assert (prefill["disaggregation_mode"], decode["disaggregation_mode"]) == ("prefill", "decode")
     assert {k: prefill[k] for k in AGREE} == {k: decode[k] for k in AGREE}
-    assert prefill["disaggregation_transfer_backend"] == decode["disaggregation_transfer_backend"] == "mooncake_tcp"
+    # Rendered as mooncake_tcp; the real server reports the resolved backend, mooncake (over TCP).
+    assert prefill["disaggregation_transfer_backend"] == decode["disaggregation_transfer_backend"] == "mooncake"
     # Through the router, the pair answers a chat completion that finished.
     reply = httpx.post(f"{host.endpoint}/v1/chat/completions", timeout=120,
                        headers={"Authorization": f"Bearer {host.api_key}"},
