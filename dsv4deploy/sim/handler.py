@@ -165,7 +165,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             prompt, answer, out_tokens = run_generation(self.sim, path, body)
         except ServingError as exc:
-            self._error(path, exc.status, exc.message)
+            self._error(path, exc.status, exc.message, exc.error_type)
             return
         if body.get("stream"):
             events = stream_chunks(self.sim, path, prompt, answer, out_tokens, body, started)
@@ -180,13 +180,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._json(200, response_body(self.sim, path, prompt, answer, out_tokens, started))
 
-    def _error(self, path: str, status: int, message: str) -> None:
+    def _error(self, path: str, status: int, message: str, error_type: str | None = None) -> None:
         if status >= 500:
             self.sim.log.line(f"[http_server] Error: {message}")
         if path == "/generate":
             self._json(status, {"error": {"message": message}})
             return
-        err_type = "BadRequestError" if status == 400 else str(status)  # sglang 0.5.23's type for a 400
+        err_type = error_type or ("BadRequestError" if status == 400 else str(status))  # sglang 0.5.23's
         self._json(status, {"object": "error", "message": message, "type": err_type,
                             "param": None, "code": status})
 

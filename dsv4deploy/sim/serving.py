@@ -25,10 +25,13 @@ NON_PD_SHARE = 2 / 18
 class ServingError(Exception):
     """An error answered to the client: HTTP status and sglang's message."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, error_type: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        # The error body's "type": sglang's own errors say BadRequestError; a request its pydantic
+        # model refuses gets the HTTP reason phrase ("Bad Request").
+        self.error_type = error_type
 
 
 @dataclass
@@ -62,7 +65,7 @@ def parse_prompt(path: str, body: dict[str, Any]) -> Prompt:
 def _validation_error(loc: tuple[Any, ...], kind: str, msg: str, given: Any) -> ServingError:
     # As sglang words a request that fails its pydantic model (the body's location, then the error).
     detail = {"type": kind, "loc": ("body", *loc), "msg": msg, "input": given}
-    return ServingError(400, f"1 validation error:\n  {detail}")
+    return ServingError(400, f"1 validation error:\n  {detail}", error_type="Bad Request")
 
 
 def _parse_prompt(path: str, body: dict[str, Any]) -> Prompt:

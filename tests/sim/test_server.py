@@ -73,13 +73,14 @@ def test_endpoints_auth_and_shutdown(launcher: Launcher, state_dir: Path) -> Non
     call = json.loads(body)["choices"][0]["message"]["tool_calls"][0]
     assert call["function"]["name"] == "get_weather" and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
     # Bad requests are refused as the real 0.5.23 refuses them (tests/real_engine/test_side_by_side.py).
-    for bad, wanted in (({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1},
-                         "max_new_tokens must be at least 0, got -1."),
-                        ({"messages": [{"role": "nobody", "content": "hi"}]}, "'role' must be one of"),
-                        ({"max_tokens": 4}, "Field required")):
+    for bad, kind, wanted in (({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1},
+                               "BadRequestError", "max_new_tokens must be at least 0, got -1."),
+                              ({"messages": [{"role": "nobody", "content": "hi"}]}, "Bad Request",
+                               "'role' must be one of"),
+                              ({"max_tokens": 4}, "Bad Request", "Field required")):
         status, body = http("POST", f"{url}/v1/chat/completions", headers=auth, body=bad)
         error = json.loads(body)
-        assert (status, error["type"], error["code"]) == (400, "BadRequestError", 400) and wanted in error["message"]
+        assert (status, error["type"], error["code"]) == (400, kind, 400) and wanted in error["message"]
     info = json.loads(http("GET", f"{url}/server_info", headers=auth)[1])
     assert "config" not in info and info["status"] == "ready" and info["internal_states"][0]["tp_size"] == 4
     assert "embedding" in model
