@@ -173,6 +173,20 @@ def test_needle_below_the_required_length_rolls_back(sim_host: SimHost) -> None:
     assert_serving(sim_host, good)
 
 
+def test_gates_chosen_with_extra_vars_do_not_replace_what_the_rollback_proves(sim_host: SimHost) -> None:
+    # -e beats every role variable: the operator's gate list picks the deploy's gates, and the rollback
+    # still proves the old release with readiness and smoke, not with the needle that just failed.
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", *NEEDLE_5K5, *FAST,
+                             "-e", '{"dsv4_gates_names": ["readiness", "needle"]}')
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle"), proc.stdout[-4000:]
+    # The deploy's two gates, then the rollback's proof of the old release.
+    assert [g["name"] for g in report["gates"]] == ["readiness", "needle", "readiness", "smoke"]
+    assert_serving(sim_host, good)
+
+
 def test_out_of_memory_fraction_fails_before_anything_changes(sim_host: SimHost) -> None:
     good = sim_host.active_release()
     pids = sim_host.pids()
