@@ -140,6 +140,7 @@ class ActionModule(ActionBase):
             return result
         result.update(changed=False, ansible_facts={args["fact"]: view})
         return result
+
     def _inventory_problems(self, task_vars: dict) -> list:
         """Misspelt variable names and an -e server_env that drops switches, as `dsv4deploy validate` finds them."""
         hostvars = task_vars["hostvars"]
