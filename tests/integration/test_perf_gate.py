@@ -84,3 +84,10 @@ def test_a_three_times_slower_decode_is_refused_with_its_figures(sim_host: SimHo
     state = _state(sim_host)
     failed = next(r for r in state["failed"] if r != good)
     assert state["failed"][failed] == "perf" and state["perf"][failed]["client"]["itl_p50_s"] > itl["baseline"]
+
+
+def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("verify.yml", *GATES)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gate perf: passed in" in proc.stdout and f"within 100% of release {good}" in proc.stdout
