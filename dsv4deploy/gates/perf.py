@@ -178,7 +178,8 @@ def _fmt(figures: Mapping[str, Any]) -> str:
 
 def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]], key: str, load: PerfLoad,
              tolerance: float, noise_floor_s: float, baseline: Mapping[str, Any] | None, deadline_s: float,
-             api_key: str | None = None, progress: Progress | None = None) -> GateResult:
+             api_key: str | None = None, progress: Progress | None = None,
+             tail_tolerance: float | None = None) -> GateResult:
     """Run the load through `endpoint`, measure it from the client and the `workers`' metrics, judge it.
 
     `key` names what the figures are measured on (hosts, topology, router, load); `baseline` is the
@@ -211,7 +212,8 @@ def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
     client_figs = client_figures(timings, wall)
     figures = {"key": key, "load": load.__dict__, "client": client_figs, "servers": servers,
                "wall_s": round(wall, 3)}
-    evidence: dict[str, Any] = {"figures": figures, "tolerance": tolerance, "noise_floor_s": noise_floor_s,
+    evidence: dict[str, Any] = {"figures": figures, "tolerance": tolerance, "tail_tolerance": tail_tolerance,
+                                "noise_floor_s": noise_floor_s,
                                 "baseline": dict(baseline) if baseline else None,
                                 "servers_unavailable": unavailable}
     why_not = baseline_problem(key, baseline)
@@ -220,7 +222,7 @@ def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
         evidence.update(judged=False, not_judged_because=why_not, regressions=[])
         return make_result(GATE, GateStatus.PASSED, watch, f"recorded, not judged ({why_not}): {measured}", evidence)
     assert baseline is not None
-    regressions = compare(figures, baseline, tolerance, noise_floor_s)
+    regressions = compare(figures, baseline, tolerance, noise_floor_s, tail_tolerance)
     evidence.update(judged=True, regressions=[r.__dict__ for r in regressions])
     against = f"release {baseline.get('release') or '?'}"
     if regressions:

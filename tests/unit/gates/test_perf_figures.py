@@ -125,3 +125,10 @@ def test_client_figures_from_streamed_timings():
     assert figs["itl_p50_s"] == pytest.approx(0.01)  # 40 ms over 4 gaps
     assert figs["output_tokens_per_s"] == pytest.approx(10.0)
     assert quantile([], 0.5) is None
+
+
+def test_a_p99_is_judged_with_its_own_looser_tolerance():
+    now, before = _figures(0.01, 300, ttft=0.03), _figures(0.01, 300, ttft=0.02)
+    now["client"]["ttft_p99_s"] = 0.12  # 3x the baseline's 0.04: one slow request
+    assert [r.figure for r in compare(now, before, 1.0, 0.005)] == ["ttft_p99_s"]
+    assert compare(now, before, 1.0, 0.005, tail_tolerance=3.0) == []
