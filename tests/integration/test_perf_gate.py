@@ -40,6 +40,7 @@ def test_the_first_release_is_recorded_not_judged(sim_host: SimHost) -> None:
     perf = _perf(report)
     assert report["verdict"] == "promoted" and perf["status"] == "passed", perf["summary"]
     assert perf["summary"].startswith("recorded, not judged (no earlier figures"), perf["summary"]
+    print(f"perf gate: {perf['seconds']:.2f} s")  # what it adds to a deploy (shown with -s)
     assert perf["evidence"]["judged"] is False
     figures = perf["evidence"]["figures"]
     client = figures["client"]
