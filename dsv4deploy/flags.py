@@ -45,6 +45,8 @@ COMMON_SERVER_FLAGS: Mapping[str, str] = {
     "disaggregation_ib_device": "--disaggregation-ib-device",
     "reasoning_parser": "--reasoning-parser",
     "tool_call_parser": "--tool-call-parser",
+    # Prometheus text at /metrics on the server's own port (the performance gate reads it).
+    "enable_metrics": "--enable-metrics",
     "api_key": "--api-key",
 }
 

@@ -34,9 +34,10 @@ from dsv4deploy.gates import (
     run_soak,
     skipped,
 )
+from dsv4deploy.gates.perf import PerfLoad, run_perf
 from dsv4deploy.gates.result import Stopwatch, make_result
 
-GATES = ("readiness", "config", "smoke", "needle", "soak")
+GATES = ("readiness", "config", "smoke", "needle", "soak", "perf")
 GATE_VAR_PREFIXES = tuple(f"{g}_" for g in GATES)
 # What the needle must recall per index_topk, as in the seeds: 1024 flipped the 5.5K-token needle
 # from lost to found; 512 (the model's default) is reliable only up to about 2K tokens.
@@ -53,6 +54,7 @@ GATE_NEEDS: dict[str, frozenset[str]] = {
     "smoke": frozenset({"readiness"}),
     "needle": frozenset({"readiness", "smoke"}),
     "soak": frozenset({"readiness", "smoke"}),
+    "perf": frozenset({"readiness", "smoke"}),
 }
 
 
@@ -102,6 +104,18 @@ class GateSettings(BaseModel):
     soak_max_corruption_rate: float = Field(0.02, ge=0, le=1)
     soak_deadline_s: float = Field(600, gt=0)
     soak_seed: int = 0
+    # The performance gate's fixed load (a few seconds on the embedded host) and how much worse than
+    # the last good release a figure may be: 1.0 lets a latency double (generous, so that a loaded CI
+    # machine does not refuse a clean release; a 3x slower decode still fails).
+    perf_enabled: bool = True
+    perf_requests: int = Field(16, ge=1)
+    perf_concurrency: int = Field(4, ge=1)
+    perf_prompt_tokens: int = Field(128, ge=16)
+    perf_output_tokens: int = Field(32, ge=2)
+    perf_tolerance: float = Field(1.0, gt=0)
+    perf_p99_tolerance: float = Field(3.0, gt=0)  # a p99 of 16 requests is one or two of them: judged looser
+    perf_noise_floor_s: float = Field(0.005, ge=0)
+    perf_deadline_s: float = Field(300, gt=0)
 
     def required_tokens(self, index_topk: int | None) -> int:
         """The needle requirement: as set, else what ``index_topk`` must recall."""
@@ -175,16 +189,19 @@ def host_checks(plan: Mapping[str, Any], host: str, host_is_local: bool) -> list
 
 def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs: Mapping[str, str] | None = None,
              api_key: str | None = None, progress: Progress | None = None,
-             probes: Mapping[str, Any] | None = None) -> GateResult:
+             probes: Mapping[str, Any] | None = None, baseline: Mapping[str, Any] | None = None) -> GateResult:
     """Run gate `name` against the servers the plan deployed.
 
     `probes` maps each host to what ``dsv4_worker_probe`` found there: ``{"local": bool, "seconds":
     float, "workers": {name: answers}}``. Without it every host counts as reachable from here.
+    `baseline` is the perf figures of the last good release (the perf gate judges against them).
     """
     if name not in GATES:
         raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
     if name == "soak" and not settings.soak_enabled:
         return skipped("soak", "soak_enabled is false")
+    if name == "perf" and not settings.perf_enabled:
+        return skipped("perf", "perf_enabled is false")
     watch = Stopwatch()
     probes = probes or {}
     died = [data["died"] for data in probes.values() if data.get("died")]
@@ -233,10 +250,30 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                           deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
                           size_tolerance=settings.needle_size_tolerance, seed=settings.needle_seed,
                           api_key=api_key, progress=progress)
+    if name == "perf":
+        load = PerfLoad(settings.perf_requests, settings.perf_concurrency, settings.perf_prompt_tokens,
+                        settings.perf_output_tokens)
+        # Worker metrics are read from the controller: a worker bound to an address only its own host
+        # reaches is left out (the client-side figures still judge the release).
+        workers = [{"name": w["name"], "url": w["url"]} for w in plan["workers"]
+                   if not reach.checked_on_host(w["url"], w.get("host_address", ""),
+                                                bool((probes.get(w["host"]) or {}).get("local", True)))]
+        return run_perf(endpoint, model, workers=workers, key=perf_key(plan, load), load=load,
+                        tolerance=settings.perf_tolerance, noise_floor_s=settings.perf_noise_floor_s,
+                        baseline=baseline, deadline_s=settings.perf_deadline_s, api_key=api_key,
+                        progress=progress, tail_tolerance=settings.perf_p99_tolerance)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
                     deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
                     progress=progress)
+
+
+def perf_key(plan: Mapping[str, Any], load: PerfLoad) -> str:
+    """What perf figures are measured on: topology, router, every worker (role, host, URL) and the load.
+
+    Figures are compared only between releases with the same key (the same hosts and topology)."""
+    workers = ",".join(sorted(f"{w['role']}@{w['host']}={w['url']}" for w in plan["workers"]))
+    return f"{plan.get('topology')}|{plan.get('router') or '-'}|{plan['endpoint']}|{workers}|{load.key()}"
 
 
 def _asked_here(name: str, plan: Mapping[str, Any], on_host: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -36,6 +36,8 @@ class GateTargets(_Strict):
     topology: Literal["pd", "combined"]
     router: Literal["sglang-router", "smg"] | None
     served_model_name: str
+    # Whether smoke also wants the answer to say OK (the model profile's smoke_expects_ok).
+    smoke_expects_ok: bool = True
     endpoint: str
     router_url: str | None
     router_breaker_s: int | None
@@ -46,8 +48,6 @@ class GateTargets(_Strict):
     expected_settings: dict[str, dict[str, Any]]
     hosts_in_use: list[str]
     gpu_query_command: list[str]
-    # Smoke also wants the answer to say OK (the model profile's smoke_expects_ok; off for a random model).
-    smoke_expects_ok: bool = True
 
 
 class HostPlan(_Strict):

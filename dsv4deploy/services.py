@@ -192,6 +192,8 @@ def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"]
         f("host"), host.listen,
         f("port"), str(worker.port),
         f("mem_fraction_static"), _fraction(worker.mem_fraction_static),
+        # /metrics on the server's own host and port, open without the API key as in sglang.
+        f("enable_metrics"),
     ]
     overrides = spec.model_override_args(worker)
     if overrides:

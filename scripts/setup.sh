@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 log "installing dsv4deploy with its test, sim and plot extras into .venv"
 .venv/bin/pip install -q -e '.[test,sim,plot]' 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor' \
+.venv/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor, prometheus_client' \
   || { log "the .venv install is incomplete"; exit 1; }
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/dsv4deploy

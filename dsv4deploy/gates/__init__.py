@@ -1,7 +1,7 @@
 """Verification gates run on the controller against live sglang servers and the router.
 
 Each gate returns a :class:`GateResult`; none raises for a failing server. Bad arguments raise
-ValueError. The order of a deploy: readiness, config, smoke, needle, soak.
+ValueError. The order of a deploy: readiness, config, smoke, needle, soak, perf.
 """
 
 from dsv4deploy.gates.config import ServerConfigInput, check_config, parse_logged_overrides

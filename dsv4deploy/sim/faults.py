@@ -16,6 +16,8 @@ KNOWN_FAULTS: dict[str, str] = {
     "tool_call_corruption": "float",
     "slow_release": "float",
     "kv_pool_fallback": "flag",
+    "slow_decode": "float",
+    "degrade_after": "int",
 }
 
 
@@ -37,6 +39,8 @@ class Faults:
     tool_call_corruption: float = 0.0
     slow_release: float = 0.0
     kv_pool_fallback: bool = False
+    slow_decode: float = 1.0  # every decode step takes this many times as long (a release without CUDA graphs)
+    degrade_after: int = 0  # 0: never; N: wrong answers from the (N+1)-th generation on
 
 
 def parse_faults(spec: str | None) -> Faults:
@@ -63,7 +67,7 @@ def parse_faults(spec: str | None) -> Faults:
             value = int(raw) if kind == "int" else float(raw)
         except ValueError:
             raise FaultError(f"fault {name!r} needs a {kind} value, got {raw!r}") from None
-        if value < 0 or (name == "tool_call_corruption" and value > 1):
+        if value < 0 or (name == "tool_call_corruption" and value > 1) or (name == "slow_decode" and value < 1):
             raise FaultError(f"fault {name!r} value out of range: {raw!r}")
         values[name] = value
     return Faults(**values)  # type: ignore[arg-type]

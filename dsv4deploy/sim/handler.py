@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .flags import version_key
-from .serving import ServingError, response_body, run_generation, stream_chunks
+from .serving import ServingError, TokenStream, response_body, run_generation
 
 if TYPE_CHECKING:
     from .server import SimServer
@@ -142,14 +142,12 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, FLUSH_BODY.encode(), ctype="text/plain; charset=utf-8")
 
     def metrics(self, _body: bytes) -> None:
-        """A few Prometheus lines when ``--enable-metrics``; 404 otherwise."""
+        """sglang's metrics (dsv4deploy.sim.metrics) when ``--enable-metrics``; 404 otherwise."""
         if not self.sim.settings.args.get("enable_metrics"):
             self._json(404, {"detail": "Not Found"})
             return
-        name = self.sim.settings.served_name
-        text = (f'sglang:num_running_reqs{{model_name="{name}"}} {self.sim.engine.running}\n'
-                f'sglang:num_queue_reqs{{model_name="{name}"}} 0\n')
-        self._send(200, text.encode(), ctype="text/plain; version=0.0.4")
+        text = self.sim.metrics.text(self.sim.engine.running, self.sim.tokens_in_use)
+        self._send(200, text.encode(), ctype="text/plain; version=0.0.4; charset=utf-8")
 
     def generation(self, raw: bytes) -> None:
         """chat/completions/generate, with sglang's error bodies."""
@@ -162,23 +160,31 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._error(path, 400, f"Invalid JSON body: {exc}")
             return
+        stream = TokenStream(self.sim, path, body, started, self._start_stream, self._write_stream) \
+            if body.get("stream") else None
         try:
-            prompt, answer, out_tokens = run_generation(self.sim, path, body)
+            prompt, answer, out_tokens = run_generation(self.sim, path, body, stream)
         except ServingError as exc:
+            if stream is not None and stream.begun:  # the head is sent: end the stream (sglang sends an error event)
+                self._write_stream(b"data: " + json.dumps({"error": {"message": exc.message}}).encode() + b"\n\n")
+                return
             self._error(path, exc.status, exc.message, exc.error_type)
             return
-        if body.get("stream"):
-            events = stream_chunks(self.sim, path, prompt, answer, out_tokens, body, started)
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for event in events:
-                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
+        if stream is not None:
+            stream.finish(prompt, answer, out_tokens)
             return
         self._json(200, response_body(self.sim, path, prompt, answer, out_tokens, started))
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _write_stream(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
 
     def _error(self, path: str, status: int, message: str, error_type: str | None = None) -> None:
         if status >= 500:

@@ -23,6 +23,7 @@ from .flags import parse_server_args, table_version
 from .handler import Handler
 from .ledger import Holding, Ledger, process_start_ticks
 from .logs import Log, server_args_line, traceback_text
+from .metrics import Metrics
 from .pd import BootstrapServer, RoomStore
 from .startup import ARCHITECTURE, Settings, StartupError, resolve
 
@@ -55,7 +56,7 @@ class SimServer:
         self.settings = settings
         self.log = log
         self.version = env.sglang_version
-        self.engine = Engine(env.time_scale)
+        self.engine = Engine(env.time_scale, env.faults.slow_decode)
         self.rooms = RoomStore(ttl_s=max(1.0, env.waiting_timeout_s))
         self.ledger = Ledger(env.state_dir)
         self.ready = False
@@ -63,6 +64,9 @@ class SimServer:
         self.startup_time = time.time()
         self._errors_left = env.faults.first_errors
         self._errors_lock = threading.Lock()
+        self.metrics = Metrics(settings.served_name, settings.context_length)
+        self.tokens_in_use = 0  # prompt and output tokens of the running requests (token_usage)
+        self._served = 0  # generations started since ready (degrade_after)
         self.httpd: ThreadingHTTPServer | None = None
         self.bootstrap: BootstrapServer | None = None
 
@@ -76,6 +80,22 @@ class SimServer:
                 self._errors_left -= 1
                 return True
         return False
+
+    def take_serve_number(self) -> int:
+        """How many generations this process started before this one (the degrade_after fault counts them)."""
+        with self._errors_lock:
+            self._served += 1
+            return self._served - 1
+
+    def degraded(self, number: int) -> bool:
+        """Whether generation `number` (from take_serve_number) answers wrong: degrade_after=N from the N+1-th."""
+        after = self.env.faults.degrade_after
+        return after > 0 and number >= after
+
+    def use_tokens(self, delta: int) -> None:
+        """Count tokens of running requests in or out (the token_usage gauge)."""
+        with self._errors_lock:
+            self.tokens_in_use = max(0, self.tokens_in_use + delta)
 
     # -- views ------------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:

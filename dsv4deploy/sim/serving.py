@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -129,8 +131,27 @@ def _room(body: dict[str, Any]) -> int | None:
     return room
 
 
-def run_generation(sim: SimServer, path: str, body: dict[str, Any]) -> tuple[Prompt, Answer, int]:
-    """Do the work of one generation; returns prompt, answer and completion token count."""
+def run_generation(sim: SimServer, path: str, body: dict[str, Any],
+                   stream: TokenStream | None = None) -> tuple[Prompt, Answer, int]:
+    """Do the work of one generation; returns prompt, answer and completion token count.
+
+    Its measured times go to the server's metrics; a ``stream`` is sent each token as it is decoded.
+    """
+    began = time.monotonic()
+    try:
+        prompt, answer, out_tokens, first, times = _generate(sim, path, body, stream)
+    except ServingError:
+        sim.metrics.aborted()
+        raise
+    ttft = (first - began) if first is not None else None
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    sim.metrics.request_done(prompt.tokens, out_tokens, ttft, gaps, time.monotonic() - began)
+    return prompt, answer, out_tokens
+
+
+def _generate(sim: SimServer, path: str, body: dict[str, Any], stream: TokenStream | None
+              ) -> tuple[Prompt, Answer, int, float | None, list[float]]:
+    """The generation itself; also returns when the first token came and when each decoded token did."""
     s = sim.settings
     room = _room(body)
     if s.pd and room is None and s.args.get("disaggregation_transfer_backend") != "fake":
@@ -147,6 +168,19 @@ def run_generation(sim: SimServer, path: str, body: dict[str, Any]) -> tuple[Pro
         raise ServingError(400, f"The input ({prompt.tokens} tokens) is longer than the model's "
                                 f"context length ({s.context_length} tokens).")
     salt = f"{s.index_topk}|{s.mode}|{room}"
+    number = sim.take_serve_number()
+    sim.use_tokens(prompt.tokens)
+    try:
+        return _serve(sim, prompt, salt, body, room, number, stream)
+    finally:
+        sim.use_tokens(-prompt.tokens)
+
+
+def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room: Any, number: int,
+           stream: TokenStream | None) -> tuple[Prompt, Answer, int, float | None, list[float]]:
+    s = sim.settings
+    first: float | None = None
+    times: list[float] = []
     with sim.engine.request():
         if s.mode == "decode":
             kv = _receive_kv(sim, body, int(room or 0))
@@ -165,26 +199,40 @@ def run_generation(sim: SimServer, path: str, body: dict[str, Any]) -> tuple[Pro
             answer = _decode_side_effects(sim, kv, answer, room)
         elif s.mode == "combined":
             answer = _corrupt_tool_calls(sim, answer, f"{room}|{uuid.uuid4().hex}", NON_PD_SHARE)
+        if sim.degraded(number):
+            # degrade_after: fluent but wrong from then on (the upstream "gibberish after ~100 requests").
+            answer = Answer(text=garble(answer.text or "ok", f"degraded|{number}"))
         if answer.tool_calls and not s.args.get("tool_call_parser"):
             answer = raw_tool_markup(answer)  # no parser: the model's raw markup is the text
         if s.mode == "prefill":
             answer, out_tokens = _limit(answer, 1)  # prefill emits the first token only
+            first = time.monotonic()
         else:
             answer, out_tokens = _limit(answer, prompt.max_tokens)
-            sim.engine.decode(out_tokens)
-    return prompt, answer, out_tokens
+            if stream is not None:
+                stream.begin(prompt, answer, out_tokens)
+            sim.use_tokens(out_tokens)
+            try:
+                times = sim.engine.decode(out_tokens, stream.token if stream is not None else None)
+            finally:
+                sim.use_tokens(-out_tokens)
+            first = times[0] if times else time.monotonic()
+    return prompt, answer, out_tokens, first, times
 
 
 def _receive_kv(sim: SimServer, body: dict[str, Any], room: int) -> PromptKV:
     host = str(body.get("bootstrap_host") or "127.0.0.1")
     port = int(body.get("bootstrap_port") or 8998)
     timeout = min(sim.env.waiting_timeout_s, sim.env.bootstrap_timeout_s)
+    began = time.monotonic()
     try:
         kv = fetch_kv(host, port, room, timeout)
     except KVTransferError as exc:
+        sim.metrics.transfer_failed()
         sim.log.line(f"Decode transfer failed for request rank=0 req.rid=... "
                      f"bootstrap_room={room} with exception {exc}", "TP0")
         raise ServingError(500, str(exc)) from None
+    sim.metrics.transfer_latency((time.monotonic() - began) * 1000)
     if sim.env.faults.pd_transfer_truncate:
         kv = truncate_distant_entries(kv)
     return kv
@@ -271,3 +319,74 @@ def stream_chunks(sim: SimServer, path: str, prompt: Prompt, answer: Answer, out
     if include_usage:
         events.append(dict(base, object=obj, choices=[], usage=usage))
     return events
+
+
+STREAMED_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+class TokenStream:
+    """An SSE answer sent token by token as the engine decodes them (text answers of the OpenAI
+    endpoints); tool calls and ``/generate`` are sent whole at the end, as before.
+
+    ``start`` sends the response head, ``write`` a chunk of the body.
+    """
+
+    def __init__(self, sim: SimServer, path: str, body: dict[str, Any], started: float,
+                 start: Callable[[], None], write: Callable[[bytes], None]) -> None:
+        self.sim, self.path, self.body, self.started = sim, path, body, started
+        self._start, self._write = start, write
+        self.begun = False
+        self._pieces: list[str] = []
+        self._base: dict[str, Any] = {}
+
+    def _event(self, obj: dict[str, Any]) -> None:
+        self._write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def begin(self, prompt: Prompt, answer: Answer, out_tokens: int) -> None:
+        """Send the head (and, on chat, the role) before the first token is decoded."""
+        if self.path not in STREAMED_PATHS or answer.tool_calls:
+            return
+        self._pieces = _pieces(answer.text, out_tokens)
+        self._base = {"id": uuid.uuid4().hex, "created": int(time.time()), "model": self.sim.settings.served_name,
+                      "object": "chat.completion.chunk" if self.path == "/v1/chat/completions" else "text_completion"}
+        self._start()
+        self.begun = True
+        if self.path == "/v1/chat/completions":
+            self._event(dict(self._base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                   "logprobs": None, "finish_reason": None}], usage=None))
+
+    def token(self, i: int) -> None:
+        """Token ``i`` is decoded: send its text."""
+        if not self.begun or i >= len(self._pieces):
+            return
+        piece = self._pieces[i]
+        choice = ({"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}
+                  if self.path == "/v1/chat/completions" else
+                  {"index": 0, "text": piece, "logprobs": None, "finish_reason": None})
+        self._event(dict(self._base, choices=[choice], usage=None))
+
+    def finish(self, prompt: Prompt, answer: Answer, out_tokens: int) -> None:
+        """The end of the answer: its finish reason, usage when asked, ``[DONE]``."""
+        if not self.begun:
+            self._start()
+            for event in stream_chunks(self.sim, self.path, prompt, answer, out_tokens, self.body, self.started):
+                self._event(event)
+        else:
+            delta_key = ("delta", {}) if self.path == "/v1/chat/completions" else ("text", "")
+            self._event(dict(self._base, choices=[{"index": 0, delta_key[0]: delta_key[1], "logprobs": None,
+                                                   "finish_reason": answer.finish_reason}], usage=None))
+            if (self.body.get("stream_options") or {}).get("include_usage"):
+                self._event(dict(self._base, choices=[], usage=_usage(prompt, out_tokens)))
+        self._write(b"data: [DONE]\n\n")
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    """`text` in `count` consecutive pieces, one per output token (the space before a token with it)."""
+    pieces, pos = [], 0
+    for tok in tokenize(text)[:count]:
+        end = text.index(tok, pos) + len(tok)
+        pieces.append(text[pos:end])
+        pos = end
+    if pieces:
+        pieces[-1] += text[pos:]
+    return pieces + [""] * (count - len(pieces))

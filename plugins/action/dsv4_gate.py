@@ -29,6 +29,7 @@ ARGUMENT_SPEC = {
     "api_key": {"type": "str", "default": "", "no_log": True},
     "settings": {"type": "dict", "default": {}},
     "probes": {"type": "dict", "default": {}},
+    "baseline": {"type": "dict", "default": {}},
 }
 
 display = Display()
@@ -65,7 +66,7 @@ class ActionModule(ActionBase):
                 display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
 
             gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
-                            progress=progress, probes=args["probes"])
+                            progress=progress, probes=args["probes"], baseline=args["baseline"] or None)
             data = gate.model_dump(mode="json")
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
             return data

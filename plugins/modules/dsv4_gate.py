@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_gate
-short_description: Run dsv4deploy verification gates (readiness, config, smoke, needle, soak) from the controller
+short_description: Run dsv4deploy verification gates (readiness, config, smoke, needle, soak, perf) from the controller
 description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
     a failing server - it returns RV(gates), RV(gate) and RV(passed), so the play decides on every host at once.
@@ -19,10 +19,10 @@ options:
     type: list
     elements: str
     required: true
-    choices: [readiness, config, smoke, needle, soak]
+    choices: [readiness, config, smoke, needle, soak, perf]
     description:
       - Gate to run, or several to run at the same time; none of them may need another (readiness
-        before all, smoke before needle and soak), else the task fails saying so.
+        before all, smoke before needle, soak and perf), else the task fails saying so.
   plan:
     type: dict
     required: true
@@ -49,6 +49,12 @@ options:
     description:
       - "What M(dsv4.deploy.dsv4_worker_probe) found on each host (C({host: probe})), for workers only their
         own host reaches."
+  baseline:
+    type: dict
+    default: {}
+    description:
+      - "The perf gate's figures of the last good release (its C(evidence.figures)), which the perf gate
+        judges against; empty means none, and the perf gate then records its figures without judging."
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller

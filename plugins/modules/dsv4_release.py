@@ -66,6 +66,13 @@ options:
     default: ""
     description:
       - The gate a release failed (O(state=failed)); empty means C(gates).
+  perf:
+    type: dict
+    default: {}
+    description:
+      - The release's performance figures (the perf gate's C(evidence.figures)), kept in C(state.json) with
+        O(state=verified) or O(state=failed), so that the next deploy judges against the last good release's
+        figures on this host (RV(perf)).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -136,6 +143,10 @@ before:
   type: dict
 failed_gates:
   description: Installed releases that failed their gates here (and never passed them since), with the gate that failed.
+  returned: always
+  type: dict
+perf:
+  description: Installed releases' performance figures recorded here (O(perf)), by release id.
   returned: always
   type: dict
 releases:
@@ -300,8 +311,9 @@ def _summary(root: str) -> dict:
     installed = _list_releases(root)
     good = [r for r in state.get("good", []) if r in installed]
     failed = {r: gate for r, gate in (state.get("failed") or {}).items() if r in installed and r not in good}
+    perf = {r: figures for r, figures in (state.get("perf") or {}).items() if r in installed}
     return {"active": _active(root), "previous": state.get("previous"), "releases": installed,
-            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed}
+            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed, "perf": perf}
 
 
 def _save_state(root: str, **changes: object) -> None:
@@ -421,31 +433,43 @@ def _activate(module: AnsibleModule, root: str, release_id: str, keep: int, prun
     return {"changed": True, **_summary(root)}
 
 
-def _verified(module: AnsibleModule, root: str, release_id: str) -> dict:
+def _perf_changes(root: str, release_id: str, figures: dict) -> dict:
+    """The state change that records `figures` for `release_id` ({} when there is nothing new)."""
+    perf = dict(_state(root).get("perf") or {})
+    if not figures or perf.get(release_id) == figures:
+        return {}
+    installed = set(_list_releases(root))
+    # Figures of pruned releases go with them.
+    return {"perf": {r: f for r, f in {**perf, release_id: figures}.items() if r in installed}}
+
+
+def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) -> dict:
     _check_release_id(module, release_id)
     if release_id not in _list_releases(root):
         module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}")
     good = _state(root).get("good", [])
-    if good and good[-1] == release_id:
+    perf = _perf_changes(root, release_id, figures)
+    if good and good[-1] == release_id and not perf:
         return {"changed": False, **_summary(root)}
     if module.check_mode:
         return {"changed": True, **_summary(root), "would": [f"record {release_id} as verified"]}
     failed = {r: g for r, g in (_state(root).get("failed") or {}).items() if r != release_id}
-    _save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed)
+    _save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf)
     return {"changed": True, **_summary(root)}
 
 
-def _failed(module: AnsibleModule, root: str, release_id: str, gate: str) -> dict:
+def _failed(module: AnsibleModule, root: str, release_id: str, gate: str, figures: dict) -> dict:
     """Record that `release_id` failed its gate `gate` here (a rollback to it is then refused by default)."""
     _check_release_id(module, release_id)
     if release_id not in _list_releases(root) or release_id in _state(root).get("good", []):
         return {"changed": False, **_summary(root)}
     failed = dict(_state(root).get("failed") or {})
-    if failed.get(release_id) == gate:
+    perf = _perf_changes(root, release_id, figures)
+    if failed.get(release_id) == gate and not perf:
         return {"changed": False, **_summary(root)}
     if module.check_mode:
         return {"changed": True, **_summary(root), "would": [f"record {release_id} as failed ({gate})"]}
-    _save_state(root, failed={**failed, release_id: gate})
+    _save_state(root, failed={**failed, release_id: gate}, **perf)
     return {"changed": True, **_summary(root)}
 
 
@@ -713,6 +737,7 @@ def main() -> None:
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
+            "perf": {"type": "dict", "default": {}},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
                      ("state", "verified", ("release_id",)), ("state", "failed", ("release_id",)),
@@ -729,9 +754,9 @@ def main() -> None:
         before = _query(root)
         module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
-        module.exit_json(**_verified(module, root, p["release_id"]))
+        module.exit_json(**_verified(module, root, p["release_id"], p["perf"]))
     if p["state"] == "failed":
-        module.exit_json(**_failed(module, root, p["release_id"], p["failed_gate"] or "gates"))
+        module.exit_json(**_failed(module, root, p["release_id"], p["failed_gate"] or "gates", p["perf"]))
     if p["state"] == "absent":
         module.exit_json(**_remove(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"], p["prune"]))

@@ -350,3 +350,25 @@ def test_a_failed_release_is_recorded_with_its_gate_until_it_passes(tmp_path: Pa
     assert queried["failed_gates"] == {"third": "needle"}
     out = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="third")
     assert out["failed_gates"] == {} and out["last_good"] == "third" and first in out["good"]
+
+
+def test_a_releases_perf_figures_are_kept_with_its_verdict(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    figures = {"key": "k", "release": "r1", "client": {"itl_p50_s": 0.01}}
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+               files=release_files())
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r1")
+    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="r1", perf=figures)
+    assert out["changed"] and out["perf"] == {"r1": figures} and out["last_good"] == "r1"
+    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="r1",
+                       perf=figures)
+    assert not again["changed"]
+    # A failed release keeps its figures beside its failure; the last good one's stay.
+    other = render_release(combined_spec("systemd"), "gpu1")
+    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2", files=other)
+    slow = {**figures, "release": "r2", "client": {"itl_p50_s": 0.03}}
+    failed = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id="r2",
+                        failed_gate="perf", perf=slow)
+    assert failed["failed_gates"] == {"r2": "perf"} and failed["perf"] == {"r1": figures, "r2": slow}
+    query = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    assert query["perf"]["r1"] == figures and query["last_good"] == "r1"

@@ -32,10 +32,10 @@ def test_pd_server_argv_exact():
     svcs = by_name(pd_spec())
     assert list(svcs) == ["sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"]
     assert svcs["sglang-dsv4-prefill"].argv == [
-        *LAUNCHER, *COMMON, "--port", "30001", "--mem-fraction-static", "0.8", *MODEL,
+        *LAUNCHER, *COMMON, "--port", "30001", "--mem-fraction-static", "0.8", "--enable-metrics", *MODEL,
         "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "8998", *PARSERS]
     assert svcs["sglang-dsv4-decode"].argv == [
-        *LAUNCHER, *COMMON, "--port", "30002", "--mem-fraction-static", "0.8", *MODEL,
+        *LAUNCHER, *COMMON, "--port", "30002", "--mem-fraction-static", "0.8", "--enable-metrics", *MODEL,
         "--disaggregation-mode", "decode", "--cuda-graph-max-bs-decode", "64", *PARSERS]
 
 
@@ -59,8 +59,8 @@ def test_pd_router_argv_exact():
 def test_combined_argv_exact_and_cuda_graph_disabled():
     (svc,) = build_services(combined_spec())
     assert svc.name == "sglang-dsv4" and svc.role == "combined" and svc.start_order == 10
-    assert svc.argv == [*LAUNCHER, *COMMON, "--port", "30000", "--mem-fraction-static", "0.8", *MODEL,
-                        "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph", *PARSERS]
+    assert svc.argv == [*LAUNCHER, *COMMON, "--port", "30000", "--mem-fraction-static", "0.8", "--enable-metrics",
+                        *MODEL, "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph", *PARSERS]
 
 
 def test_generic_llama_profile_gets_generic_flags_only():
@@ -68,7 +68,7 @@ def test_generic_llama_profile_gets_generic_flags_only():
     (svc,) = build_services(combined_spec(model={"path": "/models/Llama-3.1-8B", "served_name": "llama",
                                                  "profile": "llama"}, index_topk=None, chat_template=None))
     assert svc.argv == [*LAUNCHER, "--model-path", "/models/Llama-3.1-8B", "--served-model-name", "llama",
-                        *COMMON[4:], "--port", "30000", "--mem-fraction-static", "0.8",
+                        *COMMON[4:], "--port", "30000", "--mem-fraction-static", "0.8", "--enable-metrics",
                         "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph"]
     assert not any(a.startswith(("--reasoning-parser", "--tool-call-parser", "--attention-backend")) for a in svc.argv)
 

@@ -137,3 +137,32 @@ def test_update_latest_refuses_bad_targets(tmp_path):
 def test_unknown_verdict_raises():
     with pytest.raises(ValueError, match="verdict must be one of"):
         build_report(release="r", previous_release=None, topology="pd", verdict="green", endpoint=None, gates=[])
+
+
+def _perf_figures(itl: float) -> dict:
+    return {"key": "k", "load": {"requests": 16, "concurrency": 4, "prompt_tokens": 128, "output_tokens": 32},
+            "client": {"ttft_p50_s": 0.02, "itl_p50_s": itl, "output_tokens_per_s": 300.0},
+            "servers": {"sglang-dsv4-decode": {"itl_p50_s": itl}}}
+
+
+def test_report_shows_the_perf_figures_beside_the_last_good_releases(tmp_path):
+    regression = {"where": "client", "figure": "itl_p50_s", "baseline": 0.01, "current": 0.03, "factor": 3.0}
+    perf = gate("perf", "failed", "slower", figures=_perf_figures(0.03), judged=True, tolerance=1.0,
+                regressions=[regression], baseline={**_perf_figures(0.01), "release": "r1"})
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="rolled_back",
+                        endpoint="http://h:8000", gates=[gate("readiness", "passed"), perf])
+    md = write_report(tmp_path, data)["md"].read_text()
+    assert "## Performance" in md
+    assert "Judged against release r1 (the last good one on these hosts), tolerance 100%: 1 figure(s) regressed." in md
+    assert "| client | inter-token p50 | 30.0 ms | 10.0 ms | 3.00x ✗ |" in md
+    assert "| sglang-dsv4-decode | inter-token p50 | 30.0 ms | 10.0 ms | 3.00x |" in md
+
+
+def test_report_says_a_first_release_was_recorded_not_judged(tmp_path):
+    perf = gate("perf", "passed", "recorded", figures=_perf_figures(0.01), judged=False,
+                not_judged_because="no earlier figures: the first release with a performance record", regressions=[])
+    data = build_report(release="r1", previous_release=None, topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[perf])
+    md = write_report(tmp_path, data)["md"].read_text()
+    assert "Recorded, not judged: no earlier figures: the first release with a performance record." in md
+    assert "| client | output tokens/s | 300.0 | - | - |" in md

@@ -35,6 +35,7 @@ exec python3 -m sglang.launch_server \
   --host 0.0.0.0 \
   --port 30002 \
   --mem-fraction-static 0.8 \
+  --enable-metrics \
   --json-model-override-args '{"index_topk":1024}' \
   --chat-template /models/DeepSeek-V4-Flash-NVFP4/chat_template.jinja \
   --disaggregation-mode decode \

@@ -1,0 +1,94 @@
+"""The performance gate in real deploys on the simulated host: the first release's figures are
+recorded, not judged; the next clean release is judged against them and passes; a release whose
+decode is three times slower (slow_decode=3) is refused with its figures and rolled back. These
+tests run in order on one host."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.simhost import SimHost
+from tests.integration.test_deploy_flow import assert_serving
+
+pytestmark = pytest.mark.integration
+
+# Every gate, the needle and soak kept small (they are other tests' subject); the perf gate at its defaults.
+GATES = ["-e", json.dumps({"needle_lengths": [500], "needle_depths": [0.5], "needle_required_tokens": 0,
+                           "soak_enabled": False}),
+         "-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "topology=pd", "-e", "index_topk=1024"]
+
+
+def _perf(report: dict) -> dict:
+    return next(g for g in report["gates"] if g["name"] == "perf")
+
+
+def _state(host: SimHost) -> dict:
+    return json.loads((host.install_root / "state.json").read_text())
+
+
+def _release_with(switch: str) -> list[str]:
+    # A harmless experiment switch makes a release of different content (not "unchanged").
+    return ["-e", json.dumps({"server_env_extra": {"DSV4_PERF_TEST": switch}})]
+
+
+def test_the_first_release_is_recorded_not_judged(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("1"))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    perf = _perf(report)
+    assert report["verdict"] == "promoted" and perf["status"] == "passed", perf["summary"]
+    assert perf["summary"].startswith("recorded, not judged (no earlier figures"), perf["summary"]
+    print(f"perf gate: {perf['seconds']:.2f} s")  # what it adds to a deploy (shown with -s)
+    assert perf["evidence"]["judged"] is False
+    figures = perf["evidence"]["figures"]
+    client = figures["client"]
+    assert all(client[k] and client[k] > 0 for k in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "output_tokens_per_s"))
+    # The servers' own histograms, from their /metrics (--enable-metrics rendered): the decode saw every
+    # load request and its inter-token latency is one decode step of a small batch (10 ms and more).
+    decode = figures["servers"]["sglang-dsv4-decode"]
+    assert decode["requests"] == 16 and 0.008 < decode["itl_p50_s"] < 0.2, decode
+    # Recorded on the host with the release's state, for the next deploy.
+    release = sim_host.active_release()
+    recorded = _state(sim_host)["perf"][release]
+    assert recorded["release"] == release and recorded["client"] == client
+
+
+def test_a_clean_release_is_judged_against_the_last_good_one_and_passes(sim_host: SimHost) -> None:
+    first = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("2"))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    perf = _perf(sim_host.report())
+    assert perf["status"] == "passed" and perf["evidence"]["judged"] is True, perf["summary"]
+    assert perf["summary"].startswith(f"within 100% of release {first}"), perf["summary"]
+    assert perf["evidence"]["regressions"] == []
+
+
+def test_a_three_times_slower_decode_is_refused_with_its_figures(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("3"), "-e", "sim_faults=slow_decode=3")
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert report["verdict"] == "rolled_back" and report["failed_gate"] == "perf", report["verdict"]
+    perf = _perf(report)
+    assert perf["status"] == "failed"
+    assert f"slower than release {good} beyond the tolerance (100%)" in perf["summary"]
+    regressed = {(r["where"], r["figure"]) for r in perf["evidence"]["regressions"]}
+    assert ("client", "itl_p50_s") in regressed and ("sglang-dsv4-decode", "itl_p50_s") in regressed
+    itl = next(r for r in perf["evidence"]["regressions"] if r["where"] == "client" and r["figure"] == "itl_p50_s")
+    assert itl["factor"] > 2.0, itl
+    assert "ROLLED BACK" in proc.stdout and "perf" in proc.stdout
+    assert sim_host.active_release() == good
+    assert_serving(sim_host, good)
+    # The refused release's figures are kept beside its failure; the last good one's stay the baseline.
+    state = _state(sim_host)
+    failed = next(r for r in state["failed"] if r != good)
+    assert state["failed"][failed] == "perf" and state["perf"][failed]["client"]["itl_p50_s"] > itl["baseline"]
+
+
+def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("verify.yml", *GATES)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gate perf: passed in" in proc.stdout and f"within 100% of release {good}" in proc.stdout
