@@ -56,7 +56,8 @@ CASES = [
     ("(next deploy after slow_release=8, deadline 5 s)", "ci", "pd",
      ["-e", "dsv4_service_gpu_free_timeout_s=5"], "rolled_back", "switchover"),
     # Correct but three times slower: only the perf gate, against the last good release's figures, sees it.
-    ("slow_decode=3 (decode)", "full", "pd", faults(decode="slow_decode=3"), "rolled_back", "perf"),
+    ("slow_decode=3 (decode)", "full", "pd", [*faults(decode="slow_decode=3"), "-e", json.dumps(
+        {"dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"], "perf"]})], "rolled_back", "perf"),
     # Wrong answers only after 200 requests: every gate passes (the bake of issue 21 is what would catch it).
     ("degrade_after=200 (decode)", "full", "pd", faults(decode="degrade_after=200"), "promoted", None),
     ("pd_transfer_truncate (combined)", "ci", "combined", ["-e", "sim_faults=pd_transfer_truncate"], "promoted", None),

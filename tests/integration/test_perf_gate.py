@@ -14,9 +14,11 @@ from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
 
-# Every gate, the needle and soak kept small (they are other tests' subject); the perf gate at its defaults.
+# Every gate, the needle and soak kept small (they are other tests' subject); the perf gate (opt-in) at its
+# defaults.
 GATES = ["-e", json.dumps({"needle_lengths": [500], "needle_depths": [0.5], "needle_required_tokens": 0,
-                           "soak_enabled": False}),
+                           "soak_enabled": False,
+                           "dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"], "perf"]}),
          "-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "topology=pd", "-e", "index_topk=1024"]
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,8 +42,17 @@ def releases(*argv: str) -> subprocess.CompletedProcess:
                           timeout=300, cwd="/")
 
 
-def test_releases_lists_each_release_with_its_status_and_the_active_one(tmp_path: Path) -> None:
-    site = tmp_path / "site"
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path: supervisord's socket under the site's .state must fit AF_UNIX's 107 bytes,
+    which pytest-xdist's tmp_path in a deep clone does not leave room for."""
+    path = Path(tempfile.mkdtemp(prefix="dsv4rel-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_releases_lists_each_release_with_its_status_and_the_active_one(tmp_path: Path, short_dir: Path) -> None:
+    site = short_dir / "site"
     subprocess.run([str(VENV_BIN / "dsv4deploy"), "init", str(site), "--example", "local"], check=True,
                    capture_output=True, timeout=120)
     root = str(site / ".state")
