@@ -23,7 +23,9 @@ def snapshot(host: SimHost) -> dict[str, object]:
         for path in sorted(root.rglob("*")) if root.exists() else []:
             if path.is_symlink():
                 files[str(path)] = ("link", os.readlink(path))
-            elif path.is_file() and "logs" not in path.parts:  # servers keep logging while they run
+            # Servers keep logging while they run, and supervisord's own log records a program entering
+            # RUNNING after its startsecs, which can land after the run before returned (pids cover it).
+            elif path.is_file() and "logs" not in path.parts and path.name != "supervisord.log":
                 files[str(path)] = ("file", path.stat().st_mtime_ns, path.read_bytes())
     return {"files": files, "pids": host.pids() if host.install_root.exists() else {}}
 
