@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The shared blocks: ACTION, CONTROLLER, READ_ONLY, POSIX and SERVICE_MANAGER."""
+    """The shared blocks: ACTION, CONTROLLER, READ_ONLY, POSIX, REPORT and SERVICE_MANAGER."""
 
     # An action plugin that runs dsv4deploy's Python core on the controller.
     ACTION = r"""
@@ -43,6 +43,18 @@ attributes:
     support: full
     platforms: posix
     description: Any host with Python 3.
+"""
+
+    # A controller-side report writer (dsv4_report, dsv4_isolate_report).
+    REPORT = r"""
+attributes:
+  check_mode:
+    support: none
+    description: Writes files on the controller - in check mode it writes nothing and says it was
+      skipped ("check mode - no report was written").
+  diff_mode:
+    support: none
+    description: Reports are new files; there is nothing to diff.
 """
 
     # Any POSIX host (a module that changes files there).

@@ -67,14 +67,7 @@ options:
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
-attributes:
-  check_mode:
-    support: none
-    description: Writes files on the controller - in check mode it writes nothing and says it was
-      skipped ("check mode - no report was written").
-  diff_mode:
-    support: none
-    description: Reports are new files; there is nothing to diff.
+  - dsv4.deploy.dsv4deploy.report
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
