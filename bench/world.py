@@ -114,12 +114,13 @@ def worker_logs(host: SimHost, names: tuple[str, ...] = WORKERS) -> dict[str, Pa
 
 
 def run_playbook(host: SimHost, name: str, *args: str, watch: dict[str, Path] | None = None,
-                 timeout: float = 1200, inventory: Path | None = None) -> Run:
-    """Run playbooks/`name` against `host` with the timing callback; optionally watch logs for ready lines."""
+                 timeout: float = 1200, inventory: Path | None = None, env: dict[str, str] | None = None) -> Run:
+    """Run playbooks/`name` against `host` with the timing callback; optionally watch logs for ready lines;
+    `env` adds Ansible settings (e.g. another strategy)."""
     timing = host.root / f"timing-{time.monotonic_ns()}.jsonl"
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS), "ANSIBLE_CALLBACKS_ENABLED": "dsv4_timing",
-           "DSV4_BENCH_TIMING": str(timing)}
+           "DSV4_BENCH_TIMING": str(timing), **(env or {})}
     cmd = [str(VENV_BIN / "ansible-playbook"), f"playbooks/{name}", "-i", str(inventory or host.inventory),
            "-e", f"dsv4_report_dir={host.reports}", *args]
     watcher = ReadyWatch(watch or {})
