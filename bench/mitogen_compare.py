@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows[name].append((run.wall_s, ratio, run.cpu_main_s or 0.0))
                 print(f"{name:15s} rep {i + 1}: wall {run.wall_s:6.2f} s, overhead {spent:5.2f} s "
                       f"({ratio:.3f} of the limit), controller main CPU {run.cpu_main_s or 0:.2f} s, "
-                      f"tree CPU {run.cpu_tree_s:.2f} s", flush=True)
+                      f"tree CPU {run.cpu_tree_s:.2f} s, module runs {metrics.module_runs(run)}", flush=True)
     finally:
         host.teardown()
         shutil.rmtree(root, ignore_errors=True)
