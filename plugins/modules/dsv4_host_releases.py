@@ -14,7 +14,7 @@ description:
     that one is reused and nothing changes); with C(--diff) it shows each file against the active release.
     It also returns RV(before), what O(state=query) says of the host before the install, so a deploy
     reads and installs in one module run, and with O(lock) records the phase in the deploy lock once the
-    release is written (a real run only: a check run holds no lock).
+    release is written (a real run only; a check run holds no lock).
   - O(state=active) switches the pointer and prunes old releases (never the active, the previous or
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
