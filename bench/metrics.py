@@ -119,3 +119,14 @@ def slowest_tasks(runs: list[Run], top: int = 15) -> list[dict[str, Any]]:
             by_name.setdefault(name, []).append(seconds)
     ranked = sorted(((statistics.median(v), k) for k, v in by_name.items()), reverse=True)[:top]
     return [{"task": name, "median_s": round(seconds, 3)} for seconds, name in ranked]
+
+
+# Tasks that run no module (controller-side actions of ansible-core itself).
+NO_MODULE = {"ansible.builtin.set_fact", "set_fact", "ansible.builtin.debug", "debug", "ansible.builtin.include_role",
+             "include_role", "ansible.builtin.include_tasks", "include_tasks", "ansible.builtin.meta", "meta",
+             "ansible.builtin.assert", "assert", "ansible.builtin.fail", "fail"}
+
+
+def module_runs(run: Run) -> int:
+    """Task runs (per host) that ran a module or a collection action: what each costs ~0.25 s."""
+    return len([t for t in run.tasks if t["status"] != "skipped" and t.get("action") not in NO_MODULE])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import threading
 import time
@@ -39,6 +40,8 @@ class Run:
     stdout: str
     report: dict[str, Any] | None = None
     ready_at: dict[str, float] = field(default_factory=dict)  # worker -> epoch of its ready line
+    cpu_main_s: float | None = None  # CPU seconds of ansible-playbook's main process (the callback's record)
+    cpu_tree_s: float = 0.0  # CPU seconds of ansible-playbook and everything it ran and reaped (modules too)
 
     def gates(self) -> list[dict[str, Any]]:
         """Gate task records in order (name, passed, seconds, start, end)."""
@@ -111,21 +114,30 @@ def worker_logs(host: SimHost, names: tuple[str, ...] = WORKERS) -> dict[str, Pa
 
 
 def run_playbook(host: SimHost, name: str, *args: str, watch: dict[str, Path] | None = None,
-                 timeout: float = 1200, inventory: Path | None = None) -> Run:
-    """Run playbooks/`name` against `host` with the timing callback; optionally watch logs for ready lines."""
+                 timeout: float = 1200, inventory: Path | None = None, env: dict[str, str] | None = None) -> Run:
+    """Run playbooks/`name` against `host` with the timing callback; optionally watch logs for ready lines;
+    `env` adds Ansible settings (e.g. another strategy)."""
     timing = host.root / f"timing-{time.monotonic_ns()}.jsonl"
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS), "ANSIBLE_CALLBACKS_ENABLED": "dsv4_timing",
-           "DSV4_BENCH_TIMING": str(timing)}
+           "DSV4_BENCH_TIMING": str(timing), **(env or {})}
     cmd = [str(VENV_BIN / "ansible-playbook"), f"playbooks/{name}", "-i", str(inventory or host.inventory),
            "-e", f"dsv4_report_dir={host.reports}", *args]
     watcher = ReadyWatch(watch or {})
     with watcher:
-        started, t0 = time.time(), time.monotonic()
+        started, t0, cpu0 = time.time(), time.monotonic(), _children_cpu()
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-        wall = time.monotonic() - t0
-    tasks = [r for r in map(json.loads, timing.read_text().splitlines()) if r["event"] == "task"] \
-        if timing.exists() else []
+        wall, cpu_tree = time.monotonic() - t0, _children_cpu() - cpu0
+    records = [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else []
+    tasks = [r for r in records if r["event"] == "task"]
+    cpu_main = next((r.get("cpu_main_s") for r in records if r["event"] == "playbook_end"), None)
     latest = host.reports / "latest" / "report.json"
     report = json.loads(latest.read_text()) if latest.exists() and latest.stat().st_mtime >= started else None
-    return Run(wall, proc.returncode, started, tasks, proc.stdout + proc.stderr, report, dict(watcher.seen))
+    return Run(wall, proc.returncode, started, tasks, proc.stdout + proc.stderr, report, dict(watcher.seen),
+               cpu_main, cpu_tree)
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's reaped descendants so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

@@ -24,8 +24,8 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   "$PY" -m venv .venv
 fi
-log "installing dsv4deploy with its test, sim and plot extras into .venv"
-.venv/bin/pip install -q -e '.[test,sim,plot]' 2>&1 | grep -v '^WARNING: Location' || true
+log "installing dsv4deploy with its test, sim, plot and mitogen extras into .venv"
+.venv/bin/pip install -q -e '.[test,sim,plot,mitogen]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor, prometheus_client' \
   || { log "the .venv install is incomplete"; exit 1; }
 

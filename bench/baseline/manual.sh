@@ -9,6 +9,8 @@
 #   env        BIN (the release's bin/), ROUTER (URL), MODEL, KEY_FILE, SMI (nvidia-smi command line)
 #   pids/      one pid file per running service (what `systemctl stop` would find)
 #   needle/    one chat request per needle cell (NN.json) and the code it hides (NN.code)
+#   soak       the tool-call soak's settings as `dsv4deploy gate soak` options (the deploy's own:
+#              sessions, turns, concurrency, corruption limit), or absent when the deploy ran none
 # It prints what the engineer saw and ends with `VERIFIED` (exit 0) or what failed (exit 1).
 set -u
 work=$1
@@ -78,4 +80,12 @@ for req in "$work"/needle/*.json; do
   fi
 done
 [ "$missed" -eq 0 ] || { echo "needle: $missed cell(s) missed"; exit 1; }
+
+# 8. The tool-call soak, after the needle (the seeds ran their reproduction script, repro_agent.py, by
+# hand once the server answered): the same multi-turn tool-calling load the deploy's soak gate runs.
+if [ -f "$work/soak" ]; then
+  # shellcheck disable=SC2046
+  dsv4deploy gate soak --url "$ROUTER" --model "$MODEL" --api-key-file "$KEY_FILE" $(cat "$work/soak") \
+    || { echo "soak: failed"; exit 1; }
+fi
 echo VERIFIED

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -27,8 +28,10 @@ SERVICES = ("prefill", "decode", "router")
 MODEL = "deepseek-v4-flash"
 
 
-def prepare(host: SimHost, work: Path, new_release: str, lengths: list[int], depths: list[float]) -> None:
-    """Write `work`/env, the needle requests and an empty pid folder for switching to `new_release`."""
+def prepare(host: SimHost, work: Path, new_release: str, lengths: list[int], depths: list[float],
+            soak: dict[str, Any] | None = None) -> None:
+    """Write `work`/env, the needle requests, the soak's settings (`soak`: the deploy's soak gate evidence;
+    None: no soak) and an empty pid folder for switching to `new_release`."""
     (work / "pids").mkdir(parents=True, exist_ok=True)
     (work / "needle").mkdir(exist_ok=True)
     smi = [sys.executable, "-m", "dsv4deploy.sim.smi"]
@@ -46,6 +49,16 @@ def prepare(host: SimHost, work: Path, new_release: str, lengths: list[int], dep
         body = {"model": MODEL, "messages": [{"role": "user", "content": hay.content}], "max_tokens": 32}
         (work / "needle" / f"{i:02d}.json").write_text(json.dumps(body))
         (work / "needle" / f"{i:02d}.code").write_text(hay.code)
+    if soak:
+        (work / "soak").write_text(soak_options(soak) + "\n")
+
+
+def soak_options(evidence: dict[str, Any]) -> str:
+    """`dsv4deploy gate soak` options for the load the deploy's soak gate ran (from its evidence)."""
+    return (f"--sessions {int(evidence['sessions'])} --turns {int(evidence['turns'])} "
+            f"--concurrency {int(evidence['concurrency'])} "
+            f"--max-corruption-rate {float(evidence['max_corruption_rate']):g} "
+            f"--deadline {float(evidence['deadline_s']):g}")
 
 
 def start_release(host: SimHost, work: Path, release: str, timeout_s: float = 300) -> None:

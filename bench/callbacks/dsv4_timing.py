@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from typing import Any
 
@@ -20,7 +21,8 @@ short_description: Per-task wall times for dsv4deploy's benchmarks
 description:
   - Appends one JSON line per finished task and host (name, action, status, start, end; for a gate
     task one line per gate it ran, with the gate's name, verdict and seconds) to the file named by
-    the environment variable DSV4_BENCH_TIMING; does nothing when it is unset.
+    the environment variable DSV4_BENCH_TIMING, and at the end the CPU seconds of the controller's
+    main process; does nothing when it is unset.
 requirements:
   - enable in the callbacks_enabled setting
 """
@@ -79,4 +81,7 @@ class CallbackModule(CallbackBase):
         self._done(result, "unreachable")
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
-        self._write({"event": "playbook_end", "t": time.time()})
+        # The controller's main process (strategy, templating of results, callbacks): on real hosts the part
+        # every host shares, whatever runs on the hosts themselves.
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        self._write({"event": "playbook_end", "t": time.time(), "cpu_main_s": own.ru_utime + own.ru_stime})

@@ -43,6 +43,14 @@ options:
     default: []
     description:
       - PIDs of our services and their children; what they hold does not count against a GPU or port.
+  services:
+    type: dict
+    default: {}
+    description:
+      - "O(state=check): find our services and their pids on the host in the same module run, as
+        M(dsv4.deploy.dsv4_service_state_info) does (C(manager), C(install_root), C(supervisor_bin_dir),
+        C(unit_dir)); their pids count as ours beside O(our_pids), and RV(services) and RV(pids) return what
+        was found. {} finds nothing."
   threshold_mib:
     type: int
     default: 1024
@@ -92,6 +100,16 @@ gpus:
   description: GPU index to its C(uuid), C(used) and C(total) memory in MiB, as seen by the check.
   returned: state=check
   type: dict
+services:
+  description: Each of our services and its status (C(running), C(active), C(pid)), as
+    M(dsv4.deploy.dsv4_service_state_info) returns it.
+  returned: state=check with O(services)
+  type: dict
+pids:
+  description: Every pid of ours found (the services, their children, our supervisord).
+  returned: state=check with O(services)
+  type: list
+  elements: int
 seconds:
   description: How long the GPUs took to be released.
   returned: state=released
@@ -104,6 +122,11 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils.managers import open_manager
+from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
 
 
 def _smi(module: AnsibleModule, cmd: list[str], *args: str) -> list[list[str]] | None:
@@ -201,9 +224,29 @@ def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
     return problems
 
 
+def _our_services(module: AnsibleModule) -> dict:
+    """O(services): our services' status and pids under the install root ({} when not asked)."""
+    where = module.params["services"]
+    if not where:
+        return {}
+    root = where.get("install_root") or ""
+    if root_problem(root):
+        module.fail_json(msg=f"services: {root_problem(root)}")
+    if where.get("manager") not in ("systemd", "supervisor"):
+        module.fail_json(msg=f"services: manager must be systemd or supervisor (got {where.get('manager')!r})")
+    mgr = open_manager(where["manager"], root, where.get("supervisor_bin_dir"),
+                       where.get("unit_dir") or "/etc/systemd/system")
+    try:
+        found = report(mgr, release_services(root))
+    except ServiceError as exc:
+        module.fail_json(msg=str(exc))
+    return {"services": found["services"], "pids": found["pids"]}
+
+
 def check(module: AnsibleModule) -> None:
     p = module.params
-    ours = set(p["our_pids"])
+    found = _our_services(module)
+    ours = set(p["our_pids"]) | set(found.get("pids", []))
     problems = []
     if p["gpus"]:
         problems += _gpu_problems(module, ours)
@@ -215,7 +258,7 @@ def check(module: AnsibleModule) -> None:
                 who = ", ".join(f"{pid} ({_proc_name(pid)})" for pid in foreign) or "a process we cannot see"
                 problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
     # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
-    result = {"changed": False, "problems": problems}
+    result = {"changed": False, "problems": problems, **found}
     if problems:
         module.fail_json(msg="preflight failed:\n- " + "\n- ".join(problems), **result)
     module.exit_json(**result)
@@ -256,6 +299,7 @@ def main() -> None:
             "gpus": {"type": "list", "elements": "int", "default": []},
             "ports": {"type": "list", "elements": "int", "default": []},
             "our_pids": {"type": "list", "elements": "int", "default": []},
+            "services": {"type": "dict", "default": {}},
             "threshold_mib": {"type": "int", "default": 1024},
             "timeout_s": {"type": "float", "default": 120},
             "poll_s": {"type": "float", "default": 0.25},

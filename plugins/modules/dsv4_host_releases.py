@@ -13,7 +13,8 @@ description:
   - O(state=present) installs a release unless one with the same content hash exists already (then
     that one is reused and nothing changes); with C(--diff) it shows each file against the active release.
     It also returns RV(before), what O(state=query) says of the host before the install, so a deploy
-    reads and installs in one module run.
+    reads and installs in one module run, and with O(lock) records the phase in the deploy lock once the
+    release is written (a real run only; a check run holds no lock).
   - O(state=active) switches the pointer and prunes old releases (never the active, the previous or
     the last verified one).
   - O(state=verified) records that a release passed its gates (the rollback target is the last
@@ -73,6 +74,13 @@ options:
       - The release's performance figures (the perf gate's C(evidence.figures)), kept in C(state.json) with
         O(state=verified) or O(state=failed), so that the next deploy judges against the last good release's
         figures on this host (RV(perf)).
+  lock:
+    type: dict
+    default: {}
+    description:
+      - The deploy lock this run holds, to record the phase in after O(state=present) wrote the release (C(path),
+        C(run_id), C(phase)); the target recorded is the release installed (or reused). {} records nothing. As
+        M(dsv4.deploy.dsv4_lock) O(state=phase), in the same module run.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -193,6 +201,8 @@ import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 
 MANIFEST = "manifest.json"
 STATE_FILE = "state.json"
@@ -726,6 +736,17 @@ def _query(root: str) -> dict:
     return result
 
 
+def _record_phase(module: AnsibleModule, lock: dict, release_id: str) -> None:
+    """Record lock["phase"] with `release_id` as the target in the deploy lock this run holds."""
+    missing = [k for k in ("path", "run_id", "phase") if not lock.get(k)]
+    if missing:
+        module.fail_json(msg=f"lock: needs {', '.join(missing)} (path, run_id and phase of the deploy lock)")
+    try:
+        deploy_lock.record_phase(lock["path"], lock["run_id"], lock["phase"], release_id)
+    except deploy_lock.LockLost as exc:
+        module.fail_json(msg=str(exc))
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -738,6 +759,7 @@ def main() -> None:
             "files": {"type": "dict"},
             "keep": {"type": "int", "default": 5},
             "perf": {"type": "dict", "default": {}},
+            "lock": {"type": "dict", "default": {}},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
                      ("state", "verified", ("release_id",)), ("state", "failed", ("release_id",)),
@@ -752,7 +774,10 @@ def main() -> None:
         module.exit_json(**_purge(module, root))
     if p["state"] == "present":
         before = _query(root)
-        module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
+        installed = _install(module, root, p["release_id"], p["files"])
+        if p["lock"] and not module.check_mode:  # a check run takes no lock, so it has none to update
+            _record_phase(module, p["lock"], installed["release_id"])
+        module.exit_json(before=before, **installed)
     if p["state"] == "verified":
         module.exit_json(**_verified(module, root, p["release_id"], p["perf"]))
     if p["state"] == "failed":

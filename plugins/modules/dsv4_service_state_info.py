@@ -81,39 +81,12 @@ logs:
 """
 
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem, select
-from ansible_collections.dsv4.deploy.plugins.module_utils.managers import (
-    MANAGER_OPTIONS,
-    Manager,
-    log_since,
-    open_manager,
-)
-from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, children
-from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
-
-
-def report(mgr: Manager, names: list[str], logs: bool, offsets: dict, invocations: dict) -> dict:
-    """The module's result: each service's status, every pid of ours, and (`logs`) their logs."""
-    if isinstance(mgr, Supervisor) and (not os.path.exists(mgr.conf) or not mgr.running()):
-        # No supervisord of ours runs here: nothing of ours does.
-        idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
-        return {"changed": False, "services": idle, "pids": [], **({"logs": dict.fromkeys(names, "")} if logs else {})}
-    services = {n: mgr.status(n) for n in names}
-    pids = []
-    for svc in services.values():
-        if svc["pid"]:
-            pids += [svc["pid"], *children(svc["pid"])]
-    if isinstance(mgr, Supervisor):
-        pids.append(int(mgr.rpc().supervisor.getPID()))
-    result = {"changed": False, "services": services, "pids": sorted(set(pids))}
-    if logs:
-        result["logs"] = {n: log_since(mgr, n, int(offsets.get(n, 0)),
-                                       invocations.get(n) or services[n].get("invocation")) for n in names}
-    return result
+from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, open_manager
+from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
 
 
 def main() -> None:

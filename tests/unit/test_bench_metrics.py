@@ -79,3 +79,13 @@ def test_router_start_splits_the_readiness_latency_at_the_routers_spawn() -> Non
     assert (round(notice, 3), round(own, 3)) == (0.15, 0.65)
     # A router spawned before the workers were ready (started with them) is not split.
     assert metrics.router_start(run, 100.0) is None and metrics.router_start(run, None) is None
+
+
+def test_module_runs_count_every_host_module_and_no_set_fact_or_skipped_task() -> None:
+    tasks = [{"task": "lock", "action": "dsv4_lock", "status": "ok"},
+             {"task": "lock", "action": "dsv4_lock", "status": "ok"},  # a second host
+             {"task": "facts", "action": "ansible.builtin.set_fact", "status": "ok"},
+             {"task": "say", "action": "ansible.builtin.debug", "status": "ok"},
+             {"task": "install", "action": "dsv4_host_releases", "status": "skipped"},
+             {"task": "gates", "action": "dsv4_run_gates", "status": "failed"}]
+    assert metrics.module_runs(_run(tasks)) == 3

@@ -243,6 +243,28 @@ def test_a_service_call_records_the_lock_phase_with_its_own_run(tmp_path: Path) 
     assert json.loads(path.read_text())["phase"] == "switch: stopped"
 
 
+def test_the_install_records_the_lock_phase_in_the_same_run_and_check_mode_writes_nothing(tmp_path: Path) -> None:
+    assert lock(tmp_path, "r1", phase="preflight")["changed"]
+    path, root = tmp_path / "root" / "deploy.lock", str(tmp_path / "root")
+
+    def install(run_id: str, release_id: str, check_mode: bool = False) -> dict:
+        return run_module(RELEASES, tmp_path, check_mode=check_mode, install_root=root, state="present",
+                          release_id=release_id, files=release_files(),
+                          lock={"path": str(path), "run_id": run_id, "phase": "release-written"})
+
+    assert not install("r1", "rel-1", check_mode=True).get("failed")
+    assert json.loads(path.read_text())["phase"] == "preflight"
+    assert not (tmp_path / "root" / "releases" / "rel-1").exists()
+    assert install("r1", "rel-1")["changed"]
+    record = json.loads(path.read_text())
+    assert (record["phase"], record["target"], record["controller_pid"]) == ("release-written", "rel-1", 4242)
+    # The same content under another id is reused: the lock names the release the host really has.
+    reused = install("r1", "rel-2")
+    assert reused["release_id"] == "rel-1" and json.loads(path.read_text())["target"] == "rel-1"
+    other = install("r2", "rel-3")
+    assert other["failed"] and f"this run no longer holds {path}" in other["msg"]
+
+
 def test_takeover_replaces_only_the_named_dead_run(tmp_path: Path) -> None:
     lock(tmp_path, "r1")
     assert lock(tmp_path, "r3", takeover_from="someone-else")["failed"]
