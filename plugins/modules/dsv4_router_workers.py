@@ -67,6 +67,14 @@ options:
     default: 60
     description:
       - How long to wait for each change to take effect.
+  drain_s:
+    type: float
+    default: 0
+    description:
+      - When above 0, after removing workers wait up to this many seconds until each removed worker has
+        nothing in flight, judged from its own C(/metrics) (C(sglang:num_running_reqs) plus
+        C(sglang:num_queue_reqs)); RV(drained) says per worker. A worker still busy at the deadline, or one
+        whose state cannot be read, is reported, not failed - its own SIGTERM still waits for its requests.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -113,6 +121,12 @@ removed:
   returned: always
   type: list
   elements: str
+drained:
+  description: Per removed worker with O(drain_s) - C(url), C(idle) (true, false when still busy at the
+    deadline, null when its state could not be read), C(in_flight), C(seconds), C(why).
+  returned: when workers were removed with O(drain_s)
+  type: list
+  elements: dict
 would:
   description: In check mode, the changes a real run makes.
   returned: check mode
@@ -122,6 +136,7 @@ would:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dsv4.deploy.plugins.module_utils.drain import wait_idle
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import (
     WORKER_TYPES,
     RouterWorkers,
@@ -158,6 +173,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["present", "absent", "query"], "default": "present"},
             "exclusive": {"type": "bool", "default": False},
             "timeout_s": {"type": "float", "default": 60},
+            "drain_s": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -190,7 +206,11 @@ def main() -> None:
         after = client.list() if (added or removed) else before
     except RouterWorkersError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=bool(added or removed), before=before, workers=after, added=added, removed=removed)
+    extra = {}
+    if removed and p["drain_s"] > 0:
+        extra["drained"] = [wait_idle(url, p["api_key"], p["drain_s"]) for url in removed]
+    module.exit_json(changed=bool(added or removed), before=before, workers=after, added=added, removed=removed,
+                     **extra)
 
 
 if __name__ == "__main__":

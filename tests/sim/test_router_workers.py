@@ -5,6 +5,7 @@ pairs ("blue" serving, "green" new) on one simulated 8-GPU host, tp 2 each."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import 
     RouterWorkersError,
     api_for,
 )
+from dsv4deploy.downtime import DowntimeClient
 from tests.unit.plugins.runner import run_module
 
 pytest.importorskip("sglang_router", reason="needs sglang-router 0.3.2 (extra 'sim')")
@@ -30,7 +32,7 @@ def _pair(launcher: Launcher, state: Path, first_gpu: int) -> list[dict]:
     """A prefill on GPUs first_gpu..+1 and a decode on the next two; their worker specs."""
     pp, pb, dp = free_port(), free_port(), free_port()
     common = ["--model-path", "/models/DeepSeek-V4-Flash", "--served-model-name", "dsv4", "--tp-size", "2",
-              "--host", "127.0.0.1"]
+              "--host", "127.0.0.1", "--enable-metrics"]
     launcher.sim([*common, "--port", str(pp), "--disaggregation-mode", "prefill",
                   "--disaggregation-bootstrap-port", str(pb), "--base-gpu-id", str(first_gpu)],
                  sim_env(state), name="prefill", wait=False)
@@ -102,6 +104,22 @@ def test_switch_the_router_from_blue_to_green(router: dict, pairs: dict, tmp_pat
 
     again = _module(tmp_path, router, workers=pairs["green"])
     assert not again.get("failed") and not again["changed"] and again["added"] == []
+
+
+def test_switch_and_switch_back_under_load_fail_no_request(router: dict, pairs: dict, tmp_path: Path) -> None:
+    """Blue/green through the worker API while a continuous client asks the router: switch to green with
+    the removed blue workers drained (judged from their own /metrics), then back to blue (a rollback
+    while the old servers still run): not one request fails."""
+    with DowntimeClient(router["url"], "dsv4", concurrency=2) as client:
+        for new, old in (("green", "blue"), ("blue", "green")):
+            time.sleep(0.5)
+            out = _module(tmp_path, router, workers=pairs[new], exclusive=True, drain_s=10)
+            assert not out.get("failed") and set(out["removed"]) == _urls(pairs[old]), out
+            assert [d["idle"] for d in out["drained"]] == [True, True], out["drained"]
+        time.sleep(0.5)
+    figures = client.figures
+    print(f"{router['name']} blue/green switch and back: {figures.line()}")  # the figure, with pytest -s
+    assert figures.sent > 20 and figures.failed == 0, figures.line() + f" {figures.failures}"
 
 
 def test_remove_then_add_back(router: dict, pairs: dict, tmp_path: Path) -> None:
