@@ -9,7 +9,7 @@ tests/unit/test_router_workers.py):
   background; ``GET /workers/{id}`` carries ``job_status`` until the job is done; ``GET /workers`` lists
   ``{"workers": [{id, url, worker_type, is_healthy, bootstrap_port, ...}]}``; ``DELETE /workers/{id}``
   answers 202. sglang-router 0.3.2 forgets a removed worker at once; smg keeps it as ``status:
-  draining`` (``is_healthy: false``, no new requests) for ``--drain-settle-secs`` first. A second POST
+  draining`` (``is_healthy: false``, no new requests) for a fixed settle delay (about 5 s) first. A second POST
   of a known URL: 0.3.2 answers 202 with the same id, smg 409 ``WORKER_ALREADY_EXISTS``.
 - ``url`` -- sglang-router 0.2.2 to 0.2.x: the same routes, the url-encoded worker URL as the id.
 - ``legacy`` -- sglang-router <= 0.2.1: ``POST /add_worker?url=`` and ``POST /remove_worker?url=``

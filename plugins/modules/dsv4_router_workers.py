@@ -20,7 +20,7 @@ description:
     server (its own SIGTERM waits for them) is the drain.
   - O(state=query) only lists the router's workers.
   - Workers are matched by URL (no trailing slash). A worker already registered is left alone
-    (idempotent); one the router is still removing (smg keeps it C(draining) for C(--drain-settle-secs))
+    (idempotent); one the router is still removing (smg keeps it C(draining) for a fixed settle delay, about 5 s)
     counts as gone, and adding it back waits until the router has forgotten it.
 options:
   router_url:

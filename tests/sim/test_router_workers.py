@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -78,7 +78,7 @@ def _module(tmp_path: Path, router: dict, check_mode: bool = False, **args: obje
                       router=router["name"], router_version=router["version"], **args)
 
 
-def _urls(workers: list[dict]) -> set[str]:
+def _urls(workers: Iterable[dict]) -> set[str]:
     return {w["url"] for w in workers}
 
 
@@ -122,6 +122,16 @@ def test_switch_and_switch_back_under_load_fail_no_request(router: dict, pairs: 
     assert figures.sent > 20 and figures.failed == 0, figures.line() + f" {figures.failures}"
 
 
+def test_a_half_done_switch_is_finished_by_the_next_run(router: dict, pairs: dict, tmp_path: Path) -> None:
+    """A controller killed between adding green and removing blue leaves both registered; the same
+    exclusive switch run again removes blue, leaving no worker the target release does not own."""
+    half = _module(tmp_path, router, workers=pairs["green"])
+    assert half["changed"] and _urls(half["workers"]) == _urls(pairs["blue"]) | _urls(pairs["green"]), half
+    again = _module(tmp_path, router, workers=pairs["green"], exclusive=True)
+    assert again["changed"] and again["added"] == [] and set(again["removed"]) == _urls(pairs["blue"]), again
+    assert _urls(w for w in again["workers"] if w["status"] != "draining") == _urls(pairs["green"])
+
+
 def test_remove_then_add_back(router: dict, pairs: dict, tmp_path: Path) -> None:
     """state=absent takes a pair out (readiness then fails: no prefill, no decode); present puts it back."""
     out = _module(tmp_path, router, workers=pairs["blue"], state="absent")
@@ -136,7 +146,7 @@ def test_remove_then_add_back(router: dict, pairs: dict, tmp_path: Path) -> None
 
 def test_a_worker_that_never_answers_is_refused_and_not_left_pending(router: dict, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    out = _module(tmp_path, router, workers=[{"url": dead, "worker_type": "decode"}], timeout_s=3)
+    out = _module(tmp_path, router, workers=[{"url": dead, "worker_type": "decode"}], timeout_s=2)
     assert out["failed"] and dead in out["msg"] and router["url"] in out["msg"], out
     assert dead not in _urls(_module(tmp_path, router, state="query")["workers"])
 
