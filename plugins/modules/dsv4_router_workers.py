@@ -41,7 +41,6 @@ options:
       - Its version (chooses the worker API for sglang-router).
   api_key:
     type: str
-    no_log: true
     description:
       - The router's C(--api-key), sent as a Bearer token.
   workers:
