@@ -181,6 +181,7 @@ def format_plan(result: Plan) -> list[str]:
     spec = result.spec
     versions = sorted({f"{h}: sglang {spec.host(h).sglang_version}" for h in spec.hosts_in_use()})
     from dsv4deploy.plan import env_switch_lines, env_switches
+    from dsv4deploy.rolling import describe_steps
 
     lines = [f"deployment: topology {spec.topology}, model {spec.model.served_name} ({spec.model.path}), "
              f"{'; '.join(versions)}"]
@@ -190,6 +191,7 @@ def format_plan(result: Plan) -> list[str]:
         lines += [f"  {line}" for line in switches]
     if result.rollout:
         lines.append(f"rollout: {result.rollout['why']}")
+        lines += [f"  {line}" for line in describe_steps(result.rollout.get("steps") or [])]
     lines.append("memory per GPU:")
     for report in result.memory:
         lines += [f"  {line}" for line in format_memory(report, spec)]

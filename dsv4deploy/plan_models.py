@@ -74,6 +74,9 @@ class RolloutPlan(_Strict):
     beside: dict[str, dict[str, Any]] = {}
     preview_router_port: int | None = None
     port_offset: int | None = None
+    # rolling: workers of each role out of the router at once, and the steps (dsv4deploy.rolling.RollStep).
+    max_unavailable: int | None = None
+    steps: list[dict[str, Any]] = []
 
 
 class Plan(GateTargets):

@@ -8,7 +8,9 @@
   router's port plus the port offset. The two places ("slots") alternate: a release goes into the slot
   the serving one does not use. It is refused, by field, host and fix, unless both slots fit a host at
   once: GPUs that exist and are not shared, memory per GPU, ports.
-- ``rolling``: xPyD over hosts, one worker at a time (the rolling engineer's part; the plan only names it).
+- ``rolling``: xPyD over hosts, ``dsv4_rollout_rolling_max_unavailable`` workers of each role at a time, prefill
+  and decode in step (``dsv4deploy.rolling``: the steps, and the refusal of a layout the router cannot keep serving
+  through).
 
 The settings are playbook inputs (role ``dsv4_rollout``), not part of the deployment spec: they choose how
 a release is rolled out, not what it is, so they never change a release's files or its id.
@@ -21,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from dsv4deploy import memory
+from dsv4deploy import memory, rolling
 from dsv4deploy.spec import Deployment, PrefillSpec, Problem, SpecError, StrictModel
 
 Strategy = Literal["recreate", "blue_green", "rolling"]
@@ -30,6 +32,7 @@ VARS = {
     "gpu_offset": "dsv4_rollout_blue_green_gpu_offset",
     "port_offset": "dsv4_rollout_blue_green_port_offset",
     "keep_previous_s": "dsv4_rollout_keep_previous_s",
+    "max_unavailable": rolling.MAX_UNAVAILABLE_VAR,
 }
 MAX_PORT = 65535
 
@@ -44,6 +47,8 @@ class RolloutSettings(StrictModel):
     # How long the previous release's servers stay warm after a blue_green switch (a rollback then is a
     # switch back); after that they are stopped and a rollback is a recreate.
     keep_previous_s: Annotated[int, Field(ge=0)] = 600
+    # rolling: how many workers of each role are out of the production router at once.
+    max_unavailable: Annotated[int, Field(ge=1)] = 1
 
 
 def load_rollout(variables: Mapping[str, Any]) -> RolloutSettings:
@@ -164,7 +169,15 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
         return {**base, "why": "recreate (the default): the serving release stops before the new one starts; "
                                "clients see an outage of the load time and the gates"}
     if settings.strategy == "rolling":
-        return {**base, "why": "rolling: one worker at a time through the router's worker API, the others serving"}
+        problems = rolling.roll_problems(spec, settings.max_unavailable)
+        if problems:
+            raise SpecError(problems)
+        steps = rolling.roll_steps(spec, settings.max_unavailable)
+        return {**base, "why": f"rolling: {len(steps)} steps of at most {settings.max_unavailable} worker(s) of each "
+                               "role, prefill and decode in step, each new batch gated behind a preview router "
+                               "before it joins the production router through its worker API; the router keeps a "
+                               "serving prefill and decode at every step",
+                "max_unavailable": settings.max_unavailable, "steps": steps}
     problems = fit_problems(spec, settings)
     if problems:
         raise SpecError(problems)
