@@ -149,3 +149,20 @@ def not_run_yet() -> Problem:
     return Problem(field=STRATEGY_VAR, message="rolling is planned (dsv4deploy plan shows its steps) but the deploy "
                    "playbook does not run it yet, and falling back to recreate would take the serving release down",
                    fix=f"set {STRATEGY_VAR}: recreate (an outage of the load time and gates) for this deploy")
+
+
+def preview_router_argv(spec: Deployment, step: Mapping[str, Any], port: int, prometheus_port: int) -> list[str]:
+    """The preview router of one step: the production router's command and settings, fronting only the
+    step's `preview` workers, on `port` (metrics on `prometheus_port`, apart from the production router's)."""
+    assert spec.router is not None  # roll_problems refuses a deployment without one
+    wanted = set(step["preview"])
+    defs = {(d.host, d.ports[0]): d for d in services.build_services(spec) if d.role in ROLES}
+    chosen: dict[str, list[Any]] = {role: [] for role in ROLES}
+    for role in ROLES:
+        for i, w in enumerate(getattr(spec, role)):
+            if f"{role}[{i}]" in wanted:
+                chosen[role].append((w, defs[(w.host, w.port)]))
+    router = spec.router.model_copy(update={"port": port, "prometheus_port": prometheus_port})
+    sub = spec.model_copy(update={"prefill": [w for w, _ in chosen["prefill"]],
+                                  "decode": [w for w, _ in chosen["decode"]], "router": router})
+    return services.router_argv(sub, [d for _, d in chosen["prefill"]], [d for _, d in chosen["decode"]])
