@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from dsv4deploy import memory, rolling
+from dsv4deploy import memory, rolling, services
 from dsv4deploy.spec import Deployment, PrefillSpec, Problem, SpecError, StrictModel
 
 Strategy = Literal["recreate", "blue_green", "rolling"]
@@ -172,12 +172,22 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
         problems = rolling.roll_problems(spec, settings.max_unavailable)
         if problems:
             raise SpecError(problems)
+        # The steps' preview router listens where blue_green's does (router port + port offset), its
+        # metrics on the production router's metrics port + the offset: neither may land on a listener.
+        preview = preview_router_port(spec, settings) or 0
+        metrics = services.prometheus_port(spec.router) + settings.port_offset if spec.router else 0
+        problems = [p for what, port in (("the preview router", preview), ("the preview router's metrics", metrics))
+                    for p in _port_problems(spec.router.host if spec.router else "", port, what, _listeners(spec),
+                                            settings)]
+        if problems:
+            raise SpecError(problems)
         steps = rolling.roll_steps(spec, settings.max_unavailable)
         return {**base, "why": f"rolling: {len(steps)} steps of at most {settings.max_unavailable} worker(s) of each "
                                "role, prefill and decode in step, each new batch gated behind a preview router "
                                "before it joins the production router through its worker API; the router keeps a "
                                "serving prefill and decode at every step",
-                "max_unavailable": settings.max_unavailable, "steps": steps}
+                "max_unavailable": settings.max_unavailable, "steps": steps, "preview_router_port": preview,
+                "port_offset": settings.port_offset}
     problems = fit_problems(spec, settings)
     if problems:
         raise SpecError(problems)

@@ -94,6 +94,14 @@ def test_the_plan_carries_the_steps() -> None:
     assert plan["rollout"]["strategy"] == "rolling" and plan["rollout"]["max_unavailable"] == 1
     assert _paths(plan["rollout"]["steps"]) == _paths(rolling.roll_steps(spec))
     assert "2 steps" in plan["rollout"]["why"] and "preview router" in plan["rollout"]["why"]
+    assert plan["rollout"]["preview_router_port"] == 8100
+
+
+def test_a_preview_router_port_on_a_listener_is_refused() -> None:
+    spec = xpyd_spec()  # decode[1] listens on gpu3:30003; the router is on gpu1:8000, metrics 29000 by default
+    with pytest.raises(SpecError) as err:
+        rollout_plan(spec, load_rollout({**ROLLING, "dsv4_rollout_blue_green_port_offset": 22001}))
+    assert "the preview router would listen on port 30001, which the serving prefill[0].port uses" in str(err.value)
 
 
 def test_release_table_says_which_worker_runs_which_release() -> None:
