@@ -166,3 +166,54 @@ def preview_router_argv(spec: Deployment, step: Mapping[str, Any], port: int, pr
     sub = spec.model_copy(update={"prefill": [w for w, _ in chosen["prefill"]],
                                   "decode": [w for w, _ in chosen["decode"]], "router": router})
     return services.router_argv(sub, [d for _, d in chosen["prefill"]], [d for _, d in chosen["decode"]])
+
+
+def compatibility_problems(serving: Deployment, new: Deployment) -> list[Problem]:
+    """Why the serving release cannot be rolled into `new` (empty: it can).
+
+    Rolling replaces each worker in place and, until the last step, routes one release's prefills with the
+    other's decodes: the workers must stay where they are (host, GPUs, port, bootstrap port), the router
+    must keep its own settings (it is not replaced), and every model-affecting setting must be equal in
+    both releases, else a new prefill would hand KV to an old decode computed another way.
+    """
+    fix = f"roll out this change with {STRATEGY_VAR}: blue_green or recreate"
+    out: list[Problem] = []
+    for role in ROLES:
+        old_ws, new_ws = list(getattr(serving, role)), list(getattr(new, role))
+        if len(old_ws) != len(new_ws):
+            out.append(Problem(field=role, message=f"the serving release has {len(old_ws)} {role} workers and the "
+                               f"new one {len(new_ws)}: rolling replaces workers in place, it adds or removes none",
+                               fix=fix))
+            continue
+        for i, (a, b) in enumerate(zip(old_ws, new_ws, strict=True)):
+            keys = ("host", "gpus", "port") + (("bootstrap_port",) if role == "prefill" else ())
+            moved = [k for k in keys if getattr(a, k) != getattr(b, k)]
+            if moved:
+                how = ", ".join(f"{k} {getattr(a, k)} -> {getattr(b, k)}" for k in moved)
+                out.append(Problem(field=f"{role}[{i}].{moved[0]}", host=b.host,
+                                   message=f"{role}[{i}] moves ({how}): rolling replaces a worker where it runs",
+                                   fix=fix))
+            for key in ("index_topk", "page_size", "kv_cache_dtype", "context_length", "chat_template"):
+                was, now = serving.effective(a, key), new.effective(b, key)
+                if was != now:
+                    out.append(Problem(field=f"{role}[{i}].{key}", host=b.host,
+                                       message=f"{key} changes ({was!r} -> {now!r}): during the roll the router pairs "
+                                               "new prefills with old decodes, which must compute the same model",
+                                       fix=fix))
+            # index_topk is in the overrides too: judged above, on its own.
+            if _overrides(serving, a) != _overrides(new, b):
+                out.append(Problem(field=f"{role}[{i}].model_overrides", host=b.host,
+                                   message="the model overrides change: during the roll the router pairs new prefills "
+                                           "with old decodes, which must compute the same model", fix=fix))
+    if serving.model.path != new.model.path:
+        out.append(Problem(field="model.path", message=f"the weights change ({serving.model.path} -> "
+                           f"{new.model.path}): both releases would serve behind one router during the roll", fix=fix))
+    if serving.router != new.router or serving.router_implementation != new.router_implementation:
+        out.append(Problem(field="router", host=new.router.host if new.router else None,
+                           message="the router's own settings change, and rolling keeps the serving router",
+                           fix=fix))
+    return out
+
+
+def _overrides(spec: Deployment, worker: Any) -> dict[str, Any]:
+    return {k: v for k, v in spec.model_override_args(worker).items() if k != "index_topk"}

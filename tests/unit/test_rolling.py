@@ -125,3 +125,33 @@ def test_the_embedded_example_plans_a_roll_and_the_default_inventory_is_refused(
                              cwd=REPO, timeout=120)
     assert refused.returncode != 0 and "prefill (host local): rolling takes prefill workers" in refused.stdout + \
         refused.stderr
+
+
+def _changed(**common: object) -> object:
+    """xpyd_spec with deployment-wide settings changed (as the next release's inventory would)."""
+    data = xpyd_spec().model_dump(mode="json")
+    hosts = data.pop("hosts")
+    for h in hosts.values():
+        h.pop("name"), h.setdefault("ansible_host", h.pop("address"))
+    return load_spec({**data, **common}, hosts)
+
+
+def test_a_release_that_keeps_workers_and_model_can_be_rolled_into() -> None:
+    serving = xpyd_spec()
+    # A change of what rolling is for: a worker's environment, its memory fraction.
+    new = _changed(server_env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "900"})
+    assert rolling.compatibility_problems(serving, new) == []
+
+
+def test_a_release_that_changes_the_model_or_moves_a_worker_is_refused_by_field() -> None:
+    serving = xpyd_spec()
+    topk = rolling.compatibility_problems(serving, _changed(index_topk=512))
+    assert {p.field for p in topk} == {"prefill[0].index_topk", "prefill[1].index_topk", "decode[0].index_topk",
+                                      "decode[1].index_topk"}
+    assert "1024 -> 512" in topk[0].message and "blue_green or recreate" in topk[0].fix
+    data = xpyd_spec().model_dump(mode="json")["decode"]
+    data[1]["port"] = 30005
+    (moved,) = rolling.compatibility_problems(serving, _changed(decode=data))
+    assert moved.field == "decode[1].port" and moved.host == "gpu3" and "30003 -> 30005" in moved.message
+    (fewer,) = rolling.compatibility_problems(serving, _changed(decode=data[:1]))
+    assert fewer.field == "decode" and "adds or removes none" in fewer.message
