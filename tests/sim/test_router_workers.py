@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelpers import PYTHON, REPO, Launcher, chat, free_port, http, sim_env, wait_status
+from simhelpers import PYTHON, REPO, Launcher, chat, free_port, http, pd_pair, wait_status
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import (
     RouterWorkers,
@@ -28,27 +28,11 @@ ROUTERS = {"sglang-router": ([PYTHON, "-m", "sglang_router.launch_router"], "0.3
            "smg": ([str(SMG_PYTHON), "-m", "smg.launch_router"], "1.13.0")}
 
 
-def _pair(launcher: Launcher, state: Path, first_gpu: int) -> list[dict]:
-    """A prefill on GPUs first_gpu..+1 and a decode on the next two; their worker specs."""
-    pp, pb, dp = free_port(), free_port(), free_port()
-    common = ["--model-path", "/models/DeepSeek-V4-Flash", "--served-model-name", "dsv4", "--tp-size", "2",
-              "--host", "127.0.0.1", "--enable-metrics"]
-    launcher.sim([*common, "--port", str(pp), "--disaggregation-mode", "prefill",
-                  "--disaggregation-bootstrap-port", str(pb), "--base-gpu-id", str(first_gpu)],
-                 sim_env(state), name="prefill", wait=False)
-    launcher.sim([*common, "--port", str(dp), "--disaggregation-mode", "decode",
-                  "--base-gpu-id", str(first_gpu + 2)], sim_env(state), name="decode", wait=False)
-    for port in (pp, dp):
-        wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=30)
-    return [{"url": f"http://127.0.0.1:{pp}", "worker_type": "prefill", "bootstrap_port": pb},
-            {"url": f"http://127.0.0.1:{dp}", "worker_type": "decode"}]
-
-
 @pytest.fixture(scope="module")
 def pairs(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Both pairs, shared by every router of this module (the routers only route to them)."""
     state = tmp_path_factory.mktemp("host")
-    return {"blue": _pair(module_launcher, state, 0), "green": _pair(module_launcher, state, 4)}
+    return {"blue": pd_pair(module_launcher, state, 0)[0], "green": pd_pair(module_launcher, state, 4)[0]}
 
 
 @pytest.fixture(params=list(ROUTERS))
