@@ -168,3 +168,23 @@ def test_sglang_router_0_3_2_has_no_legacy_routes(router: dict) -> None:
     assert http("POST", f"{router['url']}/add_worker?url=http://127.0.0.1:1")[0] == 404
     status, body = http("DELETE", f"{router['url']}/workers/http%3A%2F%2F127.0.0.1%3A1")
     assert status == 400 and "UUID" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("name", list(ROUTERS))
+def test_a_router_with_an_api_key_wants_it_for_its_worker_api(name: str, tmp_path: Path) -> None:
+    """--api-key guards /workers too (401 without the Bearer key, on both wheels): the module sends it."""
+    argv, version = ROUTERS[name]
+    if name == "smg" and not SMG_PYTHON.exists():
+        pytest.skip(f"needs smg 1.13.0 in its own venv ({SMG_PYTHON}); ./scripts/setup.sh builds it")
+    port, launcher = free_port(), Launcher(tmp_path)
+    try:
+        launcher.start([*argv, "--pd-disaggregation", "--host", "127.0.0.1", "--port", str(port), "--api-key", "k3y",
+                        "--shutdown-grace-period-secs", "1", "--prometheus-host", "127.0.0.1",
+                        "--prometheus-port", str(free_port())], port=port, name=name, timeout=30)
+        router = {"url": f"http://127.0.0.1:{port}", "name": name, "version": version}
+        refused = _module(tmp_path, router, state="query")
+        assert refused["failed"] and "HTTP 401" in refused["msg"], refused
+        ok = _module(tmp_path, router, state="query", api_key="k3y")
+        assert not ok.get("failed") and ok["workers"] == [] and "k3y" not in json.dumps(ok), ok
+    finally:
+        launcher.close()
