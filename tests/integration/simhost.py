@@ -23,6 +23,10 @@ from tests.ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("DSV4_VENV_BIN", REPO / ".venv" / "bin"))
+# The soak gate at a size that shows it runs and passes, for tests whose subject is not the soak (its
+# power to catch corruption is test_gate_promises' and test_fault_matrix's): 6 sessions of 2 turns
+# instead of the default 50 of 4, about 1 s of a deploy instead of ~16 s.
+SMALL_SOAK = ["-e", json.dumps({"soak_sessions": 6, "soak_turns": 2})]
 
 
 @dataclass

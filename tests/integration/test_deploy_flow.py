@@ -13,11 +13,11 @@ import subprocess
 import httpx
 import pytest
 
-from tests.integration.simhost import REPO, VENV_BIN, SimHost
+from tests.integration.simhost import REPO, SMALL_SOAK, VENV_BIN, SimHost
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
 
 
 def chat(host: SimHost, text: str = "Say OK") -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.simhost import REPO, assign_ports, free_port_block, stop_supervisord
+from tests.integration.simhost import REPO, SMALL_SOAK, assign_ports, free_port_block, stop_supervisord
 from tests.unit.test_docs import quickstart_extras
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ USER_PLAYBOOK = """\
       ansible.builtin.debug:
         msg: "my verdict: {{ dsv4_rollout_verdict }}, serving {{ dsv4_rollout_serving }}"
 """
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
 
 
 @dataclass

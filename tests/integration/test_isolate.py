@@ -13,11 +13,11 @@ import os
 import httpx
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import SMALL_SOAK, SimHost
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
 # The longest length is the requirement (the gate refuses a grid that cannot reach it); a cell's real
 # size (usage.prompt_tokens) lands near its target, so the shorter row is the one surely within it.
 # A weak check a production could have passed: the needle sits inside the sliding window (128 tokens).

@@ -18,13 +18,13 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.simhost import SimHost, assign_ports
+from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports
 from tests.integration.test_check_mode import one_line, snapshot
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
 WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
 # Beyond what index_topk 512 can ever recall, within 1024's certain range: index_topk=512 fails it.
 NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
@@ -171,9 +171,8 @@ def test_a_rollback_gates_the_restored_release_at_its_own_endpoints(sim_host: Si
 
 
 def test_an_experiment_prunes_no_release(sim_host: SimHost) -> None:
-    # Five releases installed, two of them verified (A, C) and A the oldest: the experiment's temporary
+    # Five releases installed (A, B, C and two more), A the oldest and serving: the experiment's temporary
     # release makes six, and a pruning switch would delete the oldest one that is not protected.
-    assert deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE) == RELEASES["a"]
     for warmup in ("0.1", "0.2"):
         deploy(sim_host, "-e", "topology=pd", "-e", f"sim_faults=warmup_s={warmup}", *WEAK_NEEDLE)
     serving = deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE)

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from tests.integration.simhost import SimHost
+
 # What the gates and operators ask a server (GET), during warm-up and once up.
 PATHS = ("/health", "/health_generate", "/ready", "/model_info", "/v1/models", "/server_info")
 # Bad requests and what each is: (name, method, path, JSON body).
@@ -100,3 +102,19 @@ def _json(reply: httpx.Response) -> Any:
         return reply.json()
     except ValueError:
         return reply.text
+
+
+def observe(host: SimHost, model: str, *extra: str, timeout: float = 900) -> dict[str, Any]:
+    """Deploy `host` (combined) while polling its server: what each path said during warm-up, its answers once up
+    (`answers`), its start log, the deploy's report and the playbook's wall time (s)."""
+    poller = Poller(host.endpoint, host.api_key).start()
+    started = time.monotonic()
+    try:
+        proc = host.playbook("deploy.yml", *extra, timeout=timeout)
+    finally:
+        seen = poller.stop()
+    wall = round(time.monotonic() - started, 1)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    log = (host.install_root / "logs" / "sglang-dsv4.log").read_text(errors="replace")  # the combined server
+    return {"seen": seen, "up": answers(host.endpoint, host.api_key, model), "log": log, "report": host.report(),
+            "wall_s": wall}

@@ -47,14 +47,16 @@ def assert_serving(host: SimHost, release: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def promoted(engine_host: SimHost) -> dict:
+def engine_host(combined_first_deploy: tuple[SimHost, dict]) -> SimHost:
+    """The tier's combined host (shared with test_side_by_side, which reads only its first deploy)."""
+    return combined_first_deploy[0]
+
+
+@pytest.fixture(scope="module")
+def promoted(combined_first_deploy: tuple[SimHost, dict]) -> dict:
     """The first deploy (combined), promoted; its report."""
-    started = time.monotonic()
-    proc = engine_host.playbook("deploy.yml", timeout=900)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    report = engine_host.report()
-    report["_wall_s"] = round(time.monotonic() - started, 1)
-    return report
+    observed = combined_first_deploy[1]
+    return {**observed["report"], "_wall_s": observed["wall_s"]}
 
 
 def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost, promoted: dict) -> None:

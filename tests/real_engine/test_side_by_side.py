@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
 from dsv4deploy.gates.config import AGREEMENT_KEYS, parse_logged_overrides
 from tests.integration.simhost import SimHost, make_sim_host
-from tests.real_engine.enginehost import make_engine_host
-from tests.real_engine.sidebyside import BAD_REQUESTS, PATHS, Poller, answers, shape, warm_up_statuses
+from tests.real_engine.sidebyside import BAD_REQUESTS, PATHS, observe, shape, warm_up_statuses
 
 pytestmark = pytest.mark.real_engine
 
@@ -33,34 +31,22 @@ LOG_LINES = ("server_args={", "Load weight end.", "KV Cache is allocated.", "max
              "Uvicorn running on http://", "The server is fired up and ready to roll!")
 
 
-def observe(host: SimHost, model: str, *extra: str) -> dict:
-    """Deploy `host` (combined) while polling its server; then its answers once up and its start log."""
-    poller = Poller(host.endpoint, host.api_key).start()
-    try:
-        proc = host.playbook("deploy.yml", "-e", "topology=combined", "-e", ONLY_FIRST_GATES, *extra, timeout=900)
-    finally:
-        seen = poller.stop()
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    log = (host.install_root / "logs" / "sglang-dsv4.log").read_text(errors="replace")
-    return {"seen": seen, "up": answers(host.endpoint, host.api_key, model), "log": log}
-
-
 @pytest.fixture(scope="module")
-def sides(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict]]:
-    """{"sim": ..., "real": ...}: the same observations of both, each deployed by the tool."""
-    roots = [tmp_path_factory.mktemp("side-sim"), tmp_path_factory.mktemp("side-real")]
-    sim, real = make_sim_host(roots[0]), make_engine_host(roots[1], tiny_model)
+def sides(combined_first_deploy: tuple[SimHost, dict], tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[dict[str, dict]]:
+    """{"sim": ..., "real": ...}: the same observations of both, each deployed by the tool (the real side is
+    the tier's first combined deploy, with the same gates as the simulator's here)."""
+    root = tmp_path_factory.mktemp("side-sim")
+    sim = make_sim_host(root)
     try:
         # A simulated warm-up of some seconds, so the poller sees it as it sees the real one.
         sim_env = yaml.safe_load((sim.inventory / "group_vars" / "all" / "sim.yml").read_text())["server_env"]
-        yield {"sim": observe(sim, "deepseek-v4-flash", "-e",
+        yield {"sim": observe(sim, "deepseek-v4-flash", "-e", "topology=combined", "-e", ONLY_FIRST_GATES, "-e",
                               json.dumps({"server_env": {**sim_env, "DSV4_SIM_STARTUP_S": "8"}})),
-               "real": observe(real, "tiny-llama")}
+               "real": combined_first_deploy[1]}
     finally:
-        for host in (sim, real):
-            host.teardown()
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
+        sim.teardown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_status_codes_during_warm_up_and_once_up(sides: dict[str, dict]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelpers import PYTHON, REPO, Launcher, chat, free_port, http, sim_env, wait_status
+from simhelpers import PYTHON, REPO, Launcher, chat, free_port, http, pd_pair, wait_status
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import (
     RouterWorkers,
@@ -28,27 +28,11 @@ ROUTERS = {"sglang-router": ([PYTHON, "-m", "sglang_router.launch_router"], "0.3
            "smg": ([str(SMG_PYTHON), "-m", "smg.launch_router"], "1.13.0")}
 
 
-def _pair(launcher: Launcher, state: Path, first_gpu: int) -> list[dict]:
-    """A prefill on GPUs first_gpu..+1 and a decode on the next two; their worker specs."""
-    pp, pb, dp = free_port(), free_port(), free_port()
-    common = ["--model-path", "/models/DeepSeek-V4-Flash", "--served-model-name", "dsv4", "--tp-size", "2",
-              "--host", "127.0.0.1", "--enable-metrics"]
-    launcher.sim([*common, "--port", str(pp), "--disaggregation-mode", "prefill",
-                  "--disaggregation-bootstrap-port", str(pb), "--base-gpu-id", str(first_gpu)],
-                 sim_env(state), name="prefill", wait=False)
-    launcher.sim([*common, "--port", str(dp), "--disaggregation-mode", "decode",
-                  "--base-gpu-id", str(first_gpu + 2)], sim_env(state), name="decode", wait=False)
-    for port in (pp, dp):
-        wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=30)
-    return [{"url": f"http://127.0.0.1:{pp}", "worker_type": "prefill", "bootstrap_port": pb},
-            {"url": f"http://127.0.0.1:{dp}", "worker_type": "decode"}]
-
-
 @pytest.fixture(scope="module")
 def pairs(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Both pairs, shared by every router of this module (the routers only route to them)."""
     state = tmp_path_factory.mktemp("host")
-    return {"blue": _pair(module_launcher, state, 0), "green": _pair(module_launcher, state, 4)}
+    return {"blue": pd_pair(module_launcher, state, 0)[0], "green": pd_pair(module_launcher, state, 4)[0]}
 
 
 @pytest.fixture(params=list(ROUTERS))
@@ -184,3 +168,23 @@ def test_sglang_router_0_3_2_has_no_legacy_routes(router: dict) -> None:
     assert http("POST", f"{router['url']}/add_worker?url=http://127.0.0.1:1")[0] == 404
     status, body = http("DELETE", f"{router['url']}/workers/http%3A%2F%2F127.0.0.1%3A1")
     assert status == 400 and "UUID" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("name", list(ROUTERS))
+def test_a_router_with_an_api_key_wants_it_for_its_worker_api(name: str, tmp_path: Path) -> None:
+    """--api-key guards /workers too (401 without the Bearer key, on both wheels): the module sends it."""
+    argv, version = ROUTERS[name]
+    if name == "smg" and not SMG_PYTHON.exists():
+        pytest.skip(f"needs smg 1.13.0 in its own venv ({SMG_PYTHON}); ./scripts/setup.sh builds it")
+    port, launcher = free_port(), Launcher(tmp_path)
+    try:
+        launcher.start([*argv, "--pd-disaggregation", "--host", "127.0.0.1", "--port", str(port), "--api-key", "k3y",
+                        "--shutdown-grace-period-secs", "1", "--prometheus-host", "127.0.0.1",
+                        "--prometheus-port", str(free_port())], port=port, name=name, timeout=30)
+        router = {"url": f"http://127.0.0.1:{port}", "name": name, "version": version}
+        refused = _module(tmp_path, router, state="query")
+        assert refused["failed"] and "HTTP 401" in refused["msg"], refused
+        ok = _module(tmp_path, router, state="query", api_key="k3y")
+        assert not ok.get("failed") and ok["workers"] == [] and "k3y" not in json.dumps(ok), ok
+    finally:
+        launcher.close()
