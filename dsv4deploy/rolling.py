@@ -144,13 +144,6 @@ def _row(label: str, workers: Sequence[Mapping[str, Any]], release_of: Any) -> s
     return f"| {label} | " + " | ".join(release_of(w) for w in workers) + " |"
 
 
-def not_run_yet() -> Problem:
-    """The deploy's refusal of `rolling` until the playbook runs it: never a silent recreate (an outage)."""
-    return Problem(field=STRATEGY_VAR, message="rolling is planned (dsv4deploy plan shows its steps) but the deploy "
-                   "playbook does not run it yet, and falling back to recreate would take the serving release down",
-                   fix=f"set {STRATEGY_VAR}: recreate (an outage of the load time and gates) for this deploy")
-
-
 def preview_router_argv(spec: Deployment, step: Mapping[str, Any], port: int, prometheus_port: int) -> list[str]:
     """The preview router of one step: the production router's command and settings, fronting only the
     step's `preview` workers, on `port` (metrics on `prometheus_port`, apart from the production router's)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from dsv4deploy import installed, names, reach, rolling
+from dsv4deploy import installed, names, reach
 from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
 from dsv4deploy.inventory import plain
 from dsv4deploy.inventory_checks import inventory_problems, vault_var_problems, view_of
@@ -89,8 +89,6 @@ class ActionModule(ActionBase):
                 return result
             rollout = rollout_plan(spec, load_rollout(
                 {v: plain(self._templar.template(task_vars[v])) for v in ROLLOUT_VARS.values() if v in task_vars}))
-            if rollout["strategy"] == "rolling":
-                raise SpecError([rolling.not_run_yet()])
             plan = make_plan(spec, play_hosts, rollout=rollout)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
