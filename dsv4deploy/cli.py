@@ -60,15 +60,25 @@ def load_deployment(inventories: list[str] | None, extra_vars: list[str] | None,
     """The validated spec and its memory report; CliError listing every problem otherwise.
 
     The gates' variables are checked as the deploy's plan checks them (unknown names, bad values, a
-    needle grid that cannot reach its requirement). With `check_fit`, a server that does not fit its
-    GPUs is a problem too (as in preflight).
+    needle grid that cannot reach its requirement), and so are the rollout's (`dsv4_rollout_*`: a
+    blue_green that cannot fit beside the serving release). With `check_fit`, a server that does not
+    fit its GPUs is a problem too (as in preflight).
     """
+    spec, reports, _ = _load(inventories, extra_vars, check_fit)
+    return spec, reports
+
+
+def _load(inventories: list[str] | None, extra_vars: list[str] | None,
+          check_fit: bool) -> tuple[Deployment, list[WorkerMemory], dict]:
+    """load_deployment, and the plan's rollout part (dsv4deploy.strategy.rollout_plan)."""
     from dsv4deploy.gate_runner import GATE_VAR_PREFIXES, GateSettingsError, settings_from_vars
+    from dsv4deploy.strategy import load_rollout, rollout_plan
 
     try:
         spec, gate_vars = deployment_from_inventory(inventories or default_inventory(), extra_vars or [],
-                                                    GATE_VAR_PREFIXES)
+                                                    (*GATE_VAR_PREFIXES, "dsv4_rollout_"))
         reports = check_memory(spec)
+        rollout = rollout_plan(spec, load_rollout(gate_vars))
     except SpecError as exc:
         raise CliError([str(p) for p in exc.problems]) from None
     except InventoryError as exc:
@@ -79,7 +89,7 @@ def load_deployment(inventories: list[str] | None, extra_vars: list[str] | None,
         raise CliError(exc.problems) from None
     if check_fit and (problems := problems_from_memory(reports)):
         raise CliError([str(p) for p in problems])
-    return spec, reports
+    return spec, reports, rollout
 
 
 def spec_index_topk(spec: Deployment) -> int | None:
@@ -137,13 +147,15 @@ class Plan:
     memory: list[WorkerMemory]
     problems: list[Problem]
     files: RenderedFiles = field(default_factory=dict)
+    # How the release replaces the serving one: strategy and why (dsv4deploy.strategy.rollout_plan).
+    rollout: dict = field(default_factory=dict)
 
 
 def plan(inventories: list[str] | None, extra_vars: list[str] | None) -> Plan:
     """The plan of a deployment; files are rendered only when every server fits."""
-    spec, reports = load_deployment(inventories, extra_vars, check_fit=False)
+    spec, reports, rollout = _load(inventories, extra_vars, check_fit=False)
     problems = problems_from_memory(reports)
-    result = Plan(spec, reports, problems)
+    result = Plan(spec, reports, problems, rollout=rollout)
     if not problems:
         try:
             result.files = render_files(spec)
@@ -169,6 +181,7 @@ def format_plan(result: Plan) -> list[str]:
     spec = result.spec
     versions = sorted({f"{h}: sglang {spec.host(h).sglang_version}" for h in spec.hosts_in_use()})
     from dsv4deploy.plan import env_switch_lines, env_switches
+    from dsv4deploy.rolling import describe_steps
 
     lines = [f"deployment: topology {spec.topology}, model {spec.model.served_name} ({spec.model.path}), "
              f"{'; '.join(versions)}"]
@@ -176,6 +189,9 @@ def format_plan(result: Plan) -> list[str]:
     if switches:
         lines.append("env switches added on top of the inventory's (server_env_extra, server_env_extra_by_role):")
         lines += [f"  {line}" for line in switches]
+    if result.rollout:
+        lines.append(f"rollout: {result.rollout['why']}")
+        lines += [f"  {line}" for line in describe_steps(result.rollout.get("steps") or [])]
     lines.append("memory per GPU:")
     for report in result.memory:
         lines += [f"  {line}" for line in format_memory(report, spec)]
@@ -196,6 +212,7 @@ def plan_as_json(result: Plan) -> str:
 
     return json.dumps({
         "env_switches": env_switches(result.spec.model_dump(mode="json")),
+        "rollout": result.rollout,
         "memory": [r.model_dump() for r in result.memory],
         "problems": [p.model_dump() for p in result.problems],
         "files": {host: sorted(by_path) for host, by_path in sorted(result.files.items())},

@@ -24,8 +24,11 @@ def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
     return f"{stamp}-{digest[:10]}"
 
 
-def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None) -> dict[str, Any]:
-    """The plan for deploying `spec` to `play_hosts`; raises SpecError when memory does not fit."""
+def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
+              rollout: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The plan for deploying `spec` to `play_hosts`; raises SpecError when memory does not fit.
+
+    `rollout` is `dsv4deploy.strategy.rollout_plan`'s answer (unset: recreate)."""
     reports = memory.check_memory(spec)
     problems = memory.problems_from_memory(reports)
     if problems:
@@ -50,6 +53,7 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None)
         "memory": [r.model_dump(mode="json") for r in reports],
         # Secret env values only as digests: the plan is a fact, shown at -v and handed to the report.
         "spec": secret_env.redact_spec(spec.model_dump(mode="json")),
+        **({"rollout": rollout} if rollout else {}),
     }
     # Typed: a plan of the wrong shape fails here, on the controller, before any host is touched.
     return Plan.model_validate(plan).model_dump(mode="json")

@@ -64,6 +64,21 @@ class HostPlan(_Strict):
     access: list[dict[str, Any]]
 
 
+class RolloutPlan(_Strict):
+    """How the release replaces the serving one (dsv4deploy.strategy): the strategy and why it applies."""
+
+    strategy: Literal["recreate", "blue_green", "rolling"] = "recreate"
+    why: str = "recreate (the default)"
+    keep_previous_s: int = 600
+    # blue_green: where each worker of the other slot runs (field path -> host, gpus, port, bootstrap_port).
+    beside: dict[str, dict[str, Any]] = {}
+    preview_router_port: int | None = None
+    port_offset: int | None = None
+    # rolling: workers of each role out of the router at once, and the steps (dsv4deploy.rolling.RollStep).
+    max_unavailable: int | None = None
+    steps: list[dict[str, Any]] = []
+
+
 class Plan(GateTargets):
     """The whole plan of one deploy: its release id, the gate targets, every play host's part."""
 
@@ -71,6 +86,7 @@ class Plan(GateTargets):
     hosts: dict[str, HostPlan]
     memory: list[dict[str, Any]]
     spec: dict[str, Any]
+    rollout: RolloutPlan = RolloutPlan()
 
 
 GATE_TARGET_KEYS = tuple(GateTargets.model_fields)

@@ -17,6 +17,8 @@ from dsv4deploy.inventory_checks import inventory_problems, vault_var_problems, 
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.plan import make_plan, secret_files, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
+from dsv4deploy.strategy import VARS as ROLLOUT_VARS
+from dsv4deploy.strategy import load_rollout, rollout_plan
 from dsv4deploy.varnames import ALLOW_VAR
 
 ARGUMENT_SPEC = {
@@ -85,7 +87,9 @@ class ActionModule(ActionBase):
                 planned = args.get("planned_spec") or None
                 result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
                 return result
-            plan = make_plan(spec, play_hosts)
+            rollout = rollout_plan(spec, load_rollout(
+                {v: plain(self._templar.template(task_vars[v])) for v in ROLLOUT_VARS.values() if v in task_vars}))
+            plan = make_plan(spec, play_hosts, rollout=rollout)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
                           msg="the deployment spec is invalid; nothing was changed:\n- "

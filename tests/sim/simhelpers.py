@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.ports import free_port  # noqa: F401  (re-exported to the simulator tests)
+from tests.ports import free_port  # also re-exported to the simulator tests
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -119,6 +119,24 @@ class Launcher:
         """Stop everything still running, newest first."""
         for proc in reversed(self.procs):
             proc.stop()
+
+
+def pd_pair(launcher: Launcher, state_dir: Path, first_gpu: int, model: str = "dsv4",
+            timeout: float = 30.0) -> tuple[list[dict[str, Any]], list[Proc]]:
+    """A tp-2 prefill (GPUs first_gpu, +1) and decode (the next two) with metrics on, both healthy; their
+    worker specs for a router's worker API ({url, worker_type, bootstrap_port}) and their processes."""
+    pp, pb, dp = free_port(), free_port(), free_port()
+    common = ["--model-path", "/models/DeepSeek-V4-Flash", "--served-model-name", model, "--tp-size", "2",
+              "--host", "127.0.0.1", "--enable-metrics"]
+    procs = [launcher.sim([*common, "--port", str(pp), "--disaggregation-mode", "prefill",
+                           "--disaggregation-bootstrap-port", str(pb), "--base-gpu-id", str(first_gpu)],
+                          sim_env(state_dir), name="prefill", wait=False),
+             launcher.sim([*common, "--port", str(dp), "--disaggregation-mode", "decode",
+                           "--base-gpu-id", str(first_gpu + 2)], sim_env(state_dir), name="decode", wait=False)]
+    for port in (pp, dp):
+        wait_status(f"http://127.0.0.1:{port}/health", 200, timeout=timeout)
+    return ([{"url": f"http://127.0.0.1:{pp}", "worker_type": "prefill", "bootstrap_port": pb},
+             {"url": f"http://127.0.0.1:{dp}", "worker_type": "decode"}], procs)
 
 
 def sim_env(state_dir: Path, faults: str = "", **extra: str) -> dict[str, str]:

@@ -1,0 +1,33 @@
+"""The continuous client's figures, and reading a server's in-flight requests from its own metrics."""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.dsv4.deploy.plugins.module_utils.drain import in_flight
+from dsv4deploy.downtime import DowntimeClient
+from tests.ports import free_port
+
+
+def test_an_endpoint_that_never_answers_is_all_failures_and_one_long_gap() -> None:
+    with DowntimeClient(f"http://127.0.0.1:{free_port()}", "m", timeout_s=1, pause_s=0.01) as client:
+        time.sleep(0.5)
+    figures = client.figures
+    assert figures.sent >= 3 and figures.failed == figures.sent
+    assert figures.longest_gap_s >= 0.5 and figures.longest_gap_s == figures.seconds
+    assert figures.failures[0].startswith("0: ConnectError") and len(figures.failures) <= DowntimeClient.KEEP_FAILURES
+    assert "failed" in figures.line() and set(figures.as_dict()) == {"sent", "failed", "longest_gap_s", "seconds",
+                                                                    "failures"}
+
+
+def test_in_flight_sums_running_and_queued_over_schedulers() -> None:
+    text = "\n".join([
+        "# HELP sglang:num_running_reqs The number of running requests.",
+        'sglang:num_running_reqs{model_name="m",tp_rank="0"} 2.0',
+        'sglang:num_running_reqs{model_name="m",tp_rank="1"} 1.0',
+        'sglang:num_queue_reqs{model_name="m"} 3.0',
+        'sglang:num_requests_total{model_name="m"} 40.0',
+    ])
+    assert in_flight(text) == 6
+    assert in_flight('sglang:num_running_reqs{model_name="m"} 0.0') == 0
+    assert in_flight("sgl_router_requests_total 4") is None
