@@ -240,7 +240,8 @@ def _mark(cell: dict[str, Any] | None) -> str:
 
 
 def status_mark(status: str) -> str:
-    return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped"}.get(status, status)
+    return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
+            "inconclusive": "❔ inconclusive"}.get(status, status)
 
 
 def md_cell(value: Any) -> str:

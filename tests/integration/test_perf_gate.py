@@ -94,3 +94,57 @@ def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) ->
     proc = sim_host.playbook("verify.yml", *GATES)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "gate perf: passed in" in proc.stdout and f"within 100% of release {good}" in proc.stdout
+
+
+# The bake (docs/bake.md): short intervals, the probes sized so that a degrade_after=200 release crosses its
+# 200th generation a few intervals into the bake (the gates above stay well below it).
+BAKE = ["-e", json.dumps({"dsv4_bake_s": 30, "dsv4_bake_interval_s": 1, "dsv4_bake_probe_sessions": 40,
+                          "dsv4_bake_canary_tokens": 500})]
+
+
+def _bake(report: dict) -> dict:
+    return next(g for g in report["gates"] if g["name"] == "bake")
+
+
+def test_a_clean_release_passes_perf_and_the_bake(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("4"), "-e",
+                             json.dumps({"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1}))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    assert report["verdict"] == "promoted" and _perf(report)["status"] == "passed"
+    bake = _bake(report)
+    assert bake["status"] == "passed", bake["summary"]
+    assert bake["summary"].startswith("baked 3 s: 3 successful, 0 failed, 0 inconclusive"), bake["summary"]
+    intervals = bake["evidence"]["intervals"]
+    # Every analysis of every interval judged something: the router and the servers counted the probes.
+    analyses = {a["name"]: a for a in intervals[-1]["analyses"]}
+    assert set(analyses) == {"error rate", "abort rate", "transfer failures", "canary needle", "tool-call probe"}
+    assert all(a["phase"] == "successful" for i in intervals for a in i["analyses"]), intervals
+    assert analyses["error rate"]["value"] == 0 and analyses["abort rate"]["value"] == 0
+    assert sim_host.active_release() in _state(sim_host)["good"]
+
+
+def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_back_in_the_bake(
+        sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *GATES, *BAKE, *_release_with("5"), "-e", "sim_faults=degrade_after=200")
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert report["verdict"] == "rolled_back" and report["failed_gate"] == "bake", proc.stdout[-3000:]
+    names = [g["name"] for g in report["gates"]]
+    # Every gate before the bake passed (the rollback's own readiness and smoke follow it).
+    before = report["gates"][:names.index("bake")]
+    assert [g["name"] for g in before] == ["readiness", "config", "smoke", "needle", "soak", "perf"], names
+    assert all(g["status"] in ("passed", "skipped") for g in before), before
+    bake = _bake(report)
+    intervals = bake["evidence"]["intervals"]
+    # Good at first, then wrong answers: two failed intervals (more than failure_limit 1) end it early.
+    assert intervals[0]["phase"] == "successful" and [i["phase"] for i in intervals[-2:]] == ["failed"] * 2
+    assert len(intervals) < 30 and bake["summary"].startswith(f"failed after {len(intervals)} of 30 interval(s)")
+    failed = {a["name"] for a in intervals[-1]["analyses"] if a["phase"] == "failed"}
+    assert failed & {"canary needle", "tool-call probe"}, intervals[-1]
+    assert "ROLLED BACK" in proc.stdout and "bake" in proc.stdout
+    assert sim_host.active_release() == good
+    assert_serving(sim_host, good)
+    # The release that degraded is recorded failed by its bake (a rollback to it by hand is refused).
+    assert _state(sim_host)["failed"][report["release"]] == "bake"
