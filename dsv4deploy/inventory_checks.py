@@ -3,7 +3,7 @@
 The spec model judges the values dsv4deploy reads; these checks judge what it would otherwise never
 see: a misspelt variable name (dsv4deploy.varnames), an `-e server_env` that silently replaces the
 inventory's switches, an `api_key.vault_var` naming a variable nobody defines. The CLI
-(dsv4deploy.inventory) and the playbooks' plan step (the dsv4_plan action) both build an
+(dsv4deploy.inventory) and the playbooks' plan step (the dsv4_build_plan action) both build an
 `InventoryView` from Ansible's own inventory objects and run `inventory_problems` on it.
 """
 

@@ -1,7 +1,7 @@
 """What each host of a deployment has installed: its releases, when, verified or failed, which is active.
 
 Read from the hosts themselves, the way the playbooks read them: one ad-hoc, check-mode run of the
-`dsv4_release` module (state=query, read-only) over the inventory's own connections (the embedded
+`dsv4_host_releases` module (state=query, read-only) over the inventory's own connections (the embedded
 host's local connection, ssh for real hosts). Nothing on a host changes.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-MODULE = "dsv4_release"
+MODULE = "dsv4_host_releases"
 # Seconds the whole query may take (ssh to every host, one module run each).
 QUERY_TIMEOUT_S = 300
 
@@ -38,7 +38,7 @@ class HostReleases:
 
 
 def module_dir() -> Path:
-    """The folder holding the dsv4_release module: the clone's plugins, else the installed collection's."""
+    """The folder holding the dsv4_host_releases module: the clone's plugins, else the installed collection's."""
     package = Path(__file__).resolve().parent
     candidates = [package.parent / "plugins" / "modules", package / "ansible" / "modules"]
     candidates += [Path(p) / "ansible_collections" / "dsv4" / "deploy" / "plugins" / "modules" for p in sys.path if p]

@@ -59,7 +59,7 @@ class ActionModule(ActionBase):
             settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
                                           plan_index_topk(plan))
         except GateSettingsError:
-            # dsv4_gate, next, refuses the same settings naming each problem; nothing to run here.
+            # dsv4_run_gates, next, refuses the same settings naming each problem; nothing to run here.
             result.update(changed=False, probe=probe)
             return result
         if watching:

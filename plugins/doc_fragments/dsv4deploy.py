@@ -45,7 +45,7 @@ attributes:
     description: Any host with Python 3.
 """
 
-    # A controller-side report writer (dsv4_report, dsv4_isolate_report).
+    # A controller-side report writer (dsv4_write_report, dsv4_isolate_report).
     REPORT = r"""
 attributes:
   check_mode:

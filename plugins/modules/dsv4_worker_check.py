@@ -65,7 +65,7 @@ options:
     description:
       - O(mode=watch) - the services to watch - C(manager) (systemd or supervisor), C(install_root),
         C(supervisor_bin_dir), C(unit_dir); C(since), each service's life at its start as
-        M(dsv4.deploy.dsv4_services) O(dsv4.deploy.dsv4_services#module:state=started) returned it (a service
+        M(dsv4.deploy.dsv4_service_state) O(dsv4.deploy.dsv4_service_state#module:state=started) returned it (a service
         under another pid or invocation since has been restarted; without it the first look counts);
         C(log_offsets) for the log of one that died; C(start_when_healthy), programs to start during the wait,
         each once every worker URL it maps to (name to URL, asked as given) answers C(/health) 200 (until

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: dsv4_worker_probe
 short_description: Run the host side of a gate - the readiness wait, and checks the controller cannot make
 description:
-  - Runs on every host (not C(run_once)), before the gate itself (M(dsv4.deploy.dsv4_gate), C(run_once)
+  - Runs on every host (not C(run_once)), before the gate itself (M(dsv4.deploy.dsv4_run_gates), C(run_once)
     on the controller).
   - For C(readiness) with O(services), it first waits on the host (M(dsv4.deploy.dsv4_worker_check),
     O(dsv4.deploy.dsv4_worker_check#module:mode=watch)) until the host's workers answer C(/health), within
@@ -21,7 +21,7 @@ description:
     C(/ready) from sglang 0.5.23). Secrets in their C(/server_info) are masked on the host.
   - Hosts reached through the local connection, and workers the controller reaches, are left to the
     gate; without O(services) nothing runs on the host then.
-  - Returns RV(probe) for the gate's O(dsv4.deploy.dsv4_gate#module:probes). Never fails for a failing
+  - Returns RV(probe) for the gate's O(dsv4.deploy.dsv4_run_gates#module:probes). Never fails for a failing
     server; a check that cannot run is reported per worker as unreachable, with the reason.
 options:
   name:
@@ -45,7 +45,7 @@ options:
     description:
       - "The host's services to watch during the readiness wait: C(manager) (systemd or supervisor),
         C(install_root), C(supervisor_bin_dir), C(since) and C(log_offsets) (as
-        O(dsv4.deploy.dsv4_services#module:state=started) returned them), and C(lock), the deploy lock to
+        O(dsv4.deploy.dsv4_service_state#module:state=started) returned them), and C(lock), the deploy lock to
         record a phase in as the wait begins (C(path), C(run_id), C(target), C(before)), and C(start_router)
         (true when the start left the router for this wait to start: on the router's host it is started as soon
         as every worker of the plan answers C(/health) at the URL the router uses when they all run on that

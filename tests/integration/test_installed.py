@@ -24,8 +24,9 @@ from tests.unit.test_docs import quickstart_extras
 pytestmark = pytest.mark.integration
 
 # Every module and action plugin of the collection.
-PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_release", "dsv4_services", "dsv4_services_info",
-           "dsv4_worker_check", "dsv4_plan", "dsv4_gate", "dsv4_report", "dsv4_worker_probe", "dsv4_isolate_report"]
+PLUGINS = ["dsv4_access", "dsv4_host", "dsv4_lock", "dsv4_host_releases", "dsv4_service_state",
+           "dsv4_service_state_info", "dsv4_worker_check", "dsv4_build_plan", "dsv4_run_gates", "dsv4_write_report",
+           "dsv4_worker_probe", "dsv4_isolate_report"]
 # A user's own playbook: the rollout is one role; its outcome comes back as documented facts.
 USER_PLAYBOOK = """\
 - name: My rollout
@@ -181,5 +182,5 @@ def test_collection_layout_runs_from_the_installed_wheel(installed: Installed) -
     proc = _must(installed.run("python", "-m", "dsv4deploy.collection_layout", "collections"), "collection_layout")
     root = installed.work / "collections" / "ansible_collections" / "dsv4" / "deploy"
     assert (installed.work / proc.stdout.strip()).resolve() == root.resolve() and "Traceback" not in proc.stderr
-    assert (root / "galaxy.yml").is_file() and (root / "plugins" / "modules" / "dsv4_release.py").is_file()
+    assert (root / "galaxy.yml").is_file() and (root / "plugins" / "modules" / "dsv4_host_releases.py").is_file()
     assert (root / "playbooks" / "deploy.yml").is_file()

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests" / "golden"))
 from fixture_specs import combined_spec, pd_spec
 
 pytestmark = pytest.mark.integration
-MODULE = REPO / "plugins" / "modules" / "dsv4_release.py"
+MODULE = REPO / "plugins" / "modules" / "dsv4_host_releases.py"
 
 
 def release_module(tmp_path: Path, **args: object) -> dict:

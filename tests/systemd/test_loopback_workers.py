@@ -78,7 +78,8 @@ def test_a_unit_that_cannot_start_says_why_from_its_journal(lab: Lab, deployed) 
             "systemctl daemon-reload")
     try:
         args = '{"manager": "systemd", "install_root": "/opt/dsv4deploy", "state": "started", "only": "workers"}'
-        proc = lab.run([str(VENV_BIN / "ansible"), "gpu1", "-i", str(deployed[0]), "-m", "dsv4_services", "-a", args])
+        proc = lab.run([str(VENV_BIN / "ansible"), "gpu1", "-i", str(deployed[0]), "-m", "dsv4_service_state",
+                        "-a", args])
     finally:
         gpu1.sh(f"rm -r /etc/systemd/system/{unit}.service.d && systemctl daemon-reload && systemctl start {unit}")
     out = proc.stdout

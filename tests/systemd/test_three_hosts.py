@@ -91,8 +91,9 @@ def test_api_key_is_the_service_users_alone(lab: Lab) -> None:
             readable = host.exec(["runuser", "-u", "nobody", "--", "test", "-r", path], check=False).returncode == 0
             assert path == KEY_FILE or not readable, f"{name}: {path} holds the key and others can read it"
         assert not [p for p in holders.split() if p.startswith("/etc/systemd")], f"{name}: a unit holds the key"
-        ours = host.sh("journalctl -o cat --no-pager -t sudo -t ansible-dsv4_services -t ansible-dsv4_services_info "
-                       "-t ansible-dsv4_worker_check -t ansible-dsv4_release -t ansible-ansible.legacy.copy "
+        ours = host.sh("journalctl -o cat --no-pager -t sudo -t ansible-dsv4_service_state "
+                       "-t ansible-dsv4_service_state_info -t ansible-dsv4_worker_check -t ansible-dsv4_host_releases "
+                       "-t ansible-ansible.legacy.copy "
                        "|| true").stdout
         assert API_KEY not in ours, f"{name}: the key is in a journal line the deploy wrote"
 

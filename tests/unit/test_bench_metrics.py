@@ -7,7 +7,7 @@ from bench.world import Run
 
 
 def _gate(name: str, end: float, seconds: float, passed: bool = True) -> dict:
-    return {"event": "task", "task": f"Gate: {name}", "action": "dsv4_gate", "status": "ok", "host": "local",
+    return {"event": "task", "task": f"Gate: {name}", "action": "dsv4_run_gates", "status": "ok", "host": "local",
             "start": end - seconds - 0.05, "end": end, "gate": name, "passed": passed, "seconds": seconds}
 
 

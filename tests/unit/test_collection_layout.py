@@ -43,10 +43,10 @@ def test_a_clone_finds_the_collection_at_its_root_with_no_assembling() -> None:
     assert link.is_symlink() and link.resolve() == REPO.resolve()
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
-    doc = subprocess.run([str(bin_dir / "ansible-doc"), "--json", "dsv4.deploy.dsv4_services"], cwd=REPO, env=env,
+    doc = subprocess.run([str(bin_dir / "ansible-doc"), "--json", "dsv4.deploy.dsv4_service_state"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert doc.returncode == 0, doc.stderr
-    assert "dsv4.deploy.dsv4_services" in doc.stdout
+    assert "dsv4.deploy.dsv4_service_state" in doc.stdout
     check = subprocess.run([str(bin_dir / "ansible-playbook"), "--syntax-check", "dsv4.deploy.stop"], cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr

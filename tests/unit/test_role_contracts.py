@@ -31,7 +31,7 @@ EXPRESSION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
 INCLUDE_ROLE = {"include_role", "import_role", "ansible.builtin.include_role", "ansible.builtin.import_role"}
 SET_FACT = {"set_fact", "ansible.builtin.set_fact"}
 # The plan action sets a fact named by its `fact` option (default dsv4_plan).
-PLAN_ACTION = {"dsv4_plan", "dsv4.deploy.dsv4_plan"}
+PLAN_ACTION = {"dsv4_build_plan", "dsv4.deploy.dsv4_build_plan"}
 
 
 def strings(node: Any) -> Iterator[str]:

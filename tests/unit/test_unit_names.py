@@ -54,10 +54,10 @@ def deploy(tmp_path: Path, spec: Deployment, release_id: str, units: Path) -> di
     """Install and activate the release of gpu1, then make systemd see its units."""
     root = spec.hosts["gpu1"].install_root
     files = render_release(spec, "gpu1")
-    assert not module(tmp_path, "dsv4_release", install_root=root, state="present", release_id=release_id,
+    assert not module(tmp_path, "dsv4_host_releases", install_root=root, state="present", release_id=release_id,
                       files=files).get("failed")
-    module(tmp_path, "dsv4_release", install_root=root, state="active", release_id=release_id)
-    return module(tmp_path, "dsv4_services", manager="systemd", install_root=root, unit_dir=str(units),
+    module(tmp_path, "dsv4_host_releases", install_root=root, state="active", release_id=release_id)
+    return module(tmp_path, "dsv4_service_state", manager="systemd", install_root=root, unit_dir=str(units),
                   state="installed")
 
 
@@ -81,7 +81,7 @@ def test_two_deployments_on_one_host_keep_their_own_units(tmp_path: Path) -> Non
     blue_unit = (units / "sglang-dsv4_blue-decode.service").read_text()
     assert f"WorkingDirectory={tmp_path}/srv/blue/current" in blue_unit
     # Removing green (stop -e purge=true) takes out green's units only.
-    out = module(tmp_path, "dsv4_services", manager="systemd", install_root=str(tmp_path / "srv" / "green"),
+    out = module(tmp_path, "dsv4_service_state", manager="systemd", install_root=str(tmp_path / "srv" / "green"),
                  unit_dir=str(units), state="removed")
     assert not out.get("failed") and out["changed"]
     assert unit_files(units) == [f"sglang-dsv4_blue-{r}.service" for r in ("decode", "prefill", "router")]
@@ -120,6 +120,6 @@ def test_an_upgraded_deployment_replaces_its_old_units_and_leaves_nobody_elses(t
         f"disable --now sglang-dsv4-{r}.service" for r in ("prefill", "decode", "router")}
     # The other deployment's unit, put back under its plain name, survives the next install.
     (units / "sglang-dsv4-router.service").write_text(other.read_text())
-    assert not module(tmp_path, "dsv4_services", manager="systemd", install_root=str(root), unit_dir=str(units),
+    assert not module(tmp_path, "dsv4_service_state", manager="systemd", install_root=str(root), unit_dir=str(units),
                       state="installed").get("failed")
     assert (units / "sglang-dsv4-router.service").read_text() == other.read_text()

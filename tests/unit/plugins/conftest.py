@@ -47,7 +47,7 @@ def install_root(tmp_path: Path) -> Iterator[Path]:
     root = base / "root"
     write_release(root, "r1", f"echo \"server_args=ServerArgs(api_key='{KEY}', port=30000)\"\nexec sleep 300")
     yield root
-    run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(root), state="removed",
+    run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(root), state="removed",
                supervisor_bin_dir=BIN_DIR)
     pidfile = root / "supervisor" / "supervisord.pid"
     if pidfile.exists():  # the shutdown failed: end the supervisord this test started, by its pid

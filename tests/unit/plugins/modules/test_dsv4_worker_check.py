@@ -66,11 +66,11 @@ def test_the_wait_in_check_mode_starts_nothing(tmp_path: Path, install_root: Pat
 
 def test_the_wait_records_its_lock_phase_and_sees_a_program_die(tmp_path: Path, install_root: Path,
                                                                 dead_url: str) -> None:
-    started = run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(install_root),
+    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
                          supervisor_bin_dir=BIN_DIR, state="started")
     path = install_root / "deploy.lock"
     path.write_text(json.dumps({"run_id": "r1", "phase": "switch: started"}))
-    run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(install_root),
+    run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
                supervisor_bin_dir=BIN_DIR, state="stopped")  # the program ends during the wait
     out = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=10,
                      checks=[{"name": "w", "url": dead_url}],

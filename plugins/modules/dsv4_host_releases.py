@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_release
+module: dsv4_host_releases
 short_description: Install, activate and query dsv4deploy releases on a host
 description:
   - A release is a directory C(install_root/releases/ID) holding serve scripts, units or supervisord
@@ -87,20 +87,20 @@ author: dsv4deploy maintainers (@dsv4deploy)
 
 EXAMPLES = r"""
 - name: Install the planned release (reused when its content exists already)
-  dsv4.deploy.dsv4_release:
+  dsv4.deploy.dsv4_host_releases:
     install_root: /opt/dsv4deploy
     state: present
     release_id: "{{ dsv4_plan.release_id }}"
     files: "{{ dsv4_plan.hosts[inventory_hostname].files }}"
 
 - name: Make it the active release
-  dsv4.deploy.dsv4_release:
+  dsv4.deploy.dsv4_host_releases:
     install_root: /opt/dsv4deploy
     state: active
     release_id: "{{ dsv4_plan.release_id }}"
 
 - name: What is installed and active
-  dsv4.deploy.dsv4_release:
+  dsv4.deploy.dsv4_host_releases:
     install_root: /opt/dsv4deploy
   register: releases
 """

@@ -1,10 +1,10 @@
 #!/usr/bin/python
-"""Documentation of the dsv4_plan action; the work is done on the controller by action/dsv4_plan.py."""
+"""Documentation of the dsv4_build_plan action; the work is done on the controller by action/dsv4_build_plan.py."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_plan
+module: dsv4_build_plan
 short_description: Build the dsv4deploy rollout plan from the play's variables, on the controller
 description:
   - Reads the deployment spec from the play's variables exactly as C(dsv4deploy validate) does (the
@@ -106,11 +106,11 @@ author: dsv4deploy maintainers (@dsv4deploy)
 
 EXAMPLES = r"""
 - name: Validate the spec, check memory and render every host's release
-  dsv4.deploy.dsv4_plan:
+  dsv4.deploy.dsv4_build_plan:
   run_once: true
 
 - name: The isolation plan of the serving PD release
-  dsv4.deploy.dsv4_plan:
+  dsv4.deploy.dsv4_build_plan:
     release_spec: "{{ spec_json.content | b64decode }}"
     derive: combined
     release_id: "{{ serving_release }}"
@@ -119,7 +119,7 @@ EXAMPLES = r"""
   run_once: true
 
 - name: Gate targets of a release being restored
-  dsv4.deploy.dsv4_plan:
+  dsv4.deploy.dsv4_build_plan:
     release_spec: "{{ spec_json.content | b64decode }}"
     fact: dsv4_target_plan
   run_once: true

@@ -1,10 +1,10 @@
 #!/usr/bin/python
-"""Documentation of the dsv4_gate action; the work is done on the controller by action/dsv4_gate.py."""
+"""Documentation of the dsv4_run_gates action; the work is done on the controller by action/dsv4_run_gates.py."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_gate
+module: dsv4_run_gates
 short_description: Run dsv4deploy's verification gates (readiness to perf, and the bake) from the controller
 description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
@@ -27,7 +27,7 @@ options:
     type: dict
     required: true
     description:
-      - The plan (the C(dsv4_plan) fact, or a restored release's targets from M(dsv4.deploy.dsv4_plan)).
+      - The plan (the C(dsv4_plan) fact, or a restored release's targets from M(dsv4.deploy.dsv4_build_plan)).
   logs:
     type: dict
     default: {}
@@ -79,7 +79,7 @@ author: dsv4deploy maintainers (@dsv4deploy)
 
 EXAMPLES = r"""
 - name: Readiness of what the plan deployed
-  dsv4.deploy.dsv4_gate:
+  dsv4.deploy.dsv4_run_gates:
     name: readiness
     plan: "{{ dsv4_plan }}"
     api_key: "{{ dsv4_gates_api_key }}"

@@ -1,6 +1,6 @@
 """Action plugin: validate the spec, check memory and render every host's release, on the controller.
 
-Documented in modules/dsv4_plan.py (ansible-doc dsv4.deploy.dsv4_plan); ARGUMENT_SPEC follows it.
+Documented in modules/dsv4_build_plan.py (ansible-doc dsv4.deploy.dsv4_build_plan); ARGUMENT_SPEC follows it.
 """
 
 from __future__ import annotations

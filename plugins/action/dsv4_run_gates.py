@@ -1,7 +1,7 @@
 """Action plugin: run verification gates from the controller (several independent ones at once) and
 return their evidence.
 
-Documented in modules/dsv4_gate.py (ansible-doc dsv4.deploy.dsv4_gate); ARGUMENT_SPEC follows it.
+Documented in modules/dsv4_run_gates.py (ansible-doc dsv4.deploy.dsv4_run_gates); ARGUMENT_SPEC follows it.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
         names = args["name"]
         problem = group_problem(names)
         if problem:
-            result.update(failed=True, msg=f"dsv4_gate: {problem}")
+            result.update(failed=True, msg=f"dsv4_run_gates: {problem}")
             return result
         if self._task.check_mode:  # a gate talks to running servers: never in check mode
             why = "check mode: not run (a gate talks to the running servers)"

@@ -1,4 +1,4 @@
-"""dsv4_services_info: status and logs of our services, read-only, API keys redacted."""
+"""dsv4_service_state_info: status and logs of our services, read-only, API keys redacted."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.unit.plugins.runner import run_module
 
 
 def info(tmp_path: Path, root: Path, **args: object) -> dict:
-    return run_module("dsv4_services_info", tmp_path, manager="supervisor", install_root=str(root),
+    return run_module("dsv4_service_state_info", tmp_path, manager="supervisor", install_root=str(root),
                       supervisor_bin_dir=BIN_DIR, **args)
 
 
@@ -21,7 +21,7 @@ def test_nothing_runs_where_no_supervisord_of_ours_does(tmp_path: Path, install_
 
 
 def test_status_names_the_pids_and_logs_come_redacted(tmp_path: Path, install_root: Path) -> None:
-    started = run_module("dsv4_services", tmp_path, manager="supervisor", install_root=str(install_root),
+    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
                          supervisor_bin_dir=BIN_DIR, state="started")
     assert started["started"] == [PROGRAM], started
     out = info(tmp_path, install_root)

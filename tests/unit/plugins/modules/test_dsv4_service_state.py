@@ -1,4 +1,4 @@
-"""dsv4_services: the service state (installed, started, stopped, removed) under a real supervisord, with
+"""dsv4_service_state: the service state (installed, started, stopped, removed) under a real supervisord, with
 honest check mode and the deploy lock's phases recorded by explicit calls."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from tests.unit.plugins.runner import run_module
 
 
 def services(tmp_path: Path, root: Path, state: str, check: bool = False, **args: object) -> dict:
-    return run_module("dsv4_services", tmp_path, check_mode=check, manager="supervisor", install_root=str(root),
+    return run_module("dsv4_service_state", tmp_path, check_mode=check, manager="supervisor", install_root=str(root),
                       supervisor_bin_dir=BIN_DIR, state=state, **args)
 
 
 def info(tmp_path: Path, root: Path) -> dict:
-    return run_module("dsv4_services_info", tmp_path, manager="supervisor", install_root=str(root),
+    return run_module("dsv4_service_state_info", tmp_path, manager="supervisor", install_root=str(root),
                       supervisor_bin_dir=BIN_DIR)
 
 

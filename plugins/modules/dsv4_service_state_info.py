@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_services_info
+module: dsv4_service_state_info
 short_description: Status and logs of dsv4deploy services under systemd or supervisord
 description:
   - Reads the services of the active release C(install_root/current) (its C(bin/serve-NAME.sh)) from the
@@ -22,7 +22,7 @@ options:
     choices: [all, router, workers, decode, prefill]
     default: all
     description:
-      - Narrow O(names) by kind, as M(dsv4.deploy.dsv4_services) does.
+      - Narrow O(names) by kind, as M(dsv4.deploy.dsv4_service_state) does.
   logs:
     type: bool
     default: false
@@ -32,13 +32,13 @@ options:
     type: dict
     default: {}
     description:
-      - Byte offsets per service, as M(dsv4.deploy.dsv4_services) O(dsv4.deploy.dsv4_services#module:state=started)
-        returned them (supervisord); the log is read from there.
+      - Byte offsets per service, as M(dsv4.deploy.dsv4_service_state)
+        O(dsv4.deploy.dsv4_service_state#module:state=started) returned them (supervisord); the log is read from there.
   invocations:
     type: dict
     default: {}
     description:
-      - systemd invocation ids per service, as M(dsv4.deploy.dsv4_services) returned them; the journal of that
+      - systemd invocation ids per service, as M(dsv4.deploy.dsv4_service_state) returned them; the journal of that
         invocation is read (default the running one's).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.service_manager
@@ -48,14 +48,14 @@ author: dsv4deploy maintainers (@dsv4deploy)
 
 EXAMPLES = r"""
 - name: Which of our services run, with their PIDs
-  dsv4.deploy.dsv4_services_info:
+  dsv4.deploy.dsv4_service_state_info:
     manager: supervisor
     install_root: "{{ playbook_dir }}/.state"
     supervisor_bin_dir: "{{ ansible_playbook_python | dirname }}"
   register: status
 
 - name: What the workers logged since their start
-  dsv4.deploy.dsv4_services_info:
+  dsv4.deploy.dsv4_service_state_info:
     manager: systemd
     install_root: /opt/dsv4deploy
     only: workers

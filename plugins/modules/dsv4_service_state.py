@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_services
+module: dsv4_service_state
 short_description: Install, start, stop or remove dsv4deploy services under systemd or supervisord
 description:
   - The services are those of the active release C(install_root/current) (its C(bin/serve-NAME.sh)).
@@ -26,7 +26,7 @@ description:
   - Our units are those run from O(install_root) (their C(WorkingDirectory)); another deployment's
     units on the same host are never changed or removed, and installing a unit whose name another
     deployment's unit has fails before anything changes.
-  - Status and logs are M(dsv4.deploy.dsv4_services_info)'s.
+  - Status and logs are M(dsv4.deploy.dsv4_service_state_info)'s.
 options:
   state:
     type: str
@@ -68,20 +68,21 @@ attributes:
       and writes no lock phase.
   diff_mode:
     support: none
-    description: Services have no file content to diff (the release's files are diffed by M(dsv4.deploy.dsv4_release)).
+    description:
+      - Services have no file content to diff (the release's files are diffed by M(dsv4.deploy.dsv4_host_releases)).
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""
 - name: Stop the router first
-  dsv4.deploy.dsv4_services:
+  dsv4.deploy.dsv4_service_state:
     manager: systemd
     install_root: /opt/dsv4deploy
     state: stopped
     only: router
 
 - name: Start the workers of the active release
-  dsv4.deploy.dsv4_services:
+  dsv4.deploy.dsv4_service_state:
     manager: systemd
     install_root: /opt/dsv4deploy
     state: started
@@ -111,11 +112,11 @@ stop_seconds:
   type: dict
 log_offsets:
   description: Byte offset of each started service's log at its start (supervisord), for
-    M(dsv4.deploy.dsv4_services_info) O(dsv4.deploy.dsv4_services_info#module:log_offsets).
+    M(dsv4.deploy.dsv4_service_state_info) O(dsv4.deploy.dsv4_service_state_info#module:log_offsets).
   returned: O(state=started)
   type: dict
 invocations:
-  description: systemd invocation id of each started service, for M(dsv4.deploy.dsv4_services_info).
+  description: systemd invocation id of each started service, for M(dsv4.deploy.dsv4_service_state_info).
   returned: O(state=started)
   type: dict
 programs:

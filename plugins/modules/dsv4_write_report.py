@@ -1,10 +1,10 @@
 #!/usr/bin/python
-"""Documentation of the dsv4_report action; the work is done on the controller by action/dsv4_report.py."""
+"""Documentation of the dsv4_write_report action; the work is done on the controller by action/dsv4_write_report.py."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_report
+module: dsv4_write_report
 short_description: Write a dsv4deploy deploy report on the controller and point C(latest) at it
 description:
   - Writes C(REPORTS_DIR/RELEASE/report.json) and C(report.md) (and C(heatmap.png) with the C(plot) extra)
@@ -58,7 +58,7 @@ options:
     elements: dict
     default: []
     description:
-      - Gate results in order (RV(dsv4.deploy.dsv4_gate#module:gate) of each gate, with its C(phase)).
+      - Gate results in order (RV(dsv4.deploy.dsv4_run_gates#module:gate) of each gate, with its C(phase)).
   failure_logs:
     type: dict
     default: {}
@@ -73,7 +73,7 @@ author: dsv4deploy maintainers (@dsv4deploy)
 
 EXAMPLES = r"""
 - name: Write the report of a promoted release
-  dsv4.deploy.dsv4_report:
+  dsv4.deploy.dsv4_write_report:
     reports_dir: reports
     verdict: promoted
     plan: "{{ dsv4_plan }}"

@@ -1,6 +1,6 @@
 """Action plugin: write the deploy report (JSON, Markdown, heatmap) on the controller.
 
-Documented in modules/dsv4_report.py (ansible-doc dsv4.deploy.dsv4_report); ARGUMENT_SPEC follows it.
+Documented in modules/dsv4_write_report.py (ansible-doc dsv4.deploy.dsv4_write_report); ARGUMENT_SPEC follows it.
 """
 
 from __future__ import annotations
