@@ -214,15 +214,24 @@ def metric_analyses(change: Counters, settings: BakeSettings, pd: bool, has_rout
     return out
 
 
+def run_probes(endpoint: str, model: str, *, canary_tokens: int, probe_sessions: int, deadline_s: float,
+               seed: int, api_key: str | None) -> tuple[GateResult, GateResult]:
+    """The light probes, through the client-facing endpoint: a canary needle (one cell) and a tool-call
+    probe (one-turn soak sessions). Shared by the bake and the continuous verification timer."""
+    needle = run_needle(endpoint, model, context_lengths=[canary_tokens], depths=[0.5],
+                        required_tokens=canary_tokens, deadline_s=deadline_s, concurrency=1, seed=seed,
+                        api_key=api_key)
+    tools = run_soak(endpoint, model, sessions=probe_sessions, turns=1, concurrency=probe_sessions,
+                     max_corruption_rate=0.0, deadline_s=deadline_s, seed=seed, api_key=api_key)
+    return needle, tools
+
+
 def probe_analyses(endpoint: str, model: str, settings: BakeSettings, index: int,
                    api_key: str | None) -> list[Analysis]:
-    """The canary needle and the tool-call probe, both through the client-facing endpoint."""
-    needle = run_needle(endpoint, model, context_lengths=[settings.canary_tokens], depths=[0.5],
-                        required_tokens=settings.canary_tokens, deadline_s=settings.probe_deadline_s,
-                        concurrency=1, seed=index, api_key=api_key)
-    tools = run_soak(endpoint, model, sessions=settings.probe_sessions, turns=1,
-                     concurrency=settings.probe_sessions, max_corruption_rate=0.0,
-                     deadline_s=settings.probe_deadline_s, seed=index, api_key=api_key)
+    """The probes of one interval as analyses (a probe that fails is a failed analysis)."""
+    needle, tools = run_probes(endpoint, model, canary_tokens=settings.canary_tokens,
+                               probe_sessions=settings.probe_sessions, deadline_s=settings.probe_deadline_s,
+                               seed=index, api_key=api_key)
     return [Analysis("canary needle", Phase.SUCCESSFUL if needle.passed else Phase.FAILED, needle.summary),
             Analysis("tool-call probe", Phase.SUCCESSFUL if tools.passed else Phase.FAILED, tools.summary)]
 

@@ -6,10 +6,11 @@ tests run in order on one host."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import VENV_BIN, SimHost
 from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
@@ -148,3 +149,27 @@ def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_b
     assert_serving(sim_host, good)
     # The release that degraded is recorded failed by its bake (a rollback to it by hand is refused).
     assert _state(sim_host)["failed"][report["release"]] == "bake"
+
+
+def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_reads(sim_host: SimHost,
+                                                                                   tmp_path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    release = sim_host.active_release()
+    config = tmp_path / "watch.json"
+    config.write_text(json.dumps({"deployment": "local", "endpoint": sim_host.endpoint,
+                                  "model": "deepseek-v4-flash",  # the embedded inventory's served_name
+                                  "textfile_dir": str(tmp_path / "textfile"),
+                                  "install_root": str(sim_host.install_root),
+                                  "api_key_file": str(sim_host.root / "api_key"), "canary_tokens": 500}))
+    proc = subprocess.run([str(VENV_BIN / "python"), "-m", "dsv4deploy.watch", "--config", str(config), "--once"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / "textfile" / "dsv4deploy-local.prom").read_text()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("dsv4deploy_release_info", (("deployment", "local"), ("release", release)))] == 1
+    for gate in ("canary_needle", "tool_calls"):
+        assert samples[("dsv4deploy_gate_passed", (("deployment", "local"), ("gate", gate)))] == 1
+    assert samples[("dsv4deploy_corruption_rate", (("deployment", "local"),))] == 0
+    assert samples[("dsv4deploy_last_verification_timestamp_seconds", (("deployment", "local"),))] > 0

@@ -166,3 +166,22 @@ def test_report_says_a_first_release_was_recorded_not_judged(tmp_path):
     md = write_report(tmp_path, data)["md"].read_text()
     assert "Recorded, not judged: no earlier figures: the first release with a performance record." in md
     assert "| client | output tokens/s | 300.0 | - | - |" in md
+
+
+def test_report_plots_latency_and_throughput_against_the_previous_release(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    perf = gate("perf", "passed", "within", figures=_perf_figures(0.012), judged=True, tolerance=1.0,
+                regressions=[], baseline={**_perf_figures(0.01), "release": "r1"})
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[perf])
+    paths = write_report(tmp_path, data)
+    png = paths["perf_plot"].read_bytes()
+    assert paths["perf_plot"].name == "perf-vs-previous.png" and png.startswith(b"\x89PNG") and len(png) > 5000
+    assert "![latency and throughput against the previous release](perf-vs-previous.png)" in paths["md"].read_text()
+
+
+def test_a_first_release_has_no_comparison_plot(tmp_path):
+    perf = gate("perf", "passed", "recorded", figures=_perf_figures(0.01), judged=False, regressions=[])
+    data = build_report(release="r1", previous_release=None, topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[perf])
+    assert "perf_plot" not in write_report(tmp_path, data)
