@@ -173,3 +173,14 @@ def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_rea
         assert samples[("dsv4deploy_gate_passed", (("deployment", "local"), ("gate", gate)))] == 1
     assert samples[("dsv4deploy_corruption_rate", (("deployment", "local"),))] == 0
     assert samples[("dsv4deploy_last_verification_timestamp_seconds", (("deployment", "local"),))] > 0
+
+
+def test_the_verification_timer_is_refused_on_a_supervisord_host_naming_it_and_the_fix(sim_host: SimHost) -> None:
+    before = sorted(p.name for p in sim_host.install_root.iterdir())
+    proc = sim_host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=local")
+    assert proc.returncode != 0
+    assert "host local: service_manager is supervisor, and the verification timer is a systemd timer" in proc.stdout
+    assert "-m dsv4deploy.watch --config FILE --every 300" in proc.stdout
+    assert sorted(p.name for p in sim_host.install_root.iterdir()) == before  # nothing written
+    proc = sim_host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=gpu9")
+    assert proc.returncode != 0 and 'dsv4_verify_timer_host "gpu9" is not one of this play\'s hosts (local)' in proc.stdout
