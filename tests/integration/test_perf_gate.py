@@ -183,4 +183,5 @@ def test_the_verification_timer_is_refused_on_a_supervisord_host_naming_it_and_t
     assert "-m dsv4deploy.watch --config FILE --every 300" in proc.stdout
     assert sorted(p.name for p in sim_host.install_root.iterdir()) == before  # nothing written
     proc = sim_host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=gpu9")
-    assert proc.returncode != 0 and 'dsv4_verify_timer_host "gpu9" is not one of this play\'s hosts (local)' in proc.stdout
+    assert proc.returncode != 0
+    assert 'dsv4_verify_timer_host "gpu9" is not one of this play\'s hosts (local)' in proc.stdout
