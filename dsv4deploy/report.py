@@ -177,7 +177,10 @@ def summary_line(data: dict[str, Any]) -> str:
     match verdict:
         case "promoted":
             passed = sum(g["status"] == "passed" for g in gates)
-            return f"**PROMOTED** `{release}`: {passed} of {len(gates)} gates passed."
+            unsure = [g["name"] for g in gates if g["status"] == "inconclusive"]
+            # An inconclusive bake is said on the first line: the release serves without being baked.
+            note = f" INCONCLUSIVE: {', '.join(unsure)} (the release stays, not judged)." if unsure else ""
+            return f"**PROMOTED** `{release}`: {passed} of {len(gates)} gates passed.{note}"
         case "unchanged":
             return f"**UNCHANGED** `{release}` was already active and healthy; nothing restarted."
         case "rolled_back":

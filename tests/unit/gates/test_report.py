@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from dsv4deploy.gates import GateResult, GateStatus, run_needle, run_smoke
-from dsv4deploy.report import build_report, update_latest, write_report
+from dsv4deploy.report import build_report, render_markdown, update_latest, write_report
 
 from .stubs import always, model
 
@@ -185,3 +185,13 @@ def test_a_first_release_has_no_comparison_plot(tmp_path):
     data = build_report(release="r1", previous_release=None, topology="pd", verdict="promoted",
                         endpoint="http://h:8000", gates=[perf])
     assert "perf_plot" not in write_report(tmp_path, data)
+
+
+def test_an_inconclusive_bake_is_said_on_the_first_line():
+    bake = GateResult(name="bake", status=GateStatus.INCONCLUSIVE, seconds=3.0, summary="inconclusive: ...",
+                      evidence={"verdict": "inconclusive"})
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[gate("readiness", "passed"), bake])
+    md = render_markdown(data)
+    assert "**PROMOTED** `r2`: 1 of 2 gates passed. INCONCLUSIVE: bake (the release stays, not judged)." in md
+    assert "| bake | ❔ inconclusive | 3.0 | inconclusive: ... |" in md
