@@ -193,15 +193,21 @@ def read_counters(client: httpx.Client, workers: Sequence[Mapping[str, str]],
     return out
 
 
-def metric_analyses(change: Counters, settings: BakeSettings, pd: bool, has_router: bool) -> list[Analysis]:
-    """The interval's metric analyses from its counters' change."""
+def metric_analyses(change: Counters, settings: BakeSettings, pd: bool, has_router: bool,
+                    has_servers: bool = True) -> list[Analysis]:
+    """The interval's metric analyses from its counters' change (a source not read by design, no router or
+    no worker the controller reaches, gives no analysis: it is not inconclusive for lack of it)."""
     out: list[Analysis] = []
     if has_router:
         requests, errors = change.router if change.router else (None, None)
         out.append(rate("error rate", errors, requests, settings.max_error_rate, "router"))
+    if not has_servers:
+        return out
     servers = change.servers
-    out.append(rate("abort rate", servers.get(SERVER_ABORTS) if servers else None,
-                    servers.get(SERVER_REQUESTS) if servers else None, settings.max_abort_rate, "servers"))
+    # A counter a server does not serve counts nothing (read_counters fills each one it read).
+    out.append(rate("abort rate", servers.get(SERVER_ABORTS, 0.0) if servers is not None else None,
+                    servers.get(SERVER_REQUESTS, 0.0) if servers is not None else None, settings.max_abort_rate,
+                    "servers"))
     if pd:
         if servers is None:
             out.append(Analysis("transfer failures", Phase.INCONCLUSIVE, "no server metrics could be read"))
@@ -257,7 +263,8 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
             analyses = probe_analyses(endpoint, model, settings, index, api_key)
             sleep(max(0.0, settings.interval_s - (time.monotonic() - started)))
             change = read_counters(client, workers, router_metrics_url).minus(before)
-            analyses = metric_analyses(change, settings, topology == "pd", bool(router_metrics_url)) + analyses
+            analyses = metric_analyses(change, settings, topology == "pd", bool(router_metrics_url),
+                                       bool(workers)) + analyses
             interval = Interval(index + 1, interval_phase(analyses), round(time.monotonic() - started, 2), analyses)
             intervals.append(interval)
             notify(progress, index + 1, total, f"interval {index + 1}: {interval.phase}"
@@ -272,13 +279,16 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
                 break
     # Said in the evidence: without the router's metrics there is no error-rate analysis.
     return _result(watch, settings, intervals, verdict, total,
-                   router_metrics_url or "not read (no router, or not reachable from here)")
+                   router_metrics_url or "not read (no router, or not reachable from here)",
+                   [w["name"] for w in workers])
 
 
 def _result(watch: Stopwatch, settings: BakeSettings, intervals: list[Interval], verdict: Phase,
-            total: int, router_metrics: str) -> GateResult:
+            total: int, router_metrics: str, server_metrics: list[str]) -> GateResult:
     evidence: dict[str, Any] = {"verdict": str(verdict), "settings": settings.model_dump(),
                                 "router_metrics": router_metrics,
+                                # The servers whose /metrics were read (none: no abort or transfer analysis).
+                                "server_metrics": server_metrics,
                                 "intervals": [asdict(i) for i in intervals]}
     counts = {p: sum(i.phase is p for i in intervals) for p in Phase}
     tally = (f"{counts[Phase.SUCCESSFUL]} successful, {counts[Phase.FAILED]} failed, "

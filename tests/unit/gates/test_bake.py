@@ -95,3 +95,16 @@ def test_inconclusive_intervals_in_a_row_end_the_bake_inconclusive_and_say_so(mo
 def test_bad_bake_settings_name_the_field() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         BakeSettings(seconds=10, interval_s=0)
+
+
+def test_sources_not_read_by_design_give_no_analysis_and_read_ones_that_fail_are_inconclusive() -> None:
+    settings = BakeSettings(seconds=1)
+    # No router, no worker the controller reaches (loopback on a remote host): nothing to be unsure of.
+    assert bake.metric_analyses(Counters(), settings, pd=True, has_router=False, has_servers=False) == []
+    unread = bake.metric_analyses(Counters(), settings, pd=True, has_router=True, has_servers=True)
+    assert [a.name for a in unread] == ["error rate", "abort rate", "transfer failures"]
+    assert {a.phase for a in unread} == {Phase.INCONCLUSIVE}
+    change = Counters((10, 0), {"sglang:num_requests_total": 10, "sglang:num_transfer_failed_reqs_total": 1})
+    judged = {a.name: a.phase for a in bake.metric_analyses(change, settings, pd=True, has_router=True)}
+    assert judged == {"error rate": Phase.SUCCESSFUL, "abort rate": Phase.SUCCESSFUL,
+                      "transfer failures": Phase.FAILED}
