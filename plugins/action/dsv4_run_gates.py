@@ -9,6 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -70,18 +71,19 @@ class ActionModule(ActionBase):
             return result
         warnings = retired_warnings(task_vars)
         # The retired switch still means what it said: no perf gate.
-        perf_off = "perf_enabled" in task_vars and not plain(self._templar.template(task_vars["perf_enabled"]))
+        perf_off = "perf_enabled" in task_vars and not boolean(self._templar.template(task_vars["perf_enabled"]),
+                                                               strict=False)
 
         def run_one(name: str) -> dict[str, Any]:
             def progress(done: int, total: int, note: str) -> None:
                 display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
 
             if name == "perf" and perf_off:
-                return skipped("perf", "perf_enabled is false (retired: leave perf out of dsv4_gates_names)"
-                               ).model_dump(mode="json")
-            gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
-                            progress=progress, probes=args["probes"], baseline=args["baseline"] or None,
-                            bake=bake)
+                gate = skipped("perf", "perf_enabled is false (retired: leave perf out of dsv4_gates_names)")
+            else:
+                gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
+                                progress=progress, probes=args["probes"], baseline=args["baseline"] or None,
+                                bake=bake)
             data = gate.model_dump(mode="json")
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
             return data

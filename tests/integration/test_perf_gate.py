@@ -96,6 +96,12 @@ def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) ->
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "gate perf: passed in" in proc.stdout and f"within 100% of release {good}" in proc.stdout
 
+    # The retired perf_enabled still means what it said, and says what to do instead.
+    proc = sim_host.playbook("verify.yml", *GATES, "-e", "perf_enabled=false")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gate perf: skipped" in proc.stdout and "perf_enabled is false (retired" in proc.stdout
+    assert "'perf_enabled' is no longer read: the perf gate is opt-in" in proc.stdout + proc.stderr
+
 
 # The bake (docs/bake.md): short intervals, the probes sized so that a degrade_after=200 release crosses its
 # 200th generation a few intervals into the bake (the gates above stay well below it).
