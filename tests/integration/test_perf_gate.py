@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -181,13 +183,75 @@ def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_rea
     assert samples[("dsv4deploy_last_verification_timestamp_seconds", (("deployment", "local"),))] > 0
 
 
-def test_the_verification_timer_is_refused_on_a_supervisord_host_naming_it_and_the_fix(sim_host: SimHost) -> None:
+def _watch_processes(config: Path) -> list[int]:
+    """PIDs of processes whose command line names the watch's settings file."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(config).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
+def _verification(prom: Path, deadline_s: float, after: float = 0) -> dict:
+    """The samples of the textfile once a verification ended after `after` (Unix time)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if prom.exists():
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for f in text_string_to_metric_families(prom.read_text()) for s in f.samples}
+            stamp = next(v for (n, _), v in samples.items() if n == "dsv4deploy_last_verification_timestamp_seconds")
+            if stamp > after:
+                return samples
+        time.sleep(0.5)
+    raise AssertionError(f"no verification after {after} in {prom} within {deadline_s} s")
+
+
+def test_continuous_verification_runs_under_the_hosts_supervisord_and_its_removal_leaves_nothing_running(
+        sim_host: SimHost, tmp_path: Path) -> None:
+    release = sim_host.active_release()
+    textfile_dir = tmp_path / "textfile"
+    config = sim_host.install_root / "verify-timer" / "watch.json"
+    args = ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
+            "-e", f"dsv4_verify_timer_python={VENV_BIN / 'python'}", "-e", "dsv4_verify_timer_interval_s=2",
+            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+    try:
+        proc = sim_host.playbook("verify_timer.yml", *args)
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        program = json.loads(config.read_text())["deployment"]
+        status, end = "", time.monotonic() + 15
+        while "RUNNING" not in status and time.monotonic() < end:  # STARTING for its startsecs
+            status = sim_host.supervisorctl("status", f"dsv4-verify-{program}")
+            time.sleep(0.3)
+        assert "RUNNING" in status, status
+        prom = textfile_dir / f"dsv4deploy-{program}.prom"
+        first = _verification(prom, 60)
+        labels = (("deployment", program),)
+        assert first[("dsv4deploy_release_info", (*labels, ("release", release)))] == 1
+        for gate in ("canary_needle", "tool_calls"):
+            assert first[("dsv4deploy_gate_passed", (*labels, ("gate", gate)))] == 1
+        assert first[("dsv4deploy_corruption_rate", labels)] == 0
+        # It runs again by itself, every interval.
+        _verification(prom, 30, after=first[("dsv4deploy_last_verification_timestamp_seconds", labels)])
+        assert _watch_processes(config), "the program runs the watch with its settings"
+    finally:
+        removed = sim_host.playbook("verify_timer.yml", *args, "-e", "dsv4_verify_timer_state=absent")
+    assert removed.returncode == 0, removed.stdout[-5000:]
+    assert f"dsv4-verify-{program}" not in sim_host.supervisorctl("status")
+    assert _watch_processes(config) == []
+    assert not (sim_host.install_root / "verify-timer").exists() and not prom.exists()
+    assert textfile_dir.is_dir()  # the textfile directory stays (node_exporter's, not ours)
+    # The release's programs still serve.
+    assert_serving(sim_host, release)
+
+
+def test_the_verification_timer_is_refused_for_a_host_not_in_the_play(sim_host: SimHost) -> None:
     before = sorted(p.name for p in sim_host.install_root.iterdir())
-    proc = sim_host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=local")
-    assert proc.returncode != 0
-    assert "host local: service_manager is supervisor, and the verification timer is a systemd timer" in proc.stdout
-    assert "-m dsv4deploy.watch --config FILE --every 300" in proc.stdout
-    assert sorted(p.name for p in sim_host.install_root.iterdir()) == before  # nothing written
     proc = sim_host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=gpu9")
     assert proc.returncode != 0
     assert 'dsv4_verify_timer_host "gpu9" is not one of this play\'s hosts (local)' in proc.stdout
+    assert sorted(p.name for p in sim_host.install_root.iterdir()) == before  # nothing written
