@@ -130,7 +130,14 @@ def test_a_clean_release_passes_perf_and_the_bake(sim_host: SimHost) -> None:
     assert set(analyses) == {"error rate", "abort rate", "transfer failures", "canary needle", "tool-call probe"}
     assert all(a["phase"] == "successful" for i in intervals for a in i["analyses"]), intervals
     assert analyses["error rate"]["value"] == 0 and analyses["abort rate"]["value"] == 0
-    assert sim_host.active_release() in _state(sim_host)["good"]
+    release = sim_host.active_release()
+    assert release in _state(sim_host)["good"]
+    # Recorded baked: state.json and `dsv4deploy releases` say so, and the next perf gate judges against it.
+    assert _state(sim_host)["baked"][release] == "passed"
+    listed = subprocess.run([str(VENV_BIN / "dsv4deploy"), "releases", "-i", str(sim_host.inventory), "--json"],
+                            capture_output=True, text=True, timeout=300, cwd="/")
+    rows = {r["id"]: r["status"] for r in json.loads(listed.stdout)["local"]["releases"]}
+    assert rows[release] == "baked", listed.stdout + listed.stderr
 
 
 def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_back_in_the_bake(
