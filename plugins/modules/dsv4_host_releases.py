@@ -78,7 +78,7 @@ options:
     choices: ["", passed, inconclusive]
     default: ""
     description:
-      - How the release's bake ended (O(state=verified)): V(passed) records it baked, V(inconclusive) records
+      - How the release's bake ended, with O(state=verified) - V(passed) records it baked, V(inconclusive) records
         that its bake could not judge it; empty (no bake ran) records nothing. Kept in C(state.json) as
         C(baked) (RV(baked)); the perf gate's baseline is the last baked release's figures (RV(last_baked))
         before a merely verified one's.
