@@ -48,3 +48,37 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
     # Lines about other units on this machine are not ours; ours must have no complaint.
     ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "dsv4-verify-prod" in line]
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
+
+
+def test_supervisord_reads_the_verification_program_beside_the_releases(tmp_path: Path) -> None:
+    """The program as the role renders it, in the folder our supervisord.conf includes beside the active
+    release's programs: supervisord's own parser loads both, the program started with supervisord."""
+    import shlex
+
+    supervisor_options = pytest.importorskip("supervisor.options", reason="supervisor not installed")
+    from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
+
+    root = tmp_path / "root"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
+    env.filters["quote"] = shlex.quote  # Ansible's
+    text = env.get_template("dsv4-verify.supervisor.conf.j2").render(
+        {**VARS, "__dsv4_vt_user": "", "__dsv4_vt_dir": f"{root}/verify-timer", "dsv4_verify_timer_interval_s": 30,
+         "__dsv4_vt_config": f"{root}/verify-timer/100% watch.json", "dsv4_plan_host": {"install_root": str(root)}})
+    for rel, body in {"verify-timer/supervisor/dsv4-verify-prod.conf": text,
+                      "current/supervisor/sglang-dsv4.conf": "[program:sglang-dsv4]\ncommand=/bin/true\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body)
+    (root / "logs").mkdir()
+    sup = Supervisor(str(root), None)
+    (root / "supervisor").mkdir()
+    Path(sup.conf).write_text(sup.config_text())
+    opts = supervisor_options.ServerOptions()
+    opts.configfile = sup.conf
+    opts.process_config(do_usage=False)
+    groups = {g.name: g.process_configs[0] for g in opts.process_group_configs}
+    assert sorted(groups) == ["dsv4-verify-prod", "sglang-dsv4"]
+    program = groups["dsv4-verify-prod"]
+    assert program.command == ("/usr/bin/python3 -m dsv4deploy.watch --config "
+                               f"'{root}/verify-timer/100% watch.json' --every 30")
+    assert program.autostart is True and program.stdout_logfile == f"{root}/logs/dsv4-verify-prod.log"
