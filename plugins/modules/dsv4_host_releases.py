@@ -66,13 +66,6 @@ options:
     default: ""
     description:
       - The gate a release failed (O(state=failed)); empty means C(gates).
-  perf:
-    type: dict
-    default: {}
-    description:
-      - The release's performance figures (the perf gate's C(evidence.figures)), kept in C(state.json) with
-        O(state=verified) or O(state=failed), so that the next deploy judges against the last good release's
-        figures on this host (RV(perf)).
   bake:
     type: str
     choices: ["", passed, inconclusive]
@@ -82,6 +75,13 @@ options:
         that its bake could not judge it; empty (no bake ran) records nothing. Kept in C(state.json) as
         C(baked) (RV(baked)); the perf gate's baseline is the last baked release's figures (RV(last_baked))
         before a merely verified one's.
+  perf:
+    type: dict
+    default: {}
+    description:
+      - The release's performance figures (the perf gate's C(evidence.figures)), kept in C(state.json) with
+        O(state=verified) or O(state=failed), so that the next deploy judges against the last good release's
+        figures on this host (RV(perf)).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -470,7 +470,9 @@ def _perf_changes(root: str, release_id: str, figures: dict) -> dict:
     return _per_release_changes(root, "perf", release_id, figures)
 
 
-def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict, bake: str = "") -> dict:
+def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) -> dict:
+    """Record `release_id` verified here, with its perf figures and how its bake ended (O(bake))."""
+    bake = module.params.get("bake") or ""
     _check_release_id(module, release_id)
     if release_id not in _list_releases(root):
         module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}")
@@ -765,9 +767,9 @@ def main() -> None:
             "prune": {"type": "bool", "default": True},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
+            "bake": {"type": "str", "default": "", "choices": ["", "passed", "inconclusive"]},
             "keep": {"type": "int", "default": 5},
             "perf": {"type": "dict", "default": {}},
-            "bake": {"type": "str", "default": "", "choices": ["", "passed", "inconclusive"]},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
                      ("state", "verified", ("release_id",)), ("state", "failed", ("release_id",)),
@@ -784,7 +786,7 @@ def main() -> None:
         before = _query(root)
         module.exit_json(before=before, **_install(module, root, p["release_id"], p["files"]))
     if p["state"] == "verified":
-        module.exit_json(**_verified(module, root, p["release_id"], p["perf"], p["bake"]))
+        module.exit_json(**_verified(module, root, p["release_id"], p["perf"]))
     if p["state"] == "failed":
         module.exit_json(**_failed(module, root, p["release_id"], p["failed_gate"] or "gates", p["perf"]))
     if p["state"] == "absent":
