@@ -34,11 +34,18 @@ from dsv4deploy.gates import (
     run_soak,
     skipped,
 )
+from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.perf import PerfLoad, run_perf
 from dsv4deploy.gates.result import Stopwatch, make_result
 
-GATES = ("readiness", "config", "smoke", "needle", "soak", "perf")
-GATE_VAR_PREFIXES = tuple(f"{g}_" for g in GATES)
+GATES = ("readiness", "config", "smoke", "needle", "soak", "perf", "bake")
+# The bake's settings are the dsv4_bake role's variables (dsv4_bake_*), handed in whole, not gate variables.
+GATE_VAR_PREFIXES = tuple(f"{g}_" for g in GATES if g != "bake")
+# Gate variables no longer read, each with what to do instead; set, they warn and do not fail the plan.
+RETIRED_GATE_VARS = {
+    "perf_enabled": "the perf gate is opt-in: it runs only when 'perf' is in dsv4_gates_names; leave it out "
+                    "instead of setting perf_enabled: false",
+}
 # What the needle must recall per index_topk, as in the seeds: 1024 flipped the 5.5K-token needle
 # from lost to found; 512 (the model's default) is reliable only up to about 2K tokens.
 REQUIRED_BY_TOPK = {512: 2000, 1024: 5500}
@@ -55,6 +62,7 @@ GATE_NEEDS: dict[str, frozenset[str]] = {
     "needle": frozenset({"readiness", "smoke"}),
     "soak": frozenset({"readiness", "smoke"}),
     "perf": frozenset({"readiness", "smoke"}),
+    "bake": frozenset({"readiness", "smoke"}),
 }
 
 
@@ -107,7 +115,6 @@ class GateSettings(BaseModel):
     # The performance gate's fixed load (a few seconds on the embedded host) and how much worse than
     # the last good release a figure may be: 1.0 lets a latency double (generous, so that a loaded CI
     # machine does not refuse a clean release; a 3x slower decode still fails).
-    perf_enabled: bool = True
     perf_requests: int = Field(16, ge=1)
     perf_concurrency: int = Field(4, ge=1)
     perf_prompt_tokens: int = Field(128, ge=16)
@@ -135,7 +142,8 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
 
     """
     fields = GateSettings.model_fields
-    unknown = [k for k in variables if k.startswith(GATE_VAR_PREFIXES) and k not in fields]
+    unknown = [k for k in variables if k.startswith(GATE_VAR_PREFIXES) and k not in fields
+               and k not in RETIRED_GATE_VARS]
     unknown += [k for k in (overrides or {}) if k not in fields]
     problems = [_unknown(k) for k in sorted(set(unknown))]
     data = {k: template(v) for k, v in variables.items() if k in fields}
@@ -155,6 +163,11 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
     if problems:
         raise GateSettingsError(problems)
     return settings
+
+
+def retired_warnings(variables: Mapping[str, Any]) -> list[str]:
+    """One warning per retired gate variable set in `variables`, saying what to do instead."""
+    return [f"'{name}' is no longer read: {why}" for name, why in RETIRED_GATE_VARS.items() if name in variables]
 
 
 def _invalid(error: Mapping[str, Any]) -> str:
@@ -189,19 +202,19 @@ def host_checks(plan: Mapping[str, Any], host: str, host_is_local: bool) -> list
 
 def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs: Mapping[str, str] | None = None,
              api_key: str | None = None, progress: Progress | None = None,
-             probes: Mapping[str, Any] | None = None, baseline: Mapping[str, Any] | None = None) -> GateResult:
+             probes: Mapping[str, Any] | None = None, baseline: Mapping[str, Any] | None = None,
+             bake: BakeSettings | None = None) -> GateResult:
     """Run gate `name` against the servers the plan deployed.
 
     `probes` maps each host to what ``dsv4_worker_probe`` found there: ``{"local": bool, "seconds":
     float, "workers": {name: answers}}``. Without it every host counts as reachable from here.
-    `baseline` is the perf figures of the last good release (the perf gate judges against them).
+    `baseline` is the perf figures of the last good release (the perf gate judges against them);
+    `bake` the bake's settings (gate ``bake``; none or 0 seconds: skipped).
     """
     if name not in GATES:
         raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
     if name == "soak" and not settings.soak_enabled:
         return skipped("soak", "soak_enabled is false")
-    if name == "perf" and not settings.perf_enabled:
-        return skipped("perf", "perf_enabled is false")
     watch = Stopwatch()
     probes = probes or {}
     died = [data["died"] for data in probes.values() if data.get("died")]
@@ -253,19 +266,39 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     if name == "perf":
         load = PerfLoad(settings.perf_requests, settings.perf_concurrency, settings.perf_prompt_tokens,
                         settings.perf_output_tokens)
-        # Worker metrics are read from the controller: a worker bound to an address only its own host
-        # reaches is left out (the client-side figures still judge the release).
-        workers = [{"name": w["name"], "url": w["url"]} for w in plan["workers"]
-                   if not reach.checked_on_host(w["url"], w.get("host_address", ""),
-                                                bool((probes.get(w["host"]) or {}).get("local", True)))]
-        return run_perf(endpoint, model, workers=workers, key=perf_key(plan, load), load=load,
+        return run_perf(endpoint, model, workers=_metrics_workers(plan, probes), key=perf_key(plan, load), load=load,
                         tolerance=settings.perf_tolerance, noise_floor_s=settings.perf_noise_floor_s,
                         baseline=baseline, deadline_s=settings.perf_deadline_s, api_key=api_key,
                         progress=progress, tail_tolerance=settings.perf_p99_tolerance)
+    if name == "bake":
+        if bake is None or bake.seconds <= 0:
+            return skipped("bake", "dsv4_bake_s is 0: no bake")
+        return run_bake(endpoint, model, workers=_metrics_workers(plan, probes), settings=bake,
+                        topology=plan.get("topology") or "", router_metrics_url=_router_metrics(plan, probes),
+                        api_key=api_key, progress=progress)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
                     deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
                     progress=progress)
+
+
+def _metrics_workers(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The workers whose /metrics the controller reads: one bound to an address only its own host reaches
+    is left out (the client-side figures and the probes still judge the release)."""
+    return [{"name": w["name"], "url": w["url"]} for w in plan["workers"]
+            if not reach.checked_on_host(w["url"], w.get("host_address", ""),
+                                         bool((probes.get(w["host"]) or {}).get("local", True)))]
+
+
+def _router_metrics(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> str | None:
+    """The router's metrics URL when the controller reaches it (the default listener, loopback on a remote
+    router host, is not: the bake then judges without the router's error rate and says so)."""
+    url = plan.get("router_metrics_url")
+    host = plan.get("endpoint_host", "")
+    address = next((w.get("host_address", "") for w in plan["workers"] if w["host"] == host), "")
+    if not url or reach.checked_on_host(url, address, bool((probes.get(host) or {}).get("local", True))):
+        return None
+    return url
 
 
 def perf_key(plan: Mapping[str, Any], load: PerfLoad) -> str:

@@ -131,6 +131,17 @@ def gate_targets(spec: Deployment) -> dict[str, Any]:
     return _targets(spec, _ordered_services(spec))
 
 
+def _router_metrics_url(spec: Deployment) -> str | None:
+    """Where the controller reads the router's metrics (PD only): its listener, or its host's address
+    when it listens on every interface."""
+    if spec.topology != "pd":
+        return None
+    listen = spec.router.prometheus_listen
+    address = spec.host(spec.router.host).address if listen in ("0.0.0.0", "::") else listen
+    address = f"[{address}]" if ":" in address else address
+    return f"http://{address}:{services.prometheus_port(spec.router)}"
+
+
 def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[str, Any]:
     by_port = {(w.host, w.port): w for _, w in spec.workers()}
     workers = [d for d in defs if d.role != "router"]
@@ -145,6 +156,7 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "smoke_expects_ok": memory.smoke_expects_ok(spec),
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
+        "router_metrics_url": _router_metrics_url(spec),
         # How long the router's circuit breaker stays open once tripped (smoke waits one window).
         "router_breaker_s": _breaker_window(spec),
         "endpoint_host": served.host,

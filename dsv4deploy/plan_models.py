@@ -40,6 +40,8 @@ class GateTargets(_Strict):
     smoke_expects_ok: bool = True
     endpoint: str
     router_url: str | None
+    # The router's Prometheus listener, as the controller reaches it (the bake reads its error counters).
+    router_metrics_url: str | None = None
     router_breaker_s: int | None
     endpoint_host: str
     router_service: str | None

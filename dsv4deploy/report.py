@@ -15,10 +15,11 @@ from typing import Any
 
 from dsv4deploy import hardening, report_perf
 from dsv4deploy.gates.result import GateResult, GateStatus
-from dsv4deploy.report_plot import write_heatmap
+from dsv4deploy.report_plot import write_heatmap, write_perf_comparison
 
 VERDICTS = ("promoted", "unchanged", "rolled_back", "failed")
 JSON_NAME, MD_NAME, HEATMAP_NAME = "report.json", "report.md", "needle-heatmap.png"
+PERF_PLOT_NAME = "perf-vs-previous.png"
 LATEST = "latest"
 MARKS = {"recalled": "✓", "missed": "✗", "error": "!", "absent": "·"}
 FAILURES_SHOWN = 20  # per gate in the markdown; report.json keeps them all
@@ -81,8 +82,13 @@ def write_report(directory: Path | str, data: dict[str, Any]) -> dict[str, Path]
             paths["heatmap"] = out / HEATMAP_NAME
         else:
             heatmap_note = "Heatmap skipped: matplotlib is not installed (install the `plot` extra)."
+    compared = report_perf.comparison(data.get("gates", []))
+    if compared and write_perf_comparison(out / PERF_PLOT_NAME, compared["current"], compared["previous"],
+                                          release=data["release"], previous_release=compared["release"]):
+        paths["perf_plot"] = out / PERF_PLOT_NAME
     paths["json"] = write_atomic(out / JSON_NAME, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-    md = render_markdown(data, heatmap=paths.get("heatmap"), heatmap_note=heatmap_note)
+    md = render_markdown(data, heatmap=paths.get("heatmap"), heatmap_note=heatmap_note,
+                         perf_plot=paths.get("perf_plot"))
     paths["md"] = write_atomic(out / MD_NAME, md)
     return paths
 
@@ -111,7 +117,8 @@ def update_latest(reports_root: Path | str, release: str) -> Path:
     return link
 
 
-def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_note: str | None = None) -> str:
+def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_note: str | None = None,
+                    perf_plot: Path | None = None) -> str:
     """The report a person reads: a summary line, the gates, the needle grid, raw failure bodies."""
     lines = [f"# Deploy report: {data['release']}", "", summary_line(data), ""]
     lines += ["| | |", "|---|---|"]
@@ -144,6 +151,8 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
     performance = report_perf.markdown(data.get("gates", []))
     if performance:
         lines += ["", *performance]
+        if perf_plot is not None:
+            lines += ["", f"![latency and throughput against the previous release]({perf_plot.name})"]
     scores = hardening.markdown(data.get("hardening") or {})
     if scores:
         lines += ["", *scores]
@@ -168,7 +177,10 @@ def summary_line(data: dict[str, Any]) -> str:
     match verdict:
         case "promoted":
             passed = sum(g["status"] == "passed" for g in gates)
-            return f"**PROMOTED** `{release}`: {passed} of {len(gates)} gates passed."
+            unsure = [g["name"] for g in gates if g["status"] == "inconclusive"]
+            # An inconclusive bake is said on the first line: the release serves without being baked.
+            note = f" INCONCLUSIVE: {', '.join(unsure)} (the release stays, not judged)." if unsure else ""
+            return f"**PROMOTED** `{release}`: {passed} of {len(gates)} gates passed.{note}"
         case "unchanged":
             return f"**UNCHANGED** `{release}` was already active and healthy; nothing restarted."
         case "rolled_back":
@@ -240,7 +252,8 @@ def _mark(cell: dict[str, Any] | None) -> str:
 
 
 def status_mark(status: str) -> str:
-    return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped"}.get(status, status)
+    return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
+            "inconclusive": "❔ inconclusive"}.get(status, status)
 
 
 def md_cell(value: Any) -> str:

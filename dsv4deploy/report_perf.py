@@ -17,6 +17,18 @@ def _value(figure: str, value: Any) -> str:
     return f"{float(value):.1f}" if figure.endswith("_per_s") else f"{value:g}"
 
 
+def comparison(gates: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The last judged perf gate's client figures and the previous release's they were judged against
+    (``{current, previous, release}``), or None when no perf gate compared two releases."""
+    perf = [g for g in gates if g.get("name") == "perf" and (g.get("evidence") or {}).get("judged")]
+    if not perf:
+        return None
+    evidence = perf[-1]["evidence"]
+    baseline = evidence.get("baseline") or {}
+    return {"current": evidence["figures"].get("client") or {}, "previous": baseline.get("client") or {},
+            "release": baseline.get("release") or "?"}
+
+
 def markdown(gates: Sequence[Mapping[str, Any]]) -> list[str]:
     """``## Performance`` lines for the last perf gate that measured figures ([] when none did)."""
     perf = [g for g in gates if g.get("name") == "perf" and (g.get("evidence") or {}).get("figures")]

@@ -67,3 +67,42 @@ def _draw(ax: Any, cells: list[dict[str, Any]], cmap: Any) -> None:
     ax.tick_params(which="minor", length=0)
     ax.set_xlabel("context length (target tokens)")
     ax.set_ylabel("needle depth (0% = start)")
+
+
+# The client's figures compared with the previous release: (figure, label, scale to the unit shown).
+PERF_LATENCIES = (("ttft_p50_s", "TTFT p50"), ("ttft_p99_s", "TTFT p99"), ("itl_p50_s", "inter-token p50"))
+PERF_RATE = ("output_tokens_per_s", "output tokens/s")
+
+
+def write_perf_comparison(path: Path, current: dict[str, Any], previous: dict[str, Any], *,
+                          release: str, previous_release: str) -> bool:
+    """This release's client figures beside the previous release's, as grouped bars (latency in ms,
+    throughput in tokens/s) to ``path`` as PNG; False when matplotlib is missing or nothing compares."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+    latencies = [(label, previous.get(f), current.get(f)) for f, label in PERF_LATENCIES
+                 if previous.get(f) is not None and current.get(f) is not None]
+    rate = (previous.get(PERF_RATE[0]), current.get(PERF_RATE[0]))
+    if not latencies and None in rate:
+        return False
+    fig = Figure(figsize=(9, 3.8))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.38
+    xs = range(len(latencies))
+    for offset, name, column, colour in ((-width / 2, f"previous {previous_release}", 1, "#9e9e9e"),
+                                         (width / 2, f"this {release}", 2, "#2b83ba")):
+        left.bar([x + offset for x in xs], [row[column] * 1000 for row in latencies], width, label=name, color=colour)
+    left.set_xticks(list(xs), [row[0] for row in latencies])
+    left.set_ylabel("milliseconds (lower is better)")
+    left.legend(fontsize=7)
+    left.set_title("Latency vs the previous release", fontsize=9)
+    if None not in rate:
+        right.bar([0, 1], [float(rate[0]), float(rate[1])], 0.6, color=["#9e9e9e", "#2b83ba"])
+        right.set_xticks([0, 1], ["previous", "this"])
+    right.set_ylabel("output tokens/s (higher is better)")
+    right.set_title("Throughput", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True

@@ -111,3 +111,18 @@ def summarize(change: Scrape, names: Mapping[str, str]) -> dict[str, float | Non
         else:
             out[figure] = change.values.get(metric)
     return out
+
+
+def by_label(text: str, sample: str, label: str) -> dict[str, float]:
+    """One sample's values summed per value of `label` (smg's ``smg_http_responses_total{status_code}``)."""
+    out: dict[str, float] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsFormatError(f"not Prometheus text: {exc}") from None
+    for family in families:
+        for s in family.samples:
+            if s.name == sample:
+                key = s.labels.get(label, "")
+                out[key] = out.get(key, 0.0) + s.value
+    return out

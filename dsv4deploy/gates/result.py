@@ -23,6 +23,8 @@ class GateStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
+    # Ran, but could not judge (the bake: no traffic, metrics unreadable); neither passed nor failed.
+    INCONCLUSIVE = "inconclusive"
 
 
 class GateResult(BaseModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -17,9 +18,12 @@ from dsv4deploy.gate_runner import (
     GateSettingsError,
     group_problem,
     plan_index_topk,
+    retired_warnings,
     run_gate,
     settings_from_vars,
 )
+from dsv4deploy.gates import skipped
+from dsv4deploy.gates.bake import BakeSettings
 from dsv4deploy.inventory import plain
 
 ARGUMENT_SPEC = {
@@ -30,6 +34,7 @@ ARGUMENT_SPEC = {
     "settings": {"type": "dict", "default": {}},
     "probes": {"type": "dict", "default": {}},
     "baseline": {"type": "dict", "default": {}},
+    "bake": {"type": "dict", "default": {}},
 }
 
 display = Display()
@@ -57,16 +62,28 @@ class ActionModule(ActionBase):
         try:
             settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
                                           plan_index_topk(args["plan"]))
+            bake = BakeSettings.model_validate(args["bake"]) if args["bake"] else None
         except GateSettingsError as exc:
             result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))
             return result
+        except ValueError as exc:  # pydantic's ValidationError: the bake's settings, named by field
+            result.update(failed=True, msg=f"bake settings (dsv4_bake_*): {exc}")
+            return result
+        warnings = retired_warnings(task_vars)
+        # The retired switch still means what it said: no perf gate.
+        perf_off = "perf_enabled" in task_vars and not boolean(self._templar.template(task_vars["perf_enabled"]),
+                                                               strict=False)
 
         def run_one(name: str) -> dict[str, Any]:
             def progress(done: int, total: int, note: str) -> None:
                 display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
 
-            gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
-                            progress=progress, probes=args["probes"], baseline=args["baseline"] or None)
+            if name == "perf" and perf_off:
+                gate = skipped("perf", "perf_enabled is false (retired: leave perf out of dsv4_gates_names)")
+            else:
+                gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
+                                progress=progress, probes=args["probes"], baseline=args["baseline"] or None,
+                                bake=bake)
             data = gate.model_dump(mode="json")
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
             return data
@@ -75,4 +92,6 @@ class ActionModule(ActionBase):
             gates = list(pool.map(run_one, names))
         failed = [g for g in gates if g["status"] == "failed"]
         result.update(changed=False, gates=gates, gate=(failed or gates)[0], passed=not failed)
+        if warnings:
+            result["warnings"] = warnings
         return result

@@ -23,6 +23,9 @@ STOP_RPC_TIMEOUT_S = 900
 # Logs hold the servers' start lines and prompts: group-readable at most, in a folder others cannot enter.
 LOG_DIR_MODE = 0o750
 SUPERVISOR_UMASK = "027"
+# Where supervisord reads its programs, under the install root: the active release's, and the continuous
+# verification's (role dsv4_verify_timer), which serves whichever release is active and so outlives a switch.
+PROGRAM_DIRS = ("current/supervisor", "verify-timer/supervisor")
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -76,7 +79,7 @@ class Supervisor:
                 "[rpcinterface:supervisor]\n"
                 "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n\n"
                 f"[supervisorctl]\nserverurl=unix://{d}/supervisor.sock\n\n"
-                f"[include]\nfiles = {r}/current/supervisor/*.conf\n")
+                f"[include]\nfiles = {' '.join(f'{r}/{d}/*.conf' for d in PROGRAM_DIRS)}\n")
 
     def ctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
         proc = subprocess.run([self._bin("supervisorctl"), "-c", self.conf, *args],
@@ -132,7 +135,7 @@ class Supervisor:
         if not os.path.exists(self.conf) or read_text(self.conf) != self.config_text():
             todo.append(f"write {self.conf}")
         wanted = {os.path.basename(p)[:-len(".conf")]
-                  for p in glob.glob(os.path.join(self.root, "current", "supervisor", "*.conf"))}
+                  for d in PROGRAM_DIRS for p in glob.glob(os.path.join(self.root, d, "*.conf"))}
         if not self.running():
             todo.append(f"start supervisord ({self.conf})")
             known: set[str] = set()

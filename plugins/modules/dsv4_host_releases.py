@@ -67,6 +67,15 @@ options:
     default: ""
     description:
       - The gate a release failed (O(state=failed)); empty means C(gates).
+  bake:
+    type: str
+    choices: ["", passed, inconclusive]
+    default: ""
+    description:
+      - How the release's bake ended, with O(state=verified) - V(passed) records it baked, V(inconclusive) records
+        that its bake could not judge it; empty (no bake ran) records nothing. Kept in C(state.json) as
+        C(baked) (RV(baked)); the perf gate's baseline is the last baked release's figures (RV(last_baked))
+        before a merely verified one's.
   perf:
     type: dict
     default: {}
@@ -157,6 +166,14 @@ perf:
   description: Installed releases' performance figures recorded here (O(perf)), by release id.
   returned: always
   type: dict
+baked:
+  description: How the bake of each verified release here ended (V(passed) or V(inconclusive), O(bake)), by release id.
+  returned: always
+  type: dict
+last_baked:
+  description: The last verified release here whose bake passed and whose performance figures are recorded.
+  returned: always
+  type: str
 releases:
   description: Installed release ids, oldest first.
   returned: always
@@ -322,8 +339,12 @@ def _summary(root: str) -> dict:
     good = [r for r in state.get("good", []) if r in installed]
     failed = {r: gate for r, gate in (state.get("failed") or {}).items() if r in installed and r not in good}
     perf = {r: figures for r, figures in (state.get("perf") or {}).items() if r in installed}
+    baked = {r: how for r, how in (state.get("baked") or {}).items() if r in good}
+    # The perf gate's preferred baseline: figures of a release that also survived its bake.
+    last_baked = next((r for r in reversed(good) if baked.get(r) == "passed" and r in perf), None)
     return {"active": _active(root), "previous": state.get("previous"), "releases": installed,
-            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed, "perf": perf}
+            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed, "perf": perf,
+            "baked": baked, "last_baked": last_baked}
 
 
 def _save_state(root: str, **changes: object) -> None:
@@ -443,28 +464,37 @@ def _activate(module: AnsibleModule, root: str, release_id: str, keep: int, prun
     return {"changed": True, **_summary(root)}
 
 
-def _perf_changes(root: str, release_id: str, figures: dict) -> dict:
-    """The state change that records `figures` for `release_id` ({} when there is nothing new)."""
-    perf = dict(_state(root).get("perf") or {})
-    if not figures or perf.get(release_id) == figures:
+def _per_release_changes(root: str, key: str, release_id: str, value: object) -> dict:
+    """The state change that records `value` for `release_id` under `key` (a release id -> value map of
+    state.json: perf figures, how a bake ended); {} when there is nothing new."""
+    known = dict(_state(root).get(key) or {})
+    if not value or known.get(release_id) == value:
         return {}
     installed = set(_list_releases(root))
-    # Figures of pruned releases go with them.
-    return {"perf": {r: f for r, f in {**perf, release_id: figures}.items() if r in installed}}
+    # Entries of pruned releases go with them.
+    return {key: {r: v for r, v in {**known, release_id: value}.items() if r in installed}}
+
+
+def _perf_changes(root: str, release_id: str, figures: dict) -> dict:
+    """The state change that records `figures` for `release_id` ({} when there is nothing new)."""
+    return _per_release_changes(root, "perf", release_id, figures)
 
 
 def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) -> dict:
+    """Record `release_id` verified here, with its perf figures and how its bake ended (O(bake))."""
+    bake = module.params.get("bake") or ""
     _check_release_id(module, release_id)
     if release_id not in _list_releases(root):
         module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}")
     good = _state(root).get("good", [])
     perf = _perf_changes(root, release_id, figures)
-    if good and good[-1] == release_id and not perf:
+    baked = _per_release_changes(root, "baked", release_id, bake)
+    if good and good[-1] == release_id and not perf and not baked:
         return {"changed": False, **_summary(root)}
     if module.check_mode:
         return {"changed": True, **_summary(root), "would": [f"record {release_id} as verified"]}
     failed = {r: g for r, g in (_state(root).get("failed") or {}).items() if r != release_id}
-    _save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf)
+    _save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf, **baked)
     return {"changed": True, **_summary(root)}
 
 
@@ -713,7 +743,8 @@ def _release_details(root: str, summary: dict) -> list[dict]:
         except OSError:
             created = None
         if name in summary["good"]:
-            status = "verified"
+            status = {"passed": "baked", "inconclusive": "verified, bake inconclusive"}.get(
+                summary["baked"].get(name, ""), "verified")
         elif name == summary["active"]:
             status = "unverified"  # its gates are running, or the run that switched to it died
         elif name in history:
@@ -757,6 +788,7 @@ def main() -> None:
             "prune": {"type": "bool", "default": True},
             "release_id": {"type": "str"},
             "files": {"type": "dict"},
+            "bake": {"type": "str", "default": "", "choices": ["", "passed", "inconclusive"]},
             "keep": {"type": "int", "default": 5},
             "perf": {"type": "dict", "default": {}},
             "lock": {"type": "dict", "default": {}},

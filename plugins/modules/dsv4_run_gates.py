@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dsv4_run_gates
-short_description: Run dsv4deploy verification gates (readiness, config, smoke, needle, soak, perf) from the controller
+short_description: Run dsv4deploy's verification gates (readiness to perf, and the bake) from the controller
 description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
     a failing server - it returns RV(gates), RV(gate) and RV(passed), so the play decides on every host at once.
@@ -19,10 +19,10 @@ options:
     type: list
     elements: str
     required: true
-    choices: [readiness, config, smoke, needle, soak, perf]
+    choices: [readiness, config, smoke, needle, soak, perf, bake]
     description:
       - Gate to run, or several to run at the same time; none of them may need another (readiness
-        before all, smoke before needle, soak and perf), else the task fails saying so.
+        before all, smoke before needle, soak, perf and bake), else the task fails saying so.
   plan:
     type: dict
     required: true
@@ -55,6 +55,14 @@ options:
     description:
       - "The perf gate's figures of the last good release (its C(evidence.figures)), which the perf gate
         judges against; empty means none, and the perf gate then records its figures without judging."
+  bake:
+    type: dict
+    default: {}
+    description:
+      - "The bake's settings (C(dsv4deploy.gates.bake.BakeSettings): C(seconds), C(interval_s),
+        C(failure_limit), C(inconclusive_limit), C(max_error_rate), C(max_abort_rate),
+        C(max_transfer_failures), C(canary_tokens), C(probe_sessions), C(probe_deadline_s)), which the
+        C(bake) gate runs with; empty or C(seconds) 0 skips the bake."
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
@@ -105,7 +113,7 @@ gate:
       type: str
       returned: always
     status:
-      description: C(passed) or C(failed).
+      description: C(passed), C(failed), C(skipped), or C(inconclusive) (the bake could not judge).
       type: str
       returned: always
     seconds:

@@ -6,10 +6,13 @@ tests run in order on one host."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import VENV_BIN, SimHost
 from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
@@ -94,3 +97,168 @@ def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) ->
     proc = sim_host.playbook("verify.yml", *GATES)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "gate perf: passed in" in proc.stdout and f"within 100% of release {good}" in proc.stdout
+
+    # The retired perf_enabled still means what it said, and says what to do instead.
+    proc = sim_host.playbook("verify.yml", *GATES, "-e", "perf_enabled=false")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gate perf: skipped" in proc.stdout and "perf_enabled is false (retired" in proc.stdout
+    assert "'perf_enabled' is no longer read: the perf gate is opt-in" in proc.stdout + proc.stderr
+
+
+# The bake (docs/bake.md): short intervals, the probes sized so that a degrade_after=200 release crosses its
+# 200th generation a few intervals into the bake (the gates above stay well below it).
+BAKE = ["-e", json.dumps({"dsv4_bake_s": 30, "dsv4_bake_interval_s": 1, "dsv4_bake_probe_sessions": 40,
+                          "dsv4_bake_canary_tokens": 500})]
+
+
+def _bake(report: dict) -> dict:
+    return next(g for g in report["gates"] if g["name"] == "bake")
+
+
+def test_a_clean_release_passes_perf_and_the_bake(sim_host: SimHost) -> None:
+    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("4"), "-e",
+                             json.dumps({"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1}))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    assert report["verdict"] == "promoted" and _perf(report)["status"] == "passed"
+    bake = _bake(report)
+    assert bake["status"] == "passed", bake["summary"]
+    assert bake["summary"].startswith("baked 3 s: 3 successful, 0 failed, 0 inconclusive"), bake["summary"]
+    intervals = bake["evidence"]["intervals"]
+    # Every analysis of every interval judged something: the router and the servers counted the probes.
+    analyses = {a["name"]: a for a in intervals[-1]["analyses"]}
+    assert set(analyses) == {"error rate", "abort rate", "transfer failures", "canary needle", "tool-call probe"}
+    assert all(a["phase"] == "successful" for i in intervals for a in i["analyses"]), intervals
+    assert analyses["error rate"]["value"] == 0 and analyses["abort rate"]["value"] == 0
+    release = sim_host.active_release()
+    assert release in _state(sim_host)["good"]
+    # Recorded baked: state.json and `dsv4deploy releases` say so, and the next perf gate judges against it.
+    assert _state(sim_host)["baked"][release] == "passed"
+    listed = subprocess.run([str(VENV_BIN / "dsv4deploy"), "releases", "-i", str(sim_host.inventory), "--json"],
+                            capture_output=True, text=True, timeout=300, cwd="/")
+    rows = {r["id"]: r["status"] for r in json.loads(listed.stdout)["local"]["releases"]}
+    assert rows[release] == "baked", listed.stdout + listed.stderr
+
+
+def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_back_in_the_bake(
+        sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *GATES, *BAKE, *_release_with("5"), "-e", "sim_faults=degrade_after=200")
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert report["verdict"] == "rolled_back" and report["failed_gate"] == "bake", proc.stdout[-3000:]
+    names = [g["name"] for g in report["gates"]]
+    # Every gate before the bake passed (the rollback's own readiness and smoke follow it).
+    before = report["gates"][:names.index("bake")]
+    assert [g["name"] for g in before] == ["readiness", "config", "smoke", "needle", "soak", "perf"], names
+    assert all(g["status"] in ("passed", "skipped") for g in before), before
+    bake = _bake(report)
+    intervals = bake["evidence"]["intervals"]
+    # Good at first, then wrong answers: two failed intervals (more than failure_limit 1) end it early.
+    assert intervals[0]["phase"] == "successful" and [i["phase"] for i in intervals[-2:]] == ["failed"] * 2
+    assert len(intervals) < 30 and bake["summary"].startswith(f"failed after {len(intervals)} of 30 interval(s)")
+    failed = {a["name"] for a in intervals[-1]["analyses"] if a["phase"] == "failed"}
+    assert failed & {"canary needle", "tool-call probe"}, intervals[-1]
+    assert "ROLLED BACK" in proc.stdout and "bake" in proc.stdout
+    assert sim_host.active_release() == good
+    assert_serving(sim_host, good)
+    # The release that degraded is recorded failed by its bake (a rollback to it by hand is refused).
+    assert _state(sim_host)["failed"][report["release"]] == "bake"
+
+
+def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_reads(sim_host: SimHost,
+                                                                                   tmp_path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    release = sim_host.active_release()
+    config = tmp_path / "watch.json"
+    config.write_text(json.dumps({"deployment": "local", "endpoint": sim_host.endpoint,
+                                  "model": "deepseek-v4-flash",  # the embedded inventory's served_name
+                                  "textfile_dir": str(tmp_path / "textfile"),
+                                  "install_root": str(sim_host.install_root),
+                                  "api_key_file": str(sim_host.root / "api_key"), "canary_tokens": 500}))
+    proc = subprocess.run([str(VENV_BIN / "python"), "-m", "dsv4deploy.watch", "--config", str(config), "--once"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / "textfile" / "dsv4deploy-local.prom").read_text()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("dsv4deploy_release_info", (("deployment", "local"), ("release", release)))] == 1
+    for gate in ("canary_needle", "tool_calls"):
+        assert samples[("dsv4deploy_gate_passed", (("deployment", "local"), ("gate", gate)))] == 1
+    assert samples[("dsv4deploy_corruption_rate", (("deployment", "local"),))] == 0
+    assert samples[("dsv4deploy_last_verification_timestamp_seconds", (("deployment", "local"),))] > 0
+
+
+def _watch_processes(config: Path) -> list[int]:
+    """PIDs of processes whose command line names the watch's settings file."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(config).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
+def _verification(prom: Path, deadline_s: float, after: float = 0) -> dict:
+    """The samples of the textfile once a verification ended after `after` (Unix time)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if prom.exists():
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for f in text_string_to_metric_families(prom.read_text()) for s in f.samples}
+            stamp = next(v for (n, _), v in samples.items() if n == "dsv4deploy_last_verification_timestamp_seconds")
+            if stamp > after:
+                return samples
+        time.sleep(0.5)
+    raise AssertionError(f"no verification after {after} in {prom} within {deadline_s} s")
+
+
+def test_continuous_verification_runs_under_the_hosts_supervisord_and_its_removal_leaves_nothing_running(
+        sim_host: SimHost, tmp_path: Path) -> None:
+    release = sim_host.active_release()
+    textfile_dir = tmp_path / "textfile"
+    config = sim_host.install_root / "verify-timer" / "watch.json"
+    args = ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
+            "-e", f"dsv4_verify_timer_python={VENV_BIN / 'python'}", "-e", "dsv4_verify_timer_interval_s=2",
+            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+    try:
+        proc = sim_host.playbook("verify_timer.yml", *args)
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        program = json.loads(config.read_text())["deployment"]
+        status, end = "", time.monotonic() + 15
+        while "RUNNING" not in status and time.monotonic() < end:  # STARTING for its startsecs
+            status = sim_host.supervisorctl("status", f"dsv4-verify-{program}")
+            time.sleep(0.3)
+        assert "RUNNING" in status, status
+        prom = textfile_dir / f"dsv4deploy-{program}.prom"
+        first = _verification(prom, 60)
+        labels = (("deployment", program),)
+        assert first[("dsv4deploy_release_info", (*labels, ("release", release)))] == 1
+        for gate in ("canary_needle", "tool_calls"):
+            assert first[("dsv4deploy_gate_passed", (*labels, ("gate", gate)))] == 1
+        assert first[("dsv4deploy_corruption_rate", labels)] == 0
+        # It runs again by itself, every interval.
+        _verification(prom, 30, after=first[("dsv4deploy_last_verification_timestamp_seconds", labels)])
+        assert _watch_processes(config), "the program runs the watch with its settings"
+    finally:
+        removed = sim_host.playbook("verify_timer.yml", *args, "-e", "dsv4_verify_timer_state=absent")
+    assert removed.returncode == 0, removed.stdout[-5000:]
+    assert f"dsv4-verify-{program}" not in sim_host.supervisorctl("status")
+    assert _watch_processes(config) == []
+    assert not (sim_host.install_root / "verify-timer").exists() and not prom.exists()
+    assert textfile_dir.is_dir()  # the textfile directory stays (node_exporter's, not ours)
+    # The release's programs still serve.
+    assert_serving(sim_host, release)
+
+
+def test_the_verification_timer_is_refused_for_a_host_not_in_the_play(sim_host: SimHost) -> None:
+    before = sorted(p.name for p in sim_host.install_root.iterdir())
+    proc = sim_host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=gpu9")
+    assert proc.returncode != 0
+    assert 'dsv4_verify_timer_host "gpu9" is not one of this play\'s hosts (local)' in proc.stdout
+    assert sorted(p.name for p in sim_host.install_root.iterdir()) == before  # nothing written

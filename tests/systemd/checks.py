@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -60,3 +62,33 @@ def unit_dir_entries(host: Host) -> list[str]:
     """Our unit files installed in /etc/systemd/system."""
     out = host.sh("ls /etc/systemd/system | grep '^sglang-dsv4' || true").stdout
     return sorted(out.split())
+
+
+# Where the verification timer's interpreter lives on a host (dsv4_verify_timer_python).
+WATCH_PYTHON = "/opt/dsv4watch/bin/python"
+
+
+def install_watch_env(host: Host) -> str:
+    """A Python environment on `host` that runs ``python -m dsv4deploy.watch``, as an operator's ``pip install
+    dsv4deploy`` into a venv would make: dsv4deploy is the host's copy (/opt/dsv4sim), its dependencies are the
+    controller's installed ones (the same CPython 3.11 as bookworm's; the hosts have no package index).
+    Returns the interpreter's path."""
+    found = subprocess.run([sys.executable, "-c", (
+        "import sys, dsv4deploy.watch, httpx\n"
+        "httpx.Client().close()  # what a request imports (httpcore, h11, certifi)\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None) or ''\n"
+        "    if '-packages' in f and '.' not in m.__name__ and not m.__name__.startswith(('_', 'dsv4deploy')):\n"
+        "        print(f)\n")], capture_output=True, text=True, check=True).stdout.split()
+    deps = host.merged / "opt/dsv4watch/deps"
+    deps.mkdir(parents=True, exist_ok=True)
+    for file in map(Path, found):
+        if file.name == "__init__.py":
+            shutil.copytree(file.parent, deps / file.parent.name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(file, deps / file.name)
+    host.sh("python3 -m venv --without-pip /opt/dsv4watch && chmod -R a+rX /opt/dsv4watch && "
+            "printf '/opt/dsv4sim\\n/opt/dsv4watch/deps\\n' "
+            "> \"$(/opt/dsv4watch/bin/python -c 'import site; print(site.getsitepackages()[0])')/dsv4.pth\"")
+    return WATCH_PYTHON

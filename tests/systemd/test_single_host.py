@@ -94,6 +94,45 @@ def test_switch_to_combined_and_back(lab: Lab, inventory: Path, tmp_path: Path, 
     state["release"] = report["release"]
 
 
+def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_removed(
+        lab: Lab, inventory: Path, tmp_path: Path, state: dict[str, str]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    gpu1 = lab.hosts["gpu1"]
+    textfile_dir = "/var/lib/prometheus/node-exporter"  # the role's default, Debian's node_exporter's
+    args = ["-e", "dsv4_verify_timer_host=gpu1", "-e", f"dsv4_verify_timer_python={checks.install_watch_env(gpu1)}",
+            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+    try:
+        proc = lab.playbook("verify_timer.yml", inventory, *args, reports=tmp_path)
+        assert proc.returncode == 0, output(proc)
+        unit = gpu1.sh("cd /etc/systemd/system && ls dsv4-verify-*.timer").stdout.strip()[:-len(".timer")]
+        assert checks.unit_state(gpu1, f"{unit}.timer") == ("active", "enabled")
+        # Triggered by hand (what the timer does every interval): the oneshot runs as the service user.
+        started = gpu1.exec(["systemctl", "start", f"{unit}.service"], check=False, timeout=300)
+        assert started.returncode == 0, started.stdout + started.stderr + gpu1.exec(
+            ["journalctl", "-u", f"{unit}.service", "--no-pager", "-n", "40"], check=False).stdout
+        deployment = unit[len("dsv4-verify-"):]
+        prom = gpu1.exec(["cat", f"{textfile_dir}/dsv4deploy-{deployment}.prom"]).stdout
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(prom) for s in f.samples}
+        labels = (("deployment", deployment),)
+        assert samples[("dsv4deploy_release_info", (*labels, ("release", state["release"])))] == 1
+        for gate in ("canary_needle", "tool_calls"):
+            assert samples[("dsv4deploy_gate_passed", (*labels, ("gate", gate)))] == 1
+        assert samples[("dsv4deploy_last_verification_timestamp_seconds", labels)] > 0
+        owner = gpu1.exec(["stat", "-c", "%U", f"{textfile_dir}/dsv4deploy-{deployment}.prom"]).stdout.strip()
+        assert owner == "sglang"
+    finally:
+        removed = lab.playbook("verify_timer.yml", inventory, *args, "-e", "dsv4_verify_timer_state=absent",
+                               reports=tmp_path)
+    assert removed.returncode == 0, output(removed)
+    left = gpu1.sh(f"ls /etc/systemd/system/{unit}.* {checks.INSTALL_ROOT}/verify-timer "
+                   f"{textfile_dir}/dsv4deploy-{deployment}.prom 2>/dev/null || true").stdout
+    assert left == "", left
+    assert gpu1.exec(["systemctl", "is-active", f"{unit}.timer"], check=False).stdout.strip() == "inactive"
+    assert gpu1.exec(["test", "-d", textfile_dir], check=False).returncode == 0  # node_exporter's, it stays
+
+
 def test_stop_keeps_the_deployment_stopped_across_a_reboot(lab: Lab, inventory: Path, tmp_path: Path) -> None:
     gpu1 = lab.hosts["gpu1"]
     proc = lab.playbook("stop.yml", inventory)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
+from dsv4deploy.gate_runner import (
+    GateSettings,
+    GateSettingsError,
+    plan_index_topk,
+    retired_warnings,
+    settings_from_vars,
+)
 
 
 def same(value):
@@ -47,3 +53,12 @@ def test_the_plan_index_topk_is_the_smallest_any_server_runs():
     plan = {"expected_overrides": {"prefill": {"index_topk": 1024}, "decode": {"index_topk": 512}}}
     assert plan_index_topk(plan) == 512
     assert plan_index_topk({"expected_overrides": {"combined": {}}}) is None
+
+
+def test_the_retired_perf_enabled_is_accepted_with_a_warning_saying_what_to_do_instead() -> None:
+    settings = settings_from_vars({"perf_enabled": False}, lambda v: v)
+    assert "perf_enabled" not in GateSettings.model_fields and settings.perf_requests == 16
+    (warning,) = retired_warnings({"perf_enabled": False})
+    assert warning.startswith("'perf_enabled' is no longer read: the perf gate is opt-in")
+    assert "dsv4_gates_names" in warning
+    assert retired_warnings({"perf_requests": 4}) == []

@@ -396,3 +396,27 @@ def test_a_releases_perf_figures_are_kept_with_its_verdict(tmp_path: Path) -> No
     assert failed["failed_gates"] == {"r2": "perf"} and failed["perf"] == {"r1": figures, "r2": slow}
     query = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
     assert query["perf"]["r1"] == figures and query["last_good"] == "r1"
+
+
+def test_a_releases_bake_is_recorded_and_the_last_baked_release_is_the_perf_baseline(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first, second, third = _releases(root, tmp_path, 3)
+    figures = {r: {"key": "k", "release": r, "client": {"itl_p50_s": 0.01}} for r in (first, second, third)}
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=first,
+                     perf=figures[first], bake="passed")
+    assert out["changed"] and out["baked"] == {first: "passed"} and out["last_baked"] == first
+    # Verified again with the same bake: nothing new.
+    assert not run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=first,
+                          perf=figures[first], bake="passed")["changed"]
+    # A later release verified without a bake, and one whose bake was inconclusive, are not preferred.
+    run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=second, perf=figures[second])
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=third,
+                     perf=figures[third], bake="inconclusive")
+    assert out["last_good"] == third and out["last_baked"] == first
+    assert out["baked"] == {first: "passed", third: "inconclusive"}
+    query = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
+    statuses = {d["id"]: d["status"] for d in query["details"]}
+    assert statuses == {first: "baked", second: "verified", third: "verified, bake inconclusive"}
+    assert json.loads((root / "state.json").read_text())["baked"] == {first: "passed", third: "inconclusive"}
+    bad = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=third, bake="maybe")
+    assert bad["failed"] and "bake" in bad["msg"]

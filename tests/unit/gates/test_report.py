@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from dsv4deploy.gates import GateResult, GateStatus, run_needle, run_smoke
-from dsv4deploy.report import build_report, update_latest, write_report
+from dsv4deploy.report import build_report, render_markdown, update_latest, write_report
 
 from .stubs import always, model
 
@@ -166,3 +166,32 @@ def test_report_says_a_first_release_was_recorded_not_judged(tmp_path):
     md = write_report(tmp_path, data)["md"].read_text()
     assert "Recorded, not judged: no earlier figures: the first release with a performance record." in md
     assert "| client | output tokens/s | 300.0 | - | - |" in md
+
+
+def test_report_plots_latency_and_throughput_against_the_previous_release(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    perf = gate("perf", "passed", "within", figures=_perf_figures(0.012), judged=True, tolerance=1.0,
+                regressions=[], baseline={**_perf_figures(0.01), "release": "r1"})
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[perf])
+    paths = write_report(tmp_path, data)
+    png = paths["perf_plot"].read_bytes()
+    assert paths["perf_plot"].name == "perf-vs-previous.png" and png.startswith(b"\x89PNG") and len(png) > 5000
+    assert "![latency and throughput against the previous release](perf-vs-previous.png)" in paths["md"].read_text()
+
+
+def test_a_first_release_has_no_comparison_plot(tmp_path):
+    perf = gate("perf", "passed", "recorded", figures=_perf_figures(0.01), judged=False, regressions=[])
+    data = build_report(release="r1", previous_release=None, topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[perf])
+    assert "perf_plot" not in write_report(tmp_path, data)
+
+
+def test_an_inconclusive_bake_is_said_on_the_first_line():
+    bake = GateResult(name="bake", status=GateStatus.INCONCLUSIVE, seconds=3.0, summary="inconclusive: ...",
+                      evidence={"verdict": "inconclusive"})
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[gate("readiness", "passed"), bake])
+    md = render_markdown(data)
+    assert "**PROMOTED** `r2`: 1 of 2 gates passed. INCONCLUSIVE: bake (the release stays, not judged)." in md
+    assert "| bake | ❔ inconclusive | 3.0 | inconclusive: ... |" in md
