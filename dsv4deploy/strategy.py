@@ -5,9 +5,10 @@
 - ``blue_green``: the new release starts beside the serving one - each worker on the same host, on
   GPUs shifted by ``dsv4_rollout_blue_green_gpu_offset`` and ports shifted by
   ``dsv4_rollout_blue_green_port_offset`` - behind a preview router of its own on the production
-  router's port plus the port offset. The two places ("slots") alternate: a release goes into the slot
-  the serving one does not use. It is refused, by field, host and fix, unless both slots fit a host at
-  once: GPUs that exist and are not shared, memory per GPU, ports.
+  router's port plus the port offset (the other "slot", `beside_spec`); once gated there and switched
+  to, it moves to the spec's own GPUs and ports (roles/dsv4_rollout/tasks/blue_green.yml). It is
+  refused, by field, host and fix, unless both slots fit a host at once: GPUs that exist and are not
+  shared, memory per GPU, ports.
 - ``rolling``: xPyD over hosts, one worker at a time (the rolling engineer's part; the plan only names it).
 
 The settings are playbook inputs (role ``dsv4_rollout``), not part of the deployment spec: they choose how
