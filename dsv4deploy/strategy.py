@@ -5,9 +5,10 @@
 - ``blue_green``: the new release starts beside the serving one - each worker on the same host, on
   GPUs shifted by ``dsv4_rollout_blue_green_gpu_offset`` and ports shifted by
   ``dsv4_rollout_blue_green_port_offset`` - behind a preview router of its own on the production
-  router's port plus the port offset. The two places ("slots") alternate: a release goes into the slot
-  the serving one does not use. It is refused, by field, host and fix, unless both slots fit a host at
-  once: GPUs that exist and are not shared, memory per GPU, ports.
+  router's port plus the port offset (the other "slot", `beside_spec`); once gated there and switched
+  to, it moves to the spec's own GPUs and ports (roles/dsv4_rollout/tasks/blue_green.yml). It is
+  refused, by field, host and fix, unless both slots fit a host at once: GPUs that exist and are not
+  shared, memory per GPU, ports.
 - ``rolling``: xPyD over hosts, ``dsv4_rollout_rolling_max_unavailable`` workers of each role at a time, prefill
   and decode in step (``dsv4deploy.rolling``: the steps, and the refusal of a layout the router cannot keep serving
   through).
@@ -24,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError
 
 from dsv4deploy import memory, rolling, services
+from dsv4deploy.services import derived_name
 from dsv4deploy.spec import Deployment, PrefillSpec, Problem, SpecError, StrictModel
 
 Strategy = Literal["recreate", "blue_green", "rolling"]
@@ -197,3 +199,43 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
                            "settings change, replacing it is a short outage",
             "beside": beside(spec, settings), "preview_router_port": preview_router_port(spec, settings),
             "port_offset": settings.port_offset}
+
+
+# The other slot's install root, under the serving one's: its own current link, releases, logs,
+# secrets and supervisord (or, with systemd, unit names of its own), so nothing of the two releases
+# shares a path or a program name. The serving slot's layout stays exactly what recreate uses.
+SLOT_DIR = "slot-b"
+
+
+def slot_root(install_root: str) -> str:
+    """The other slot's install root beside `install_root` (the serving slot's)."""
+    return f"{install_root.rstrip('/')}/{SLOT_DIR}"
+
+
+def beside_spec(spec: Deployment, settings: RolloutSettings) -> Deployment:
+    """The deployment the new release runs as beside the serving one: each worker on the GPUs and ports
+    `beside` gives, the router on the preview router's port (and its metrics port shifted too), every
+    host's install root moved to `slot_root`, and a deployment name of its own so systemd units differ.
+
+    Rendered with `render.render_release` it is the new slot's release; its files differ from the
+    serving slot's only where the slot does (GPUs, ports, paths, names). Raises SpecError when
+    blue_green does not fit (`fit_problems`)."""
+    problems = fit_problems(spec, settings)
+    if problems:
+        raise SpecError(problems)
+    other = beside(spec, settings)
+    data = spec.model_dump()
+    for path, _ in spec.workers():
+        role, index = path.rstrip("]").split("[")
+        worker = data[role][int(index)]
+        worker["gpus"], worker["port"] = other[path]["gpus"], other[path]["port"]
+        if other[path]["bootstrap_port"] is not None:
+            worker["bootstrap_port"] = other[path]["bootstrap_port"]
+    data["router"]["port"] = preview_router_port(spec, settings)
+    if data["router"].get("prometheus_port") is not None:
+        data["router"]["prometheus_port"] += settings.port_offset
+    for host in data["hosts"].values():
+        host["install_root"] = slot_root(host["install_root"])
+    base = spec.deployment_name or derived_name(spec.host(spec.router.host).install_root)
+    data["deployment_name"] = f"{base[:22]}{SLOT_DIR[-1]}"
+    return Deployment.model_validate(data)

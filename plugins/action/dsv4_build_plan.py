@@ -18,7 +18,7 @@ from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.plan import make_plan, secret_files, targets_from_release_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 from dsv4deploy.strategy import VARS as ROLLOUT_VARS
-from dsv4deploy.strategy import load_rollout, rollout_plan
+from dsv4deploy.strategy import beside_spec, load_rollout, rollout_plan
 from dsv4deploy.varnames import ALLOW_VAR
 
 ARGUMENT_SPEC = {
@@ -39,6 +39,9 @@ ARGUMENT_SPEC = {
     "secrets": {"type": "bool", "default": False},
     # with secrets: the plan being installed, when it is not the inventory's own (the isolation twin).
     "planned_spec": {"type": "raw"},
+    # beside=true: the plan of the new release as blue_green runs it beside the serving one (its own
+    # slot: shifted GPUs and ports, the preview router, install root {root}/slot-b).
+    "beside": {"type": "bool", "default": False},
 }
 
 
@@ -87,8 +90,11 @@ class ActionModule(ActionBase):
                 planned = args.get("planned_spec") or None
                 result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
                 return result
-            rollout = rollout_plan(spec, load_rollout(
-                {v: plain(self._templar.template(task_vars[v])) for v in ROLLOUT_VARS.values() if v in task_vars}))
+            settings = load_rollout(
+                {v: plain(self._templar.template(task_vars[v])) for v in ROLLOUT_VARS.values() if v in task_vars})
+            rollout = rollout_plan(spec, settings)
+            if args["beside"]:
+                spec = beside_spec(spec, settings)
             plan = make_plan(spec, play_hosts, rollout=rollout)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],

@@ -136,7 +136,7 @@ class RouterWorkers:
     # -- changing --------------------------------------------------------------------------------
 
     def add(self, url: str, worker_type: str = "regular", bootstrap_port: int | None = None,
-            wait_s: float = 60.0) -> dict:
+            wait_s: float = 60.0, model_id: str | None = None) -> dict:
         """Register the worker at `url` and wait until the router routes to it; its record. A worker the
         router already has is left as it is."""
         if worker_type not in WORKER_TYPES:
@@ -154,6 +154,8 @@ class RouterWorkers:
         spec: dict[str, Any] = {"url": url, "worker_type": worker_type}
         if bootstrap_port is not None:
             spec["bootstrap_port"] = bootstrap_port
+        if model_id:
+            spec["model_id"] = model_id
         status, body = self._call("POST", "/workers", spec)
         if status == 409:  # smg: already registered
             return self._wait_listed(url, wait_s)

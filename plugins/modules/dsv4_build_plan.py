@@ -91,6 +91,15 @@ options:
     description:
       - With O(secrets), the (redacted) C(spec) of the plan being installed when it is not the inventory's own,
         such as the combined twin of isolate.yml; its secret values are taken from the inventory by digest.
+  beside:
+    type: bool
+    default: false
+    description:
+      - The plan of the new release as C(dsv4_rollout_strategy=blue_green) runs it beside the serving one, in
+        the other slot - workers on GPUs and ports shifted by C(dsv4_rollout_blue_green_gpu_offset) and
+        C(dsv4_rollout_blue_green_port_offset), its router as the preview router, install root
+        C(INSTALL_ROOT/slot-b) - instead of the inventory's own plan. Fails, naming field, host and fix, when
+        the two do not fit a host at once.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller

@@ -48,8 +48,9 @@ options:
     elements: dict
     default: []
     description:
-      - Workers, each C(url), C(worker_type) (C(regular), C(prefill) or C(decode); default C(regular)) and,
-        for a prefill, C(bootstrap_port).
+      - Workers, each C(url), C(worker_type) (C(regular), C(prefill) or C(decode); default C(regular)),
+        for a prefill C(bootstrap_port), and optionally C(model_id), the model name the router lists and
+        routes by (sglang-router 0.3.2 lists a PD worker added without it as C(unknown) in C(/v1/models)).
   state:
     type: str
     choices: [present, absent, query]
@@ -157,7 +158,8 @@ def _wanted(module: AnsibleModule) -> list[dict]:
             module.fail_json(msg=f"workers[{i}].worker_type is {kind!r}: one of {', '.join(WORKER_TYPES)}")
         port = raw.get("bootstrap_port")
         wanted.append({"url": normal_url(url), "worker_type": kind,
-                       "bootstrap_port": int(port) if port not in (None, "") else None})
+                       "bootstrap_port": int(port) if port not in (None, "") else None,
+                       "model_id": str(raw["model_id"]) if raw.get("model_id") else None})
     return wanted
 
 
@@ -200,7 +202,7 @@ def main() -> None:
                              removed=to_remove, would=would)
         # Add before removing: the router is never left without a worker of a kind it had.
         for w in to_add:
-            client.add(w["url"], w["worker_type"], w["bootstrap_port"], p["timeout_s"])
+            client.add(w["url"], w["worker_type"], w["bootstrap_port"], p["timeout_s"], model_id=w["model_id"])
         removed = client.remove_many(to_remove, p["timeout_s"]) if to_remove else []
         after = client.list() if (added or removed) else before
     except RouterWorkersError as exc:
