@@ -37,13 +37,14 @@ class HostReleases:
     error: str | None = None
 
 
-def module_dir() -> Path:
-    """The folder holding the dsv4_host_releases module: the clone's plugins, else the installed collection's."""
+def collections_root() -> Path:
+    """The folder holding ansible_collections/dsv4/deploy with the dsv4_host_releases module: the clone's
+    root (its ansible_collections link), else the installed wheel's site-packages. The module imports the
+    collection's module_utils, so it runs as the collection's module, never as a loose library file."""
     package = Path(__file__).resolve().parent
-    candidates = [package.parent / "plugins" / "modules", package / "ansible" / "modules"]
-    candidates += [Path(p) / "ansible_collections" / "dsv4" / "deploy" / "plugins" / "modules" for p in sys.path if p]
+    candidates = [package.parent] + [Path(p) for p in sys.path if p]
     for folder in candidates:
-        if (folder / f"{MODULE}.py").is_file():
+        if (folder / "ansible_collections" / "dsv4" / "deploy" / "plugins" / "modules" / f"{MODULE}.py").is_file():
             return folder
     raise ReleasesError(f"the {MODULE} module is not found beside dsv4deploy nor in an installed collection "
                         "dsv4.deploy; fix: reinstall dsv4deploy (pip install dsv4deploy)")
@@ -64,14 +65,16 @@ def query(inventories: list[str], extra_vars: list[str], roots: dict[str, str]) 
         tree = Path(tmp) / "tree"
         roots_file = Path(tmp) / "roots.json"
         roots_file.write_text(json.dumps({"dsv4_releases_roots": roots}))
-        argv = [ansible_bin(), ",".join(sorted(roots)), "--check", "-m", MODULE,
+        argv = [ansible_bin(), ",".join(sorted(roots)), "--check", "-m", f"dsv4.deploy.{MODULE}",
                 "-a", "install_root={{ dsv4_releases_roots[inventory_hostname] }} state=query", "--tree", str(tree)]
         for inventory in inventories:
             argv += ["-i", inventory]
         for value in extra_vars:
             argv += ["-e", value]
         argv += ["-e", f"@{roots_file}"]
-        env = {**os.environ, "ANSIBLE_LIBRARY": str(module_dir()), "ANSIBLE_STDOUT_CALLBACK": "oneline",
+        inherited = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)
+        paths = [str(collections_root()), *(p for p in inherited if p)]
+        env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(paths), "ANSIBLE_STDOUT_CALLBACK": "oneline",
                "ANSIBLE_DEPRECATION_WARNINGS": "false"}
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=QUERY_TIMEOUT_S,
@@ -89,7 +92,9 @@ def _answer(host: str, root: str, result_file: Path, proc: subprocess.CompletedP
         return HostReleases(host, root, error="no answer: " + (" ".join(tail) or f"ansible exited {proc.returncode}"))
     if result.get("unreachable"):
         return HostReleases(host, root, error="unreachable: " + " ".join(str(result.get("msg", "")).split()))
-    if result.get("failed"):
+    # A task that failed before the module ran (e.g. a module_util not found) has a msg but no `failed`
+    # key in --tree output: no `details` is a failure too, never "no releases installed".
+    if result.get("failed") or "details" not in result:
         return HostReleases(host, root, error=f"failed: {result.get('msg', '')}".strip())
     return HostReleases(host, root, releases=list(result.get("details") or []), active=result.get("active"))
 
