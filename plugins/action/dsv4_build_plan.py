@@ -8,10 +8,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-
 from dsv4deploy import installed, names, reach
-from dsv4deploy.gate_runner import GateSettingsError, plan_index_topk, settings_from_vars
+from dsv4deploy.controller_action import ValidatedAction
+from dsv4deploy.gate_runner import GateSettingsError
 from dsv4deploy.inventory import plain
 from dsv4deploy.inventory_checks import inventory_problems, vault_var_problems, view_of
 from dsv4deploy.isolate import isolation_plan, parse_suite
@@ -45,15 +44,14 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
+class ActionModule(ValidatedAction):
     """Computes the plan once; run it with run_once so every host shares it."""
 
     _requires_connection = False
+    argument_spec = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+    def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
+        """The plan (or the installed release, the install roots, the isolation plan) as a fact."""
         fact = args["fact"]
         if args.get("derive"):
             return self._derive(result, args, task_vars)
@@ -70,9 +68,9 @@ class ActionModule(ActionBase):
             result.update(changed=False, ansible_facts={fact: targets})
             return result
         hostvars = task_vars["hostvars"]
-        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        play_hosts = self.play_hosts(task_vars)
         try:
-            common = {k: plain(self._templar.template(task_vars[k])) for k in DEPLOYMENT_KEYS if k in task_vars}
+            common = {k: self.templated(task_vars[k]) for k in DEPLOYMENT_KEYS if k in task_vars}
             host_data = {
                 h: {k: plain(hostvars[h][k]) for k in (*HOST_KEYS, "ansible_host") if k in hostvars[h]}
                 for h in play_hosts
@@ -91,7 +89,7 @@ class ActionModule(ActionBase):
                 result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
                 return result
             settings = load_rollout(
-                {v: plain(self._templar.template(task_vars[v])) for v in ROLLOUT_VARS.values() if v in task_vars})
+                {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
             rollout = rollout_plan(spec, settings)
             if args["beside"]:
                 spec = beside_spec(spec, settings)
@@ -102,7 +100,7 @@ class ActionModule(ActionBase):
                               + "\n- ".join(str(p) for p in exc.problems))
             return result
         try:  # the gates' settings too: a needle grid that cannot prove its requirement is refused now
-            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None, plan_index_topk(plan))
+            self.gate_settings(task_vars, plan)
         except GateSettingsError as exc:
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
@@ -120,9 +118,9 @@ class ActionModule(ActionBase):
     def _locate(self, result: dict, args: dict, task_vars: dict) -> dict:
         """Where each play host keeps its releases: its install root, and nothing else of the inventory."""
         hostvars = task_vars["hostvars"]
-        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        play_hosts = self.play_hosts(task_vars)
         try:
-            roots = installed.locate({h: plain(self._templar.template(hostvars[h].get("install_root")))
+            roots = installed.locate({h: self.templated(hostvars[h].get("install_root"))
                                       for h in play_hosts})
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
@@ -137,7 +135,7 @@ class ActionModule(ActionBase):
     def _installed(self, result: dict, args: dict, task_vars: dict) -> dict:
         """The installed release named in `installed`, from its spec.json and each host's services.json."""
         want = args["installed"]
-        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        play_hosts = self.play_hosts(task_vars)
 
         def texts(files: Any) -> dict[str, str]:  # slurp's base64, by host
             return {h: base64.b64decode(c).decode("utf-8") if c else "" for h, c in dict(files or {}).items()}
@@ -159,7 +157,7 @@ class ActionModule(ActionBase):
         if inventory is None or manager is None:  # not Ansible's HostVars: nothing to read the names from
             return []
         view = view_of(inventory, getattr(hostvars, "_loader", None) or self._loader, plain(manager.extra_vars))
-        allowed = plain(self._templar.template(task_vars[ALLOW_VAR])) if ALLOW_VAR in task_vars else None
+        allowed = self.templated(task_vars[ALLOW_VAR]) if ALLOW_VAR in task_vars else None
         return inventory_problems(view, allowed)
 
     def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:
@@ -168,7 +166,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="the serving release's spec.json was not found on any host "
                                            "(derive=combined needs release_spec); nothing was changed")
             return result
-        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars["inventory_hostname"]])
+        play_hosts = self.play_hosts(task_vars)
         try:
             suite = parse_suite(args.get("suite") or "")
             plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
@@ -183,8 +181,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
             return result
         try:  # the suite's settings, judged by what the serving release runs (its index_topk)
-            settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), None,
-                               plan_index_topk(plan["original"]))
+            self.gate_settings(task_vars, plan["original"])
         except GateSettingsError as exc:
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))

@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from dsv4deploy.inventory import plain
+from dsv4deploy.controller_action import ReportAction
 from dsv4deploy.isolate_report import build_isolate_report, headline, write_isolate_report
 from dsv4deploy.report import free_name, update_latest
 
@@ -35,17 +34,13 @@ ARGUMENT_SPEC = {
 display = Display()
 
 
-class ActionModule(ActionBase):
+class ActionModule(ReportAction):
     """Runs on the controller; use run_once."""
 
-    _requires_connection = False
+    argument_spec = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
-        if self._task.check_mode:  # a report records what happened; in check mode nothing did
-            result.update(changed=False, skipped=True, paths=[], msg="check mode: no report was written")
-            return result
+    def write(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
+        """Write the isolation report and point latest at it."""
         data = build_isolate_report(
             suite=args["suite"], original=args["original"], combined=args.get("combined") or {},
             gates=args.get("gates") or [], settings=args.get("settings") or [], notes=args.get("notes") or [],

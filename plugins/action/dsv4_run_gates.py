@@ -10,21 +10,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.gate_runner import (
     GATES,
     GateSettingsError,
     group_problem,
-    plan_index_topk,
     retired_warnings,
     run_gate,
-    settings_from_vars,
 )
 from dsv4deploy.gates import skipped
 from dsv4deploy.gates.bake import BakeSettings
-from dsv4deploy.inventory import plain
 
 ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True, "choices": list(GATES)},
@@ -40,15 +37,14 @@ ARGUMENT_SPEC = {
 display = Display()
 
 
-class ActionModule(ActionBase):
+class ActionModule(ValidatedAction):
     """One gate, or several that do not need each other at the same time, per task; run it with run_once."""
 
     _requires_connection = False
+    argument_spec = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+    def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
+        """Run the named gates (at once where they do not need each other) and return their evidence."""
         names = args["name"]
         problem = group_problem(names)
         if problem:
@@ -60,8 +56,7 @@ class ActionModule(ActionBase):
             result.update(changed=False, skipped=True, msg=why, gates=gates, gate=gates[0], passed=True)
             return result
         try:
-            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
-                                          plan_index_topk(args["plan"]))
+            settings = self.gate_settings(task_vars, args["plan"], args["settings"])
             bake = BakeSettings.model_validate(args["bake"]) if args["bake"] else None
         except GateSettingsError as exc:
             result.update(failed=True, msg="gate settings: " + "; ".join(exc.problems))

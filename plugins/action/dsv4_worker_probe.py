@@ -11,18 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.gate_runner import (
     WORKER_GATES,
     GateSettingsError,
     host_checks,
-    plan_index_topk,
-    settings_from_vars,
 )
 from dsv4deploy.gates.readiness import worker_paths
-from dsv4deploy.inventory import plain
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
@@ -38,13 +35,13 @@ display = Display()
 CHECK_MODULE = "dsv4.deploy.dsv4_worker_check"
 
 
-class ActionModule(ActionBase):
+class ActionModule(ValidatedAction):
     """One task for all hosts; each host checks its own workers."""
 
-    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
+    argument_spec = ARGUMENT_SPEC
+
+    def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
+        """This host's part of the gate: the readiness wait, then the checks of its workers."""
         name, plan = args["name"], args["plan"]
         host = task_vars["inventory_hostname"]
         local = self._connection.transport == "local"
@@ -56,8 +53,7 @@ class ActionModule(ActionBase):
             result.update(changed=False, probe=probe)
             return result
         try:
-            settings = settings_from_vars(task_vars, lambda v: plain(self._templar.template(v)), args["settings"],
-                                          plan_index_topk(plan))
+            settings = self.gate_settings(task_vars, plan, args["settings"])
         except GateSettingsError:
             # dsv4_run_gates, next, refuses the same settings naming each problem; nothing to run here.
             result.update(changed=False, probe=probe)

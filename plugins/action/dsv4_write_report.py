@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from dsv4deploy.controller_action import ReportAction
 from dsv4deploy.gates import GateResult
 from dsv4deploy.hardening import score_plan
-from dsv4deploy.inventory import plain
 from dsv4deploy.plan import env_switches
 from dsv4deploy.report import build_report, free_name, update_latest, write_report
 
@@ -33,17 +32,13 @@ ARGUMENT_SPEC = {
 display = Display()
 
 
-class ActionModule(ActionBase):
+class ActionModule(ReportAction):
     """Runs on the controller; use run_once."""
 
-    _requires_connection = False
+    argument_spec = ARGUMENT_SPEC
 
-    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
-        result = super().run(tmp, task_vars)
-        args = plain(self.validate_argument_spec(ARGUMENT_SPEC)[1])
-        if self._task.check_mode:  # a report records what happened; in check mode nothing did
-            result.update(changed=False, skipped=True, paths=[], msg="check mode: no report was written")
-            return result
+    def write(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
+        """Write the deploy report (JSON, Markdown, plots) and point latest at it."""
         plan = args["plan"]
         gates = [GateResult.model_validate(g) for g in args.get("gates") or []]
         data = build_report(
