@@ -208,148 +208,30 @@ left_why:
 """
 
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
-import time
-import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
-
-MANIFEST = "manifest.json"
-STATE_FILE = "state.json"
-# A release id names a folder under releases/: one plain path component, never '.' or '..'.
-RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
-# Where a release may hold files (the layout render writes): nothing else, nothing outside.
-RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|services\.json\Z|manifest\.json\Z")
+from ansible_collections.dsv4.deploy.plugins.module_utils import ownership, purge
+from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
 
 
 def _check_release_id(module: AnsibleModule, release_id: str) -> None:
-    if not RELEASE_ID.match(release_id) or ".." in release_id:
+    if not store.RELEASE_ID.match(release_id) or ".." in release_id:
         module.fail_json(msg=f"release id {release_id!r} is not a plain name (letters, digits, . _ -; no '..')")
 
 
 def _check_file_keys(module: AnsibleModule, files: dict) -> None:
-    bad = [rel for rel in files if not RELEASE_FILE.match(rel) or ".." in rel]
+    bad = [rel for rel in files if not store.RELEASE_FILE.match(rel) or ".." in rel]
     if bad:
         module.fail_json(msg=f"release files {bad} are outside the release layout (bin/, units/, supervisor/, "
                              "spec.json, services.json, manifest.json); nothing was written")
-    if MANIFEST not in files:
+    if store.MANIFEST not in files:
         module.fail_json(msg="the release has no manifest.json; nothing was written")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _hash_lines(hashes: dict) -> str:
-    """content_hash as dsv4deploy.render computes it: sha256 over sorted `sha256  path` lines."""
-    lines = "".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items()))
-    return _sha256(lines.encode("utf-8"))
-
-
-def _manifest_problem(files_hashes: dict, manifest: dict) -> str | None:
-    """Why `files_hashes` (path -> sha256, manifest excluded) do not match `manifest`, or None."""
-    listed = manifest.get("files") or {}
-    if sorted(listed) != sorted(files_hashes):
-        extra = sorted(set(files_hashes) - set(listed))
-        missing = sorted(set(listed) - set(files_hashes))
-        return f"files not in the manifest: {extra}; files missing: {missing}"
-    changed = sorted(p for p, digest in files_hashes.items() if listed[p] != digest)
-    if changed:
-        return f"files changed since the release was made: {changed}"
-    if manifest.get("content_hash") != _hash_lines(files_hashes):
-        return "the manifest's content_hash does not match its files"
-    return None
-
-
-def tampered(root: str, release: str) -> str | None:
-    """Why the installed release differs from its own manifest (edited, added, removed), or None."""
-    base = os.path.join(_releases_dir(root), release)
-    manifest = _read_json(os.path.join(base, MANIFEST))
-    if not manifest:
-        return "its manifest.json is missing or unreadable"
-    hashes = {}
-    for folder, _dirs, names in os.walk(base):
-        for name in names:
-            path = os.path.join(folder, name)
-            rel = os.path.relpath(path, base)
-            if rel == MANIFEST:
-                continue
-            if os.path.islink(path):
-                return f"{rel} is a symbolic link"
-            with open(path, "rb") as fh:
-                hashes[rel] = _sha256(fh.read())
-    return _manifest_problem(hashes, manifest)
-
-
-def _releases_dir(root: str) -> str:
-    return os.path.join(root, "releases")
-
-
-def _list_releases(root: str) -> list[str]:
-    path = _releases_dir(root)
-    if not os.path.isdir(path):
-        return []
-    return sorted(n for n in os.listdir(path) if not n.startswith(".") and os.path.isdir(os.path.join(path, n)))
-
-
-def _active(root: str) -> str | None:
-    link = os.path.join(root, "current")
-    if not os.path.islink(link):
-        return None
-    return os.path.basename(os.readlink(link).rstrip("/"))
-
-
-def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}  # a foreign file that is JSON but not ours
-
-
-def _content_hash(root: str, release: str) -> str | None:
-    return _read_json(os.path.join(_releases_dir(root), release, MANIFEST)).get("content_hash")
-
-
-def _state(root: str) -> dict:
-    return _read_json(os.path.join(root, STATE_FILE))
-
-
-def _write_atomic(path: str, data: str, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
-def _summary(root: str) -> dict:
-    state = _state(root)
-    installed = _list_releases(root)
-    good = [r for r in state.get("good", []) if r in installed]
-    failed = {r: gate for r, gate in (state.get("failed") or {}).items() if r in installed and r not in good}
-    perf = {r: figures for r, figures in (state.get("perf") or {}).items() if r in installed}
-    baked = {r: how for r, how in (state.get("baked") or {}).items() if r in good}
-    # The perf gate's preferred baseline: figures of a release that also survived its bake.
-    last_baked = next((r for r in reversed(good) if baked.get(r) == "passed" and r in perf), None)
-    return {"active": _active(root), "previous": state.get("previous"), "releases": installed,
-            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed, "perf": perf,
-            "baked": baked, "last_baked": last_baked}
-
-
-def _save_state(root: str, **changes: object) -> None:
-    state = {**_state(root), **changes}
-    _write_atomic(os.path.join(root, STATE_FILE), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def _file_mode(rel: str) -> int:
@@ -360,34 +242,36 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
     _check_release_id(module, release_id)
     _check_file_keys(module, files)
     try:
-        manifest = json.loads(files[MANIFEST])
+        manifest = json.loads(files[store.MANIFEST])
     except ValueError:
         module.fail_json(msg="the release's manifest.json is not JSON; nothing was written")
-    problem = _manifest_problem({rel: _sha256(text.encode("utf-8")) for rel, text in files.items()
-                                 if rel != MANIFEST}, manifest)
+    problem = store.manifest_problem({rel: store.sha256(text.encode("utf-8")) for rel, text in files.items()
+                                 if rel != store.MANIFEST}, manifest)
     if problem:
         module.fail_json(msg=f"the release to install does not match its own manifest ({problem}); nothing was written")
     try:
-        _claim(module, root)
+        ownership.claim(root, module.check_mode)
+    except ownership.Refused as exc:
+        module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg=f"cannot write release {release_id} under {root}: {exc.strerror or exc} "
                              f"({exc.filename or root}); nothing was switched, the active release "
-                             f"{_active(root) or '(none)'} is untouched")
+                             f"{store.active(root) or '(none)'} is untouched")
     wanted = manifest["content_hash"]
-    for existing in _list_releases(root):
-        if _content_hash(root, existing) == wanted:
-            why = tampered(root, existing)
+    for existing in store.list_releases(root):
+        if store.content_hash(root, existing) == wanted:
+            why = store.tampered(root, existing)
             if why is None:
-                return {"changed": False, "release_id": existing, **_summary(root)}
+                return {"changed": False, "release_id": existing, **store.summary(root)}
             # Same manifest, other files: someone edited it. Never reuse it; install a clean copy.
             module.warn(f"release {existing} has this content hash but {why}; installing a fresh copy "
                         f"as {release_id}")
-    active = _active(root)
+    active = store.active(root)
     diff = _diff(root, active, files)
     if module.check_mode:
-        return {"changed": True, "release_id": release_id, "diff": diff, **_summary(root),
-                "would": [f"install release {release_id} in {_releases_dir(root)}"]}
-    releases = _releases_dir(root)
+        return {"changed": True, "release_id": release_id, "diff": diff, **store.summary(root),
+                "would": [f"install release {release_id} in {store.releases_dir(root)}"]}
+    releases = store.releases_dir(root)
     final = os.path.join(releases, release_id)
     if os.path.exists(final):
         module.fail_json(msg=f"release {release_id} exists on this host with other content; "
@@ -411,12 +295,12 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
             shutil.rmtree(staging, ignore_errors=True)
         module.fail_json(msg=f"cannot write release {release_id} under {releases}: {exc.strerror or exc} "
                              f"({exc.filename or releases}); nothing was switched, the active release "
-                             f"{_active(root) or '(none)'} is untouched")
+                             f"{store.active(root) or '(none)'} is untouched")
     except BaseException:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"changed": True, "release_id": release_id, "diff": diff, **_summary(root)}
+    return {"changed": True, "release_id": release_id, "diff": diff, **store.summary(root)}
 
 
 def _diff(root: str, active: str | None, files: dict) -> list[dict]:
@@ -425,7 +309,7 @@ def _diff(root: str, active: str | None, files: dict) -> list[dict]:
         before = ""
         if active:
             try:
-                with open(os.path.join(_releases_dir(root), active, rel), encoding="utf-8") as fh:
+                with open(os.path.join(store.releases_dir(root), active, rel), encoding="utf-8") as fh:
                     before = fh.read()
             except OSError:
                 before = ""
@@ -437,40 +321,41 @@ def _diff(root: str, active: str | None, files: dict) -> list[dict]:
 
 def _activate(module: AnsibleModule, root: str, release_id: str, keep: int, prune: bool = True) -> dict:
     _check_release_id(module, release_id)
-    if release_id not in _list_releases(root):
-        module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}; "
-                             f"installed: {', '.join(_list_releases(root)) or 'none'}", **_summary(root))
-    why = tampered(root, release_id)
+    if release_id not in store.list_releases(root):
+        module.fail_json(msg=f"release {release_id} is not installed under {store.releases_dir(root)}; "
+                             f"installed: {', '.join(store.list_releases(root)) or 'none'}", **store.summary(root))
+    why = store.tampered(root, release_id)
     if why:
         module.fail_json(msg=f"release {release_id} was changed on this host ({why}): refusing to run it; "
-                             "deploy again to install a clean copy", **_summary(root))
-    active = _active(root)
+                             "deploy again to install a clean copy", **store.summary(root))
+    active = store.active(root)
     if active == release_id:
-        return {"changed": False, **_summary(root)}
+        return {"changed": False, **store.summary(root)}
     if module.check_mode:
-        return {"changed": True, **_summary(root), "would": [f"point {root}/current at {release_id} (now {active})"]}
+        return {"changed": True, **store.summary(root),
+                "would": [f"point {root}/current at {release_id} (now {active})"]}
     link = os.path.join(root, "current")
     tmp = os.path.join(root, f".current-{os.getpid()}")
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(os.path.join("releases", release_id), tmp)
     os.replace(tmp, link)  # rename over the old link: there is never a moment without one
-    state = _state(root)
+    state = store.read_state(root)
     history = [r for r in state.get("history", []) if r != release_id] + [release_id]
-    _save_state(root, active=release_id, previous=active, history=history)
+    store.save_state(root, active=release_id, previous=active, history=history)
     good = state.get("good", [])
     if prune:
         _prune(root, keep, {release_id, active, *good[-1:]})
-    return {"changed": True, **_summary(root)}
+    return {"changed": True, **store.summary(root)}
 
 
 def _per_release_changes(root: str, key: str, release_id: str, value: object) -> dict:
     """The state change that records `value` for `release_id` under `key` (a release id -> value map of
     state.json: perf figures, how a bake ended); {} when there is nothing new."""
-    known = dict(_state(root).get(key) or {})
+    known = dict(store.read_state(root).get(key) or {})
     if not value or known.get(release_id) == value:
         return {}
-    installed = set(_list_releases(root))
+    installed = set(store.list_releases(root))
     # Entries of pruned releases go with them.
     return {key: {r: v for r, v in {**known, release_id: value}.items() if r in installed}}
 
@@ -484,262 +369,73 @@ def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) 
     """Record `release_id` verified here, with its perf figures and how its bake ended (O(bake))."""
     bake = module.params.get("bake") or ""
     _check_release_id(module, release_id)
-    if release_id not in _list_releases(root):
-        module.fail_json(msg=f"release {release_id} is not installed under {_releases_dir(root)}")
-    good = _state(root).get("good", [])
+    if release_id not in store.list_releases(root):
+        module.fail_json(msg=f"release {release_id} is not installed under {store.releases_dir(root)}")
+    good = store.read_state(root).get("good", [])
     perf = _perf_changes(root, release_id, figures)
     baked = _per_release_changes(root, "baked", release_id, bake)
     if good and good[-1] == release_id and not perf and not baked:
-        return {"changed": False, **_summary(root)}
+        return {"changed": False, **store.summary(root)}
     if module.check_mode:
-        return {"changed": True, **_summary(root), "would": [f"record {release_id} as verified"]}
-    failed = {r: g for r, g in (_state(root).get("failed") or {}).items() if r != release_id}
-    _save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf, **baked)
-    return {"changed": True, **_summary(root)}
+        return {"changed": True, **store.summary(root), "would": [f"record {release_id} as verified"]}
+    failed = {r: g for r, g in (store.read_state(root).get("failed") or {}).items() if r != release_id}
+    store.save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf, **baked)
+    return {"changed": True, **store.summary(root)}
 
 
 def _failed(module: AnsibleModule, root: str, release_id: str, gate: str, figures: dict) -> dict:
     """Record that `release_id` failed its gate `gate` here (a rollback to it is then refused by default)."""
     _check_release_id(module, release_id)
-    if release_id not in _list_releases(root) or release_id in _state(root).get("good", []):
-        return {"changed": False, **_summary(root)}
-    failed = dict(_state(root).get("failed") or {})
+    if release_id not in store.list_releases(root) or release_id in store.read_state(root).get("good", []):
+        return {"changed": False, **store.summary(root)}
+    failed = dict(store.read_state(root).get("failed") or {})
     perf = _perf_changes(root, release_id, figures)
     if failed.get(release_id) == gate and not perf:
-        return {"changed": False, **_summary(root)}
+        return {"changed": False, **store.summary(root)}
     if module.check_mode:
-        return {"changed": True, **_summary(root), "would": [f"record {release_id} as failed ({gate})"]}
-    _save_state(root, failed={**failed, release_id: gate}, **perf)
-    return {"changed": True, **_summary(root)}
+        return {"changed": True, **store.summary(root), "would": [f"record {release_id} as failed ({gate})"]}
+    store.save_state(root, failed={**failed, release_id: gate}, **perf)
+    return {"changed": True, **store.summary(root)}
 
 
 def _remove(module: AnsibleModule, root: str, release_id: str) -> dict:
-    summary = _summary(root)
+    summary = store.summary(root)
     if release_id not in summary["releases"]:
         return {"changed": False, **summary}
-    if release_id == summary["active"] or release_id in _state(root).get("good", []):
+    if release_id == summary["active"] or release_id in store.read_state(root).get("good", []):
         module.fail_json(msg=f"release {release_id} is active or verified on this host; only a temporary "
                              "release can be removed", **summary)
     if module.check_mode:
         return {"changed": True, **summary, "would": [f"remove release {release_id}"]}
-    shutil.rmtree(os.path.join(_releases_dir(root), release_id))
+    shutil.rmtree(os.path.join(store.releases_dir(root), release_id))
     # Forget it, so `previous` names what served before it again.
-    state = _state(root)
+    state = store.read_state(root)
     history = [r for r in state.get("history", []) if r != release_id]
     before = [r for r in history if r != summary["active"]]
     previous = state.get("previous") if state.get("previous") != release_id else (before[-1] if before else None)
-    _save_state(root, history=history, previous=previous)
-    return {"changed": True, **_summary(root)}
+    store.save_state(root, history=history, previous=previous)
+    return {"changed": True, **store.summary(root)}
 
 
 def _prune(root: str, keep: int, protected: set) -> None:
-    releases = _list_releases(root)
+    releases = store.list_releases(root)
     excess = len(releases) - max(keep, 2)
     for name in releases:
         if excess <= 0:
             break
         if name in protected:
             continue
-        shutil.rmtree(os.path.join(_releases_dir(root), name))
+        shutil.rmtree(os.path.join(store.releases_dir(root), name))
         excess -= 1
-
-
-# What dsv4deploy creates under an install root. Purge removes one of these only when the ownership
-# marker proves dsv4deploy made it: the marker lists what was there before the first install.
-OURS = ("current", "releases", STATE_FILE, "supervisor", "logs", "secrets", "deploy.lock")
-OWNER_MARKER = ".dsv4deploy-owner.json"
-# Our scratch names (the pointer switch, atomic writes, lock takeovers) and the marker itself.
-OUR_SCRATCH = (".current-", ".tmp-", ".deploy.lock-")
-# Entries that, already there and not ours, a deploy would overwrite: the install refuses such a root.
-OVERWRITTEN = ("current", STATE_FILE)
-STATE_KEYS = {"active", "previous", "history", "good"}
-
-
-def _owner(root: str) -> dict:
-    """The ownership marker of `root` ({} when there is none or it is unreadable)."""
-    marker = _read_json(os.path.join(root, OWNER_MARKER))
-    return marker if isinstance(marker, dict) and marker.get("id") else {}
-
-
-def _is_our_lock(path: str) -> bool:
-    record = _read_json(path)
-    return isinstance(record, dict) and bool(record.get("run_id"))
-
-
-def _is_release_dir(path: str) -> bool:
-    return os.path.isdir(path) and not os.path.islink(path) and isinstance(
-        _read_json(os.path.join(path, MANIFEST)).get("files"), dict)
-
-
-def _legacy_proof(root: str, name: str) -> bool:
-    """Whether `name`, found under a root with no marker, was provably made by an older dsv4deploy."""
-    path = os.path.join(root, name)
-    if name == "releases":
-        entries = [e for e in os.listdir(path) if not e.startswith(".")] if os.path.isdir(path) else []
-        return bool(entries) and all(_is_release_dir(os.path.join(path, e)) for e in entries)
-    if name == "current":
-        return os.path.islink(path) and os.readlink(path).startswith("releases/")
-    if name == STATE_FILE:
-        state = _read_json(path)
-        return isinstance(state, dict) and bool(state) and set(state) <= STATE_KEYS
-    if name == "deploy.lock":
-        return _is_our_lock(path)
-    if name == "supervisor":
-        return "Managed by dsv4deploy" in _read_text(os.path.join(path, "supervisord.conf"))
-    if name == "logs":  # supervisord's childlogdir, named in its config
-        return _legacy_proof(root, "supervisor")
-    if name == "secrets":
-        return os.path.isdir(path) and set(os.listdir(path)) <= {"api_key"}
-    return False
-
-
-def _is_legacy(root: str) -> bool:
-    """A root with no marker where an older dsv4deploy deployed: its releases and state prove it."""
-    return _legacy_proof(root, "releases") and _legacy_proof(root, STATE_FILE)
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _claim(module: AnsibleModule, root: str) -> None:
-    """Write the ownership marker at the first install: what is there already is not ours.
-
-    A root that an older dsv4deploy deployed to (no marker, but its releases, pointer and state
-    are provably ours) is adopted. A root holding a `current` or `state.json` that is not ours is
-    refused: the deploy would overwrite them.
-    """
-    if _owner(root) or module.check_mode:
-        return
-    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
-    legacy = _is_legacy(root)
-    foreign = []
-    for name in names:
-        if name == "deploy.lock" and _is_our_lock(os.path.join(root, name)):
-            continue  # this run's lock, taken just before the install
-        if name.startswith(OUR_SCRATCH):
-            continue
-        if legacy and name in OURS and _legacy_proof(root, name):
-            continue
-        foreign.append(name)
-    clash = sorted(set(foreign) & set(OVERWRITTEN))
-    if clash:
-        module.fail_json(msg=f"install_root {root} already holds {', '.join(clash)}, which dsv4deploy did not "
-                             "create and a deploy would overwrite; nothing was written. Fix: choose an empty "
-                             "or new install_root (a folder of its own, e.g. /opt/dsv4deploy)")
-    os.makedirs(root, exist_ok=True)
-    marker = {"id": uuid.uuid4().hex, "claimed_at": time.time(), "foreign": foreign,
-              "root_was_empty": not foreign, "adopted": legacy}
-    _write_atomic(os.path.join(root, OWNER_MARKER), json.dumps(marker, indent=2, sort_keys=True) + "\n")
-
-
-def _purge_release(base: str, left: dict) -> None:
-    """Remove the files a release's manifest lists (and its manifest); anything else in it stays."""
-    listed = _read_json(os.path.join(base, MANIFEST)).get("files") or {}
-    for rel in [*listed, MANIFEST]:
-        path = os.path.normpath(os.path.join(base, rel))
-        if path.startswith(base + os.sep) and (os.path.isfile(path) or os.path.islink(path)):
-            os.unlink(path)
-    for folder, _dirs, _files in sorted(os.walk(base), key=lambda w: -len(w[0])):
-        if not os.listdir(folder):
-            os.rmdir(folder)
-    if os.path.isdir(base):
-        for folder, _dirs, files in os.walk(base):
-            for name in files:
-                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(os.path.dirname(base)))
-                left[rel] = "not in its release's manifest"
-
-
-def _purge_releases(module: AnsibleModule, root: str, ours: bool, removed: list, left: dict) -> None:
-    """Each release whose manifest proves it ours, our staging folders, then releases/ when ours and empty."""
-    path = _releases_dir(root)
-    for name in sorted(os.listdir(path)):
-        entry = os.path.join(path, name)
-        rel = f"releases/{name}"
-        # An install's staging folder (.ID-XXXX), left by an interrupted write.
-        staging = name.startswith(".") and os.path.isdir(entry) and not os.path.islink(entry)
-        if _is_release_dir(entry):
-            removed.append(rel)
-            if not module.check_mode:
-                _purge_release(entry, left)
-        elif staging and ours:
-            removed.append(rel)
-            if not module.check_mode:
-                shutil.rmtree(entry)
-        else:
-            left[rel] = "not a dsv4deploy release (no manifest.json listing its files)"
-    if ours and not module.check_mode and not os.listdir(path):
-        os.rmdir(path)
-        removed.append("releases")
-    elif not ours:
-        left["releases"] = "was there before dsv4deploy's first install (only our releases in it were removed)"
-
-
-def _purge(module: AnsibleModule, root: str) -> dict:
-    """Remove what dsv4deploy provably created under `root`, and say what was left and why.
-
-    Proof is the ownership marker written at the first install (what was there before is never
-    ours) and, inside releases/, each release's manifest (only the files it lists). A root with no
-    marker has only what an older dsv4deploy provably made removed.
-    """
-    parts = [p for p in root.split("/") if p]
-    if not root.startswith("/") or os.path.normpath(root) != root or len(parts) < 2:
-        module.fail_json(msg=f"refusing to purge {root!r}: not an absolute, normalised path two levels deep")
-    if not os.path.isdir(root):
-        return {"changed": False, "removed": [], "left": [], "left_why": {}}
-    owner = _owner(root)
-    foreign = set(owner.get("foreign", []))
-    legacy = not owner and _is_legacy(root)
-    removed: list = []
-    left: dict = {}
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if name == OWNER_MARKER:
-            continue
-        if name in foreign:
-            mine = False
-        elif owner:
-            mine = name in OURS or name.startswith(OUR_SCRATCH)
-        else:
-            mine = legacy and name in OURS and _legacy_proof(root, name)
-        if name == "releases" and os.path.isdir(path) and not os.path.islink(path):
-            _purge_releases(module, root, mine, removed, left)
-            continue
-        if not mine:
-            left[name] = ("was there before dsv4deploy's first install" if name in foreign else
-                          "not created by dsv4deploy" if owner or name not in OURS else
-                          f"no ownership marker ({OWNER_MARKER}) proves dsv4deploy created it")
-            continue
-        removed.append(name)
-        if module.check_mode:
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-    if owner and not module.check_mode:
-        # Everything ours is gone: a later first install claims the root afresh, as it then is.
-        os.unlink(os.path.join(root, OWNER_MARKER))
-        removed.append(OWNER_MARKER)
-        if owner.get("root_was_empty") and not os.listdir(root):
-            os.rmdir(root)
-    if left:
-        named = "; ".join(f"{n} ({why})" for n, why in sorted(left.items()))
-        module.warn(f"left in {root} what dsv4deploy did not create or cannot prove it created: {named}")
-    return {"changed": bool(removed), "removed": removed, "left": sorted(left), "left_why": left}
 
 
 def _release_details(root: str, summary: dict) -> list[dict]:
     """Per installed release: when it was installed and whether it passed, failed or awaits its gates."""
-    history = _state(root).get("history", [])
+    history = store.read_state(root).get("history", [])
     details = []
     for name in summary["releases"]:
         try:
-            created = os.path.getmtime(os.path.join(_releases_dir(root), name, MANIFEST))
+            created = os.path.getmtime(os.path.join(store.releases_dir(root), name, store.MANIFEST))
         except OSError:
             created = None
         if name in summary["good"]:
@@ -757,13 +453,13 @@ def _release_details(root: str, summary: dict) -> list[dict]:
 
 def _query(root: str) -> dict:
     """The host's releases: active (with its content hash), previous, verified ones."""
-    result = _summary(root)
+    result = store.summary(root)
     if result["active"]:
         # An edited active release never counts as "this release is running": a deploy reinstalls it.
-        result["active_tampered"] = tampered(root, result["active"])
-        result["active_hash"] = "" if result["active_tampered"] else _content_hash(root, result["active"])
+        result["active_tampered"] = store.tampered(root, result["active"])
+        result["active_hash"] = "" if result["active_tampered"] else store.content_hash(root, result["active"])
     result["details"] = _release_details(root, result)
-    result["owner_id"] = _owner(root).get("id")
+    result["owner_id"] = ownership.read_owner(root).get("id")
     return result
 
 
@@ -803,7 +499,13 @@ def main() -> None:
     if p["state"] == "query":
         module.exit_json(changed=False, **_query(root))
     if p["state"] == "purged":
-        module.exit_json(**_purge(module, root))
+        try:
+            purged, warning = purge.purge(root, module.check_mode)
+        except ownership.Refused as exc:
+            module.fail_json(msg=str(exc))
+        if warning:
+            module.warn(warning)
+        module.exit_json(**purged)
     if p["state"] == "present":
         before = _query(root)
         installed = _install(module, root, p["release_id"], p["files"])

@@ -1,0 +1,108 @@
+"""Purge an install root: remove what dsv4deploy provably created there, say what was left and why
+(standard library only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from ansible_collections.dsv4.deploy.plugins.module_utils import ownership
+from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
+
+
+def _purge_release(base: str, left: dict) -> None:
+    """Remove the files a release's manifest lists (and its manifest); anything else in it stays."""
+    listed = store.read_json(os.path.join(base, store.MANIFEST)).get("files") or {}
+    for rel in [*listed, store.MANIFEST]:
+        path = os.path.normpath(os.path.join(base, rel))
+        if path.startswith(base + os.sep) and (os.path.isfile(path) or os.path.islink(path)):
+            os.unlink(path)
+    for folder, _dirs, _files in sorted(os.walk(base), key=lambda w: -len(w[0])):
+        if not os.listdir(folder):
+            os.rmdir(folder)
+    if os.path.isdir(base):
+        for folder, _dirs, files in os.walk(base):
+            for name in files:
+                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(os.path.dirname(base)))
+                left[rel] = "not in its release's manifest"
+
+
+def _purge_releases(check_mode: bool, root: str, ours: bool, removed: list, left: dict) -> None:
+    """Each release whose manifest proves it ours, our staging folders, then releases/ when ours and empty."""
+    path = store.releases_dir(root)
+    for name in sorted(os.listdir(path)):
+        entry = os.path.join(path, name)
+        rel = f"releases/{name}"
+        # An install's staging folder (.ID-XXXX), left by an interrupted write.
+        staging = name.startswith(".") and os.path.isdir(entry) and not os.path.islink(entry)
+        if ownership.is_release_dir(entry):
+            removed.append(rel)
+            if not check_mode:
+                _purge_release(entry, left)
+        elif staging and ours:
+            removed.append(rel)
+            if not check_mode:
+                shutil.rmtree(entry)
+        else:
+            left[rel] = "not a dsv4deploy release (no manifest.json listing its files)"
+    if ours and not check_mode and not os.listdir(path):
+        os.rmdir(path)
+        removed.append("releases")
+    elif not ours:
+        left["releases"] = "was there before dsv4deploy's first install (only our releases in it were removed)"
+
+
+def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
+    """Remove what dsv4deploy provably created under `root`, and say what was left and why.
+
+    Proof is the ownership marker written at the first install (what was there before is never
+    ours) and, inside releases/, each release's manifest (only the files it lists). A root with no
+    marker has only what an older dsv4deploy provably made removed. Returns the module's result and
+    the warning naming what was left ('' when nothing was); raises Refused for a root it will not purge.
+    """
+    parts = [p for p in root.split("/") if p]
+    if not root.startswith("/") or os.path.normpath(root) != root or len(parts) < 2:
+        raise ownership.Refused(f"refusing to purge {root!r}: not an absolute, normalised path two levels deep")
+    if not os.path.isdir(root):
+        return {"changed": False, "removed": [], "left": [], "left_why": {}}, ""
+    owner = ownership.read_owner(root)
+    foreign = set(owner.get("foreign", []))
+    legacy = not owner and ownership.is_legacy(root)
+    removed: list = []
+    left: dict = {}
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name == ownership.OWNER_MARKER:
+            continue
+        if name in foreign:
+            mine = False
+        elif owner:
+            mine = name in ownership.OURS or name.startswith(ownership.OUR_SCRATCH)
+        else:
+            mine = legacy and name in ownership.OURS and ownership.legacy_proof(root, name)
+        if name == "releases" and os.path.isdir(path) and not os.path.islink(path):
+            _purge_releases(check_mode, root, mine, removed, left)
+            continue
+        if not mine:
+            left[name] = ("was there before dsv4deploy's first install" if name in foreign else
+                          "not created by dsv4deploy" if owner or name not in ownership.OURS else
+                          f"no ownership marker ({ownership.OWNER_MARKER}) proves dsv4deploy created it")
+            continue
+        removed.append(name)
+        if check_mode:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    if owner and not check_mode:
+        # Everything ours is gone: a later first install claims the root afresh, as it then is.
+        os.unlink(os.path.join(root, ownership.OWNER_MARKER))
+        removed.append(ownership.OWNER_MARKER)
+        if owner.get("root_was_empty") and not os.listdir(root):
+            os.rmdir(root)
+    warning = ""
+    if left:
+        named = "; ".join(f"{n} ({why})" for n, why in sorted(left.items()))
+        warning = f"left in {root} what dsv4deploy did not create or cannot prove it created: {named}"
+    return {"changed": bool(removed), "removed": removed, "left": sorted(left), "left_why": left}, warning

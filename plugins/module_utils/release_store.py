@@ -1,0 +1,128 @@
+"""The release store under a host's install root: releases/, their manifests, the C(current) pointer
+and state.json, as the host modules read and record them (standard library only)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
+
+MANIFEST = "manifest.json"
+STATE_FILE = "state.json"
+
+
+# A release id names a folder under releases/: one plain path component, never '.' or '..'.
+RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+# Where a release may hold files (the layout render writes): nothing else, nothing outside.
+RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|services\.json\Z|manifest\.json\Z")
+
+
+def sha256(data: bytes) -> str:
+    """The hex sha256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def hash_lines(hashes: dict) -> str:
+    """content_hash as dsv4deploy.render computes it: sha256 over sorted `sha256  path` lines."""
+    lines = "".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items()))
+    return sha256(lines.encode("utf-8"))
+
+
+def manifest_problem(files_hashes: dict, manifest: dict) -> str | None:
+    """Why `files_hashes` (path -> sha256, manifest excluded) do not match `manifest`, or None."""
+    listed = manifest.get("files") or {}
+    if sorted(listed) != sorted(files_hashes):
+        extra = sorted(set(files_hashes) - set(listed))
+        missing = sorted(set(listed) - set(files_hashes))
+        return f"files not in the manifest: {extra}; files missing: {missing}"
+    changed = sorted(p for p, digest in files_hashes.items() if listed[p] != digest)
+    if changed:
+        return f"files changed since the release was made: {changed}"
+    if manifest.get("content_hash") != hash_lines(files_hashes):
+        return "the manifest's content_hash does not match its files"
+    return None
+
+
+def tampered(root: str, release: str) -> str | None:
+    """Why the installed release differs from its own manifest (edited, added, removed), or None."""
+    base = os.path.join(releases_dir(root), release)
+    manifest = read_json(os.path.join(base, MANIFEST))
+    if not manifest:
+        return "its manifest.json is missing or unreadable"
+    hashes = {}
+    for folder, _dirs, names in os.walk(base):
+        for name in names:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, base)
+            if rel == MANIFEST:
+                continue
+            if os.path.islink(path):
+                return f"{rel} is a symbolic link"
+            with open(path, "rb") as fh:
+                hashes[rel] = sha256(fh.read())
+    return manifest_problem(hashes, manifest)
+
+
+def releases_dir(root: str) -> str:
+    """The folder holding `root`'s releases."""
+    return os.path.join(root, "releases")
+
+
+def list_releases(root: str) -> list[str]:
+    """The releases installed under `root`, sorted (staging folders, dot-named, are not releases)."""
+    path = releases_dir(root)
+    if not os.path.isdir(path):
+        return []
+    return sorted(n for n in os.listdir(path) if not n.startswith(".") and os.path.isdir(os.path.join(path, n)))
+
+
+def active(root: str) -> str | None:
+    """The release `current` points at, or None when there is no pointer."""
+    link = os.path.join(root, "current")
+    if not os.path.islink(link):
+        return None
+    return os.path.basename(os.readlink(link).rstrip("/"))
+
+
+def read_json(path: str) -> dict:
+    """The JSON object in `path`; {} when it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}  # a foreign file that is JSON but not ours
+
+
+def content_hash(root: str, release: str) -> str | None:
+    """The content hash `release`'s manifest records (None when it has none)."""
+    return read_json(os.path.join(releases_dir(root), release, MANIFEST)).get("content_hash")
+
+
+def read_state(root: str) -> dict:
+    """`root`'s state.json ({} when there is none)."""
+    return read_json(os.path.join(root, STATE_FILE))
+
+
+def summary(root: str) -> dict:
+    """What the modules return about `root`'s releases: active, previous, installed, verified, failed, ..."""
+    state = read_state(root)
+    installed = list_releases(root)
+    good = [r for r in state.get("good", []) if r in installed]
+    failed = {r: gate for r, gate in (state.get("failed") or {}).items() if r in installed and r not in good}
+    perf = {r: figures for r, figures in (state.get("perf") or {}).items() if r in installed}
+    baked = {r: how for r, how in (state.get("baked") or {}).items() if r in good}
+    # The perf gate's preferred baseline: figures of a release that also survived its bake.
+    last_baked = next((r for r in reversed(good) if baked.get(r) == "passed" and r in perf), None)
+    return {"active": active(root), "previous": state.get("previous"), "releases": installed,
+            "good": good, "last_good": good[-1] if good else None, "failed_gates": failed, "perf": perf,
+            "baked": baked, "last_baked": last_baked}
+
+
+def save_state(root: str, **changes: object) -> None:
+    """Write `changes` over `root`'s state.json, atomically."""
+    state = {**read_state(root), **changes}
+    write_atomic(os.path.join(root, STATE_FILE), json.dumps(state, indent=2, sort_keys=True) + "\n")
