@@ -105,8 +105,8 @@ def claim(root: str, check_mode: bool = False) -> None:
     clash = sorted(set(foreign) & set(OVERWRITTEN))
     if clash:
         raise Refused(f"install_root {root} already holds {', '.join(clash)}, which dsv4deploy did not "
-                             "create and a deploy would overwrite; nothing was written. Fix: choose an empty "
-                             "or new install_root (a folder of its own, e.g. /opt/dsv4deploy)")
+                      "create and a deploy would overwrite; nothing was written. Fix: choose an empty "
+                      "or new install_root (a folder of its own, e.g. /opt/dsv4deploy)")
     os.makedirs(root, exist_ok=True)
     marker = {"id": uuid.uuid4().hex, "claimed_at": time.time(), "foreign": foreign,
               "root_was_empty": not foreign, "adopted": legacy}

@@ -246,7 +246,7 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
     except ValueError:
         module.fail_json(msg="the release's manifest.json is not JSON; nothing was written")
     problem = store.manifest_problem({rel: store.sha256(text.encode("utf-8")) for rel, text in files.items()
-                                 if rel != store.MANIFEST}, manifest)
+                                      if rel != store.MANIFEST}, manifest)
     if problem:
         module.fail_json(msg=f"the release to install does not match its own manifest ({problem}); nothing was written")
     try:
