@@ -11,19 +11,29 @@ from __future__ import annotations
 class ModuleDocFragment:
     """The shared blocks: ACTION, CONTROLLER, READ_ONLY, POSIX, REPORT and SERVICE_MANAGER."""
 
-    # An action plugin that runs dsv4deploy's Python core on the controller.
+    # An action plugin whose controller side runs dsv4deploy's Python core and whose host side is a
+    # module (dsv4_worker_probe): the plugin says what its action does on the hosts.
     ACTION = r"""
 attributes:
   action:
     support: full
-    description: Runs on the controller as an action plugin.
+    description: An action plugin.
 notes:
   - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
 """
 
-    # Works on the controller only.
+    # An action plugin that works on the controller only (it runs dsv4deploy's Python core there) and
+    # changes nothing on a host.
     CONTROLLER = r"""
+notes:
+  - Needs the Python package C(dsv4deploy) on the controller (C(pip install dsv4deploy)).
 attributes:
+  action:
+    support: full
+    description: Runs on the controller as an action plugin.
+  diff_mode:
+    support: none
+    description: Nothing on a host is changed, so there is nothing to diff.
   platform:
     support: full
     platforms: posix
@@ -45,8 +55,18 @@ attributes:
     description: Any host with Python 3.
 """
 
-    # A controller-side report writer (dsv4_write_report, dsv4_isolate_report).
+    # A controller-side report writer (dsv4_write_report, dsv4_isolate_report). Named before CONTROLLER:
+    # the first fragment naming an attribute wins (its diff_mode).
     REPORT = r"""
+options:
+  reports_dir:
+    type: path
+    required: true
+    description:
+      - Folder on the controller the reports are written under. A relative path is taken from the
+        directory C(ansible-playbook) runs in.
+notes:
+  - Run it with C(run_once). The report is a record on the controller, not a change to a host.
 attributes:
   check_mode:
     support: none

@@ -18,6 +18,7 @@ description:
   - With O(locate) it only reads and checks each play host's C(install_root) (nothing else of the
     inventory) and sets O(fact) (C(dsv4_plan) means C(dsv4_installed_roots)) to each host's install
     root, so stop, rollback and verify find the releases even after the inventory was edited.
+  - It changes nothing in any mode; the plan is computed in check mode too.
   - With O(installed) it sets O(fact) to the view of an installed release, read from its own records
     (C(spec.json), and each host's C(services.json)) - its gate targets and each host's services, GPUs,
     ports and service manager - not from the inventory.
@@ -101,15 +102,8 @@ options:
         C(INSTALL_ROOT/slot-b) - instead of the inventory's own plan. Fails, naming field, host and fix, when
         the two do not fit a host at once.
 extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
-attributes:
-  check_mode:
-    support: full
-    description: Changes nothing in any mode; the plan is computed in check mode too.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
+  - dsv4.deploy.dsv4deploy.read_only
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 

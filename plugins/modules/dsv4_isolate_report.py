@@ -11,14 +11,7 @@ description:
     needle heatmaps side by side, with the C(plot) extra) and points C(REPORTS_DIR/latest) at them.
   - The verdict comes from the gate results of each side - C(pd_specific) (fails in PD, passes combined),
     C(shared_path) (fails in both), C(clean) (passes both) or C(inconclusive), always with why.
-  - Run it with C(run_once). The report is a record on the controller, not a change to a host.
 options:
-  reports_dir:
-    type: path
-    required: true
-    description:
-      - The isolation reports folder on the controller. A relative path is taken from the directory
-        C(ansible-playbook) runs in.
   suite:
     type: list
     elements: str
@@ -84,9 +77,8 @@ options:
     description:
       - Why the run stopped before changing anything.
 extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.action
-  - dsv4.deploy.dsv4deploy.controller
   - dsv4.deploy.dsv4deploy.report
+  - dsv4.deploy.dsv4deploy.controller
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 

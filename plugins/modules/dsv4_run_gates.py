@@ -64,16 +64,12 @@ options:
         C(max_transfer_failures), C(canary_tokens), C(probe_sessions), C(probe_deadline_s)), which the
         C(bake) gate runs with; empty or C(seconds) 0 skips the bake."
 extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: none
     description: Gates talk to running servers - in check mode none runs; each is returned as skipped
       ("check mode - not run") and the task says it was skipped.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 

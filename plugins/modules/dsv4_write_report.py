@@ -9,14 +9,7 @@ short_description: Write a dsv4deploy deploy report on the controller and point 
 description:
   - Writes C(REPORTS_DIR/RELEASE/report.json) and C(report.md) (and C(heatmap.png) with the C(plot) extra)
     and points C(REPORTS_DIR/latest) at them. A release that already has a report gets C(RELEASE-2), ...
-  - Run it with C(run_once). The report is a record on the controller, not a change to a host.
 options:
-  reports_dir:
-    type: path
-    required: true
-    description:
-      - Root of the reports on the controller. A relative path is taken from the directory
-        C(ansible-playbook) runs in.
   verdict:
     type: str
     required: true
@@ -65,9 +58,8 @@ options:
     description:
       - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
 extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.action
-  - dsv4.deploy.dsv4deploy.controller
   - dsv4.deploy.dsv4deploy.report
+  - dsv4.deploy.dsv4deploy.controller
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 

@@ -38,14 +38,29 @@ def load(path: Path) -> ModuleType:
     return module
 
 
-def fragment_attributes(doc: dict) -> set[str]:
-    """The attributes a module documents, its shared fragments' (`dsv4.deploy.dsv4deploy.<NAME>`) included."""
-    names = set(doc.get("attributes") or {})
+def fragments(doc: dict) -> list[dict]:
+    """The shared fragments (`dsv4.deploy.dsv4deploy.<NAME>`) a module's documentation names, parsed."""
+    out = []
     for ref in doc.get("extends_documentation_fragment") or []:
         assert ref.startswith("dsv4.deploy.dsv4deploy."), f"{ref}: a fragment of the collection's own, by its FQCN"
-        fragment = getattr(load(FRAGMENTS).ModuleDocFragment, ref.rsplit(".", 1)[1].upper())
-        names |= set(yaml.safe_load(fragment)["attributes"])
+        out.append(yaml.safe_load(getattr(load(FRAGMENTS).ModuleDocFragment, ref.rsplit(".", 1)[1].upper())))
+    return out
+
+
+def fragment_attributes(doc: dict) -> set[str]:
+    """The attributes a module documents, its shared fragments' included."""
+    names = set(doc.get("attributes") or {})
+    for fragment in fragments(doc):
+        names |= set(fragment["attributes"])
     return names
+
+
+def documented_options(doc: dict) -> dict:
+    """The options ansible-doc shows: the module's own, then its fragments' (the module's own win)."""
+    options: dict = {}
+    for fragment in reversed(fragments(doc)):
+        options.update(fragment.get("options") or {})
+    return {**options, **(doc.get("options") or {})}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
@@ -68,7 +83,7 @@ def test_module_is_documented_with_examples_return_and_modes(path: Path) -> None
 def test_action_plugin_has_a_documentation_stub_matching_its_argument_spec(path: Path) -> None:
     stub = PLUGINS / "modules" / path.name
     assert stub.is_file(), f"action {path.stem} needs modules/{path.name} with its DOCUMENTATION, EXAMPLES, RETURN"
-    options = yaml.safe_load(doc_blocks(stub)["DOCUMENTATION"])["options"]
+    options = documented_options(yaml.safe_load(doc_blocks(stub)["DOCUMENTATION"]))
     if "def main(" in stub.read_text():
         # An action in front of a real module of its name (like ansible.builtin.template): the module's
         # argument spec validates, and the module's documentation is the action's.
