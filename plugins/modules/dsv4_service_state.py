@@ -134,7 +134,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem, select
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, Manager, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, started
 from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
@@ -273,7 +273,7 @@ def main() -> None:
     if root_problem(root):
         module.fail_json(msg=root_problem(root))
     mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
-    names = select(p["names"] if p["names"] is not None else release_services(root), p["only"])
+    names = chosen(root, p["names"], p["only"])
     lock = p["lock"] if p["lock"] and not check else None
     try:
         _record(lock, "before")

@@ -83,7 +83,7 @@ logs:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem, select
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
@@ -105,7 +105,7 @@ def main() -> None:
     if root_problem(p["install_root"]):
         module.fail_json(msg=root_problem(p["install_root"]))
     mgr = open_manager(p["manager"], p["install_root"], p["supervisor_bin_dir"], p["unit_dir"])
-    names = select(p["names"] if p["names"] is not None else release_services(p["install_root"]), p["only"])
+    names = chosen(p["install_root"], p["names"], p["only"])
     try:
         module.exit_json(**report(mgr, names, p["logs"], p["log_offsets"], p["invocations"]))
     except ServiceError as exc:
