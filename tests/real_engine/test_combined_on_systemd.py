@@ -81,7 +81,12 @@ def lab(engine_ready: None, tiny_model: Path) -> Iterator[kit.Lab]:
         pytest.skip(reason)
     base, _ = _base_interpreter()
     binds = [(str(engine_python().parents[1].resolve() / "lib"), f"{VENV}/lib"), (str(base), BASE)]
-    booted = kit.Lab(names=[HOST], rootfs=rootfs_mod.ensure_rootfs(), binds=binds)
+    try:
+        rootfs = rootfs_mod.ensure_rootfs()
+    except RuntimeError as exc:
+        pytest.fail(f"the host rootfs could not be built here ({exc}); debootstrap needs the network, which the "
+                    "tier's namespace lacks: run `python -m tests.systemd.hostkit build` first (.ci/run does)")
+    booted = kit.Lab(names=[HOST], rootfs=rootfs, binds=binds)
     try:
         booted.start()
         _bind_engine(booted.hosts[HOST], tiny_model)
@@ -100,6 +105,7 @@ def inventory(lab: kit.Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (dest / "hosts.yml").write_text(yaml.safe_dump(
         {"all": {"children": {"dsv4": {"hosts": {HOST: {"ansible_host": lab.hosts[HOST].address}}}}}}))
     state = rootfs_mod.SIM_STATE_DIR
+    engine = yaml.safe_load((dest / "group_vars" / "all" / "engine.yml").read_text())
     host_vars = {
         **lab.connection_vars(),
         "service_manager": "systemd", "install_root": INSTALL_ROOT, "service_user": "sglang",
@@ -108,7 +114,7 @@ def inventory(lab: kit.Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
         "listen": "0.0.0.0",
         "dsv4_engine_python": f"{VENV}/bin/python", "dsv4_engine_model": MODEL,
         "dsv4_engine_stand_in": STAND_IN_DIR, "dsv4_engine_nccl_base": 29500,
-        "server_env": {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": STAND_IN_DIR, "LD_LIBRARY_PATH": f"{BASE}/lib"},
+        "server_env": {**engine["server_env"], "LD_LIBRARY_PATH": f"{BASE}/lib"},
         # Combined runs no router; the kit's sglang-router stands in for the tier's two launchers.
         "router_launcher": lab.sim_vars()["router_launcher"],
         # No GPU: the host's simulated nvidia-smi answers (two idle "GPUs", as the tier's inventory says).
