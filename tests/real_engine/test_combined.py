@@ -20,9 +20,7 @@ import yaml
 from tests.integration.simhost import SimHost
 from tests.real_engine.enginehost import alive, descendants, process_name, usage
 
-# One xdist group per host (.ci/run runs the tier with -n 2 --dist loadgroup): a module's cases share
-# their deployed host, and test_combined and test_side_by_side share the first combined deploy.
-pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group("combined-host")]
+pytestmark = pytest.mark.real_engine
 
 SERVER = "sglang-dsv4"
 MODEL = "tiny-llama"

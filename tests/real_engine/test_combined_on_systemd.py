@@ -32,8 +32,7 @@ from tests.systemd import hostkit as kit
 from tests.systemd import rootfs as rootfs_mod
 from tests.systemd.checks import INSTALL_ROOT, output
 
-# One xdist group per host (.ci/run runs the tier with -n 2 --dist loadgroup): the module's cases share it.
-pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group("systemd-host")]
+pytestmark = pytest.mark.real_engine
 
 UNIT = "sglang-dsv4"
 HOST = "gpu1"

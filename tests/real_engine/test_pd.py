@@ -15,8 +15,7 @@ import pytest
 from tests.integration.simhost import SimHost
 from tests.real_engine.enginehost import descendants, process_name
 
-# One xdist group per host (.ci/run runs the tier with -n 2 --dist loadgroup): the module's cases share it.
-pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group("pd-host")]
+pytestmark = pytest.mark.real_engine
 
 AGREE = ("model_path", "context_length", "page_size", "kv_cache_dtype", "json_model_override_args", "dtype")
 

@@ -14,8 +14,7 @@ import pytest
 
 from tests.integration.simhost import SimHost
 
-# One xdist group per host (.ci/run runs the tier with -n 2 --dist loadgroup): the module's cases share it.
-pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group("perf-host")]
+pytestmark = pytest.mark.real_engine
 
 SERVER = "sglang-dsv4"
 # Generous: the judgement, not the machine's load, is under test (a loaded CI machine varies a lot).

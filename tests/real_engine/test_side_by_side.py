@@ -20,9 +20,7 @@ from dsv4deploy.gates.config import AGREEMENT_KEYS, parse_logged_overrides
 from tests.integration.simhost import SimHost, make_sim_host
 from tests.real_engine.sidebyside import BAD_REQUESTS, PATHS, observe, shape, warm_up_statuses
 
-# One xdist group per host (.ci/run runs the tier with -n 2 --dist loadgroup): a module's cases share
-# their deployed host, and test_combined and test_side_by_side share the first combined deploy.
-pytestmark = [pytest.mark.real_engine, pytest.mark.xdist_group("combined-host")]
+pytestmark = pytest.mark.real_engine
 
 ONLY_FIRST_GATES = json.dumps({"dsv4_gates_names": ["readiness", ["config", "smoke"]]})
 # What the gates and the report read from /server_info.
