@@ -1,11 +1,9 @@
 """Fixtures of the real-engine tier: the unmodified sglang 0.5.23 on CPU, deployed by the tool.
 
-    unshare -n sh -c 'ip link set lo up && .venv/bin/python -m pytest -n 2 --dist loadfile -m real_engine \
-        tests/real_engine'
+    unshare -n sh -c 'ip link set lo up && .venv/bin/python -m pytest -p no:xdist -m real_engine tests/real_engine'
 
 (as root the tier enters a private network namespace itself). Excluded from the main run by the
-``real_engine`` marker (pyproject's addopts); .ci/run runs it as its own step, two workers, a test
-file each at a time. It skips, saying
+``real_engine`` marker (pyproject's addopts); .ci/run runs it as its own serial step. It skips, saying
 why, only where its environment cannot exist: scripts/setup.sh builds it on any Debian/Ubuntu machine.
 """
 
