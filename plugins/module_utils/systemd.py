@@ -147,6 +147,10 @@ class Systemd:
             return ""
         if state == "failed":
             return f"failed ({now['result']}, {now['exit']})"
+        if state == "deactivating" and now["result"] not in ("", "success"):
+            # The main process ended on its own (a stop asked for keeps Result=success); systemd is ending the
+            # rest of the unit (KillMode=mixed) on its way to failed or auto-restart. Seen with the real sglang.
+            return f"exited ({now['result']}, {now['exit']}) and systemd is stopping what is left of it"
         return f"was stopped ({state})"
 
     def start_all(self, names: list[str]) -> dict[str, str]:

@@ -207,6 +207,7 @@ class Host:
                 "--resolv-conf=off", "--timezone=off", "--link-journal=no"]
         if self.router:
             argv.append(f"--bind-ro={self.lab.rootfs.router}:{rootfs_mod.ROUTER_DIR}")
+        argv += [f"--bind-ro={source}:{dest}" for source, dest in self.lab.binds]
         cgroups = [root / self.cgroup for root in _cgroup_roots()]
         for cg in cgroups:
             cg.mkdir(exist_ok=True)
@@ -319,6 +320,9 @@ class Lab:
     names: Sequence[str]
     routers: Sequence[str] = ()
     rootfs: rootfs_mod.Rootfs | None = None  # type: ignore[assignment]
+    # Read-only binds (this machine's path, the hosts' path) on every host: what a test puts there
+    # that is too big to copy, e.g. the real engine's venv (tests/real_engine/test_combined_on_systemd.py).
+    binds: Sequence[tuple[str, str]] = ()
     id: str = field(default_factory=lambda: f"dsv4hk{secrets.token_hex(3)}")
     hosts: dict[str, Host] = field(default_factory=dict)
 

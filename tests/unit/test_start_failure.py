@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.dsv4.deploy.plugins.module_utils.systemd import journal_lines, start_failure_reason
+from ansible_collections.dsv4.deploy.plugins.module_utils.systemd import Systemd, journal_lines, start_failure_reason
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact
 from dsv4deploy.report import build_report, render_markdown
 
@@ -61,3 +61,16 @@ def test_the_report_carries_the_log_of_the_failed_start():
     md = render_markdown(data)
     assert "## Log of the failed start on gpu1" in md
     assert "status=217/USER" in md and "Failed at step USER spawning" in md
+
+
+def test_a_unit_whose_server_died_is_not_called_stopped_while_systemd_ends_its_children() -> None:
+    # The real sglang's launcher SIGKILLs itself when a child fails; systemd then passes through
+    # deactivating (KillMode=mixed) with Result=signal before failed/auto-restart.
+    base = {"invocation": "a", "restarts": 0}
+    died = {"state": "deactivating", "sub": "final-sigterm", "pid": 0, "invocation": "a", "restarts": 0,
+            "result": "signal", "exit": "killed by signal 9"}
+    assert Systemd.gone(died, base) == ("exited (signal, killed by signal 9) and systemd is stopping what is "
+                                        "left of it")
+    # A stop that was asked for keeps Result=success: that unit was stopped.
+    stopping = {**died, "sub": "stop-sigterm", "pid": 42, "result": "success", "exit": "no exit status"}
+    assert Systemd.gone(stopping, base) == "was stopped (deactivating)"
