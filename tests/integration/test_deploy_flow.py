@@ -290,8 +290,8 @@ def test_router_starts_early_and_routes_as_soon_as_its_workers_are_healthy(sim_h
     # ready pipeline up to 5 s late; started only once they answer, its own start (~0.6 s) was on the
     # critical path. sglang-router 0.3.2 takes workers at run time, so the readiness wait starts it at once
     # and registers each worker through its worker API as soon as it answers /health: here the decode warms
-    # up 4 s longer than the prefill; the router answers while the decode still loads, its /readiness
-    # never says ready before the decode does, and says it within a registration job of it.
+    # up 4 s longer than the prefill; the router is spawned with the workers, its /readiness never says ready
+    # before the decode does, and says it within a registration job of it.
     slow_decode = '{"sim_faults_by_role": {"decode": "warmup_s=4"}}'
     decode = f"http://127.0.0.1:{sim_host.base_port + 2}"
     seen: list[tuple[float, int | None, int | None, int | None]] = []  # (time, router /health, /readiness, decode)
@@ -316,9 +316,11 @@ def test_router_starts_early_and_routes_as_soon_as_its_workers_are_healthy(sim_h
     seen = seen[next(i for i, (_, _, _, d) in enumerate(seen) if d != 200):]
     decode_up = next(t for t, _, _, d in seen if d == 200)
     ready = next(t for t, _, r, _ in seen if r == 200)
-    # Up early (answering, not ready) while the decode loaded; ready only after the decode, and promptly.
-    assert any(h == 200 and r == 503 and d != 200 for _, h, r, d in seen), [x for x in seen if any(x[1:])][:40]
-    assert decode_up <= ready < decode_up + 2, (decode_up, ready)
+    # Spawned with the workers (not once the decode had loaded, 4 s later); ready only after the decode, and
+    # within a registration job of it (3 s: a loaded CI machine's slack).
+    router, decode_spawn = sim_host.last_spawn("sglang-dsv4-router"), sim_host.last_spawn("sglang-dsv4-decode")
+    assert router is not None and decode_spawn is not None and router - decode_spawn < 2, (router, decode_spawn)
+    assert decode_up <= ready < decode_up + 3, ([x for x in seen if any(x[1:])][:60], decode_up, ready)
     assert "OK" in chat(sim_host)
 
 
