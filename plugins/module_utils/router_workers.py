@@ -142,6 +142,7 @@ class RouterWorkers:
         if worker_type not in WORKER_TYPES:
             raise ValueError(f"worker_type {worker_type!r}: one of {', '.join(WORKER_TYPES)}")
         url = normal_url(url)
+        self._refuse_pd_on_legacy(url, worker_type)  # before any request
         self._wait_gone(url, wait_s)
         worker_id = self.submit(url, worker_type, bootstrap_port, model_id)
         if self.api == "legacy" or worker_id == "":
@@ -155,16 +156,19 @@ class RouterWorkers:
             self._call("DELETE", self._item_path(worker_id or url))
             raise
 
+    def _refuse_pd_on_legacy(self, url: str, worker_type: str) -> None:
+        if self.api == "legacy" and worker_type != "regular":
+            raise RouterWorkersError(f"router {self.base} (sglang-router <= 0.2.1) can only add regular "
+                                     f"workers at run time, not the {worker_type} {url}; upgrade it to 0.3")
+
     def submit(self, url: str, worker_type: str = "regular", bootstrap_port: int | None = None,
                model_id: str | None = None) -> str | None:
         """Ask the router to add the worker at `url`, without waiting for it: the id of its background
         job (uuid API), "" when the router has the URL already (smg's 409, its own start probing it), None
         when there is no job to follow (url and legacy APIs). Raises when refused or not answered."""
         url = normal_url(url)
+        self._refuse_pd_on_legacy(url, worker_type)
         if self.api == "legacy":
-            if worker_type != "regular":
-                raise RouterWorkersError(f"router {self.base} (sglang-router <= 0.2.1) can only add regular "
-                                         f"workers at run time, not the {worker_type} {url}; upgrade it to 0.3")
             status, body = self._call("POST", f"/add_worker?url={quote(url, safe='')}")
             if status != 200:
                 raise self._refused(f"add {url}", status, body)
