@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy import access, memory, render, secret_env, services
+from dsv4deploy import access, memory, render, routers, secret_env, services
 from dsv4deploy.plan_models import GateTargets, Plan
 from dsv4deploy.spec import Deployment, Problem, SpecError
 
@@ -162,11 +162,15 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "endpoint_host": served.host,
         # The router's program (PD): the readiness wait can start it once its workers are healthy.
         "router_service": served.name if spec.topology == "pd" else None,
+        "router_takes_workers": spec.topology == "pd"
+        and routers.implementation(spec.router_implementation).takes_workers_at_run_time,
         # host_address: where the controller reaches the worker's host (dsv4deploy.reach decides
         # whether a worker's checks run there or on the host); api_key_file: the key on that host.
         "workers": [{"name": d.name, "role": d.role, "host": d.host, "url": d.url,
                      "host_address": spec.host(d.host).address, "api_key_file": d.api_key_file,
-                     "sglang_version": d.sglang_version} for d in workers],
+                     "sglang_version": d.sglang_version,
+                     "bootstrap_port": getattr(by_port[(d.host, d.ports[0])], "bootstrap_port", None)
+                     if d.role == "prefill" else None} for d in workers],
         # A worker's first port is its HTTP port (a prefill's bootstrap port follows it).
         "expected_overrides": {d.name: spec.model_override_args(by_port[(d.host, d.ports[0])]) for d in workers},
         # What each server's /server_info must report for the settings the spec sets (config gate).

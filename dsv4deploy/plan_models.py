@@ -19,7 +19,8 @@ class _Strict(BaseModel):
 
 
 class Worker(_Strict):
-    """A worker the gates check: its URL, where its host is reached, its key file, its sglang version."""
+    """A worker the gates check: its URL, where its host is reached, its key file, its sglang version, its
+    bootstrap port (a prefill)."""
 
     name: str
     role: Literal["prefill", "decode", "combined"]
@@ -28,6 +29,8 @@ class Worker(_Strict):
     host_address: str
     api_key_file: str | None
     sglang_version: str | None
+    # A prefill's bootstrap port (the router hands it to decode; the readiness wait registers it so).
+    bootstrap_port: int | None = None
 
 
 class GateTargets(_Strict):
@@ -45,6 +48,9 @@ class GateTargets(_Strict):
     router_breaker_s: int | None
     endpoint_host: str
     router_service: str | None
+    # Whether the router takes PD workers at run time (its worker API): then it is started with its workers
+    # and the readiness wait registers each as it answers /health, instead of starting it once all do.
+    router_takes_workers: bool = False
     workers: list[Worker]
     expected_overrides: dict[str, dict[str, Any]]
     expected_settings: dict[str, dict[str, Any]]

@@ -63,10 +63,18 @@ class RouterImplementation:
     flags: Mapping[str, str] = field(default_factory=lambda: dict(COMMON_ROUTER_FLAGS))
     # Metrics port when --prometheus-port is not given (it then listens on 0.0.0.0).
     default_prometheus_port: int = 29000
+    # Its worker API (plugins/module_utils/router_workers.py api_for, by version): uuid (sglang-router >= 0.3,
+    # smg), url (0.2.2-0.2.x) or legacy (<= 0.2.1, which cannot add PD workers at run time).
+    worker_api: Literal["uuid", "url", "legacy"] = "uuid"
 
     def flag(self, setting: str) -> str:
         """The flag for a logical setting (KeyError for one this router does not take)."""
         return self.flags[setting]
+
+    @property
+    def takes_workers_at_run_time(self) -> bool:
+        """Whether PD workers can be added to it while it runs (so it can start before they are ready)."""
+        return self.worker_api != "legacy"
 
     @property
     def title(self) -> str:

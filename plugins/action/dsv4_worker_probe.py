@@ -13,6 +13,7 @@ from typing import Any
 
 from ansible.utils.display import Display
 
+from dsv4deploy import routers
 from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.gate_runner import (
     WORKER_GATES,
@@ -33,6 +34,19 @@ display = Display()
 # The host side of the gates, by its full name: the collection is always found (a clone's collections path,
 # the wheel's site-packages), whatever name the task used.
 CHECK_MODULE = "dsv4.deploy.dsv4_worker_check"
+
+
+def register_workers(plan: dict[str, Any], host: str) -> dict[str, Any]:
+    """The wait's `register_workers` for the router of `plan` on `host`: its workers as its worker API takes
+    them, at the URLs its command line names. The wait starts a router that takes workers at run time
+    (chosen there by this version) at once and registers each worker as it answers /health."""
+    impl = routers.implementation(plan["router"])
+    key_file = next((w["api_key_file"] for w in plan["workers"] if w["host"] == host and w.get("api_key_file")), "")
+    return {"program": plan["router_service"], "router": impl.name, "router_version": impl.version,
+            "router_url": plan["router_url"], "api_key_file": key_file,
+            "workers": [{"name": w["name"], "url": w["url"], "worker_type": w["role"],
+                         "bootstrap_port": w.get("bootstrap_port"), "model_id": plan["served_model_name"]}
+                        for w in plan["workers"]]}
 
 
 class ActionModule(ValidatedAction):
@@ -105,6 +119,8 @@ class ActionModule(ValidatedAction):
             workers = plan["workers"]
             alone = all(w["host"] == host for w in workers)
             watched["start_when_healthy"] = {router: {w["name"]: w["url"] for w in workers} if alone else {}}
+            if alone:
+                watched["register_workers"] = register_workers(plan, host)
         module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched}
         found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)
         if found.get("failed"):
@@ -117,6 +133,8 @@ class ActionModule(ValidatedAction):
         probe["healthy_on_host"] = found.get("healthy") or {}
         if found.get("not_started"):
             probe["not_started"] = found["not_started"]
+        if found.get("registered") is not None:
+            probe["registered"] = found["registered"]
         if found.get("died"):
             healthy = probe["healthy_on_host"]
             probe["died"] = {**found["died"], "host": host, "was_healthy": found["died"]["name"] in healthy}

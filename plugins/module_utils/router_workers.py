@@ -142,26 +142,11 @@ class RouterWorkers:
         if worker_type not in WORKER_TYPES:
             raise ValueError(f"worker_type {worker_type!r}: one of {', '.join(WORKER_TYPES)}")
         url = normal_url(url)
-        if self.api == "legacy" and worker_type != "regular":
-            raise RouterWorkersError(f"router {self.base} (sglang-router <= 0.2.1) can only add regular "
-                                     f"workers at run time, not the {worker_type} {url}; upgrade it to 0.3")
+        self._refuse_pd_on_legacy(url, worker_type)  # before any request
         self._wait_gone(url, wait_s)
-        if self.api == "legacy":
-            status, body = self._call("POST", f"/add_worker?url={quote(url, safe='')}")
-            if status != 200:
-                raise self._refused(f"add {url}", status, body)
+        worker_id = self.submit(url, worker_type, bootstrap_port, model_id)
+        if self.api == "legacy" or worker_id == "":
             return self._wait_listed(url, wait_s)
-        spec: dict[str, Any] = {"url": url, "worker_type": worker_type}
-        if bootstrap_port is not None:
-            spec["bootstrap_port"] = bootstrap_port
-        if model_id:
-            spec["model_id"] = model_id
-        status, body = self._call("POST", "/workers", spec)
-        if status == 409:  # smg: already registered
-            return self._wait_listed(url, wait_s)
-        if status not in (200, 201, 202):
-            raise self._refused(f"add the {worker_type} {url}", status, body)
-        worker_id = body.get("worker_id") if isinstance(body, dict) else None
         try:
             if worker_id and self.api == "uuid":
                 self._wait_job(worker_id, f"add the {worker_type} {url}", wait_s)
@@ -170,6 +155,35 @@ class RouterWorkers:
             # Withdraw the pending job, so a worker that comes up later is not routed to behind our back.
             self._call("DELETE", self._item_path(worker_id or url))
             raise
+
+    def _refuse_pd_on_legacy(self, url: str, worker_type: str) -> None:
+        if self.api == "legacy" and worker_type != "regular":
+            raise RouterWorkersError(f"router {self.base} (sglang-router <= 0.2.1) can only add regular "
+                                     f"workers at run time, not the {worker_type} {url}; upgrade it to 0.3")
+
+    def submit(self, url: str, worker_type: str = "regular", bootstrap_port: int | None = None,
+               model_id: str | None = None) -> str | None:
+        """Ask the router to add the worker at `url`, without waiting for it: the id of its background
+        job (uuid API), "" when the router has the URL already (smg's 409, its own start probing it), None
+        when there is no job to follow (url and legacy APIs). Raises when refused or not answered."""
+        url = normal_url(url)
+        self._refuse_pd_on_legacy(url, worker_type)
+        if self.api == "legacy":
+            status, body = self._call("POST", f"/add_worker?url={quote(url, safe='')}")
+            if status != 200:
+                raise self._refused(f"add {url}", status, body)
+            return None
+        spec: dict[str, Any] = {"url": url, "worker_type": worker_type}
+        if bootstrap_port is not None:
+            spec["bootstrap_port"] = bootstrap_port
+        if model_id:
+            spec["model_id"] = model_id
+        status, body = self._call("POST", "/workers", spec)
+        if status == 409:  # smg: already registered
+            return ""
+        if status not in (200, 201, 202):
+            raise self._refused(f"add the {worker_type} {url}", status, body)
+        return (body.get("worker_id") if isinstance(body, dict) else None) or None
 
     def remove(self, url: str, wait_s: float = 60.0) -> bool:
         """Take the worker at `url` out of the router; whether it was there. Returns once the router no

@@ -118,53 +118,32 @@ seconds:
 
 
 import os
-import subprocess
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
 
 
-def _smi(module: AnsibleModule, cmd: list[str], *args: str) -> list[list[str]] | None:
-    try:
-        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, check=False)
-    except FileNotFoundError:
-        module.fail_json(msg=f"GPU query command not found: {cmd[0]}; install the NVIDIA driver tools or set "
-                             "gpu_query_command")
-    if proc.returncode != 0:
-        return None
-    return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
-
-
 def gpu_table(module: AnsibleModule, cmd: list[str]) -> dict[int, dict]:
-    """index -> {uuid, used, total} in MiB."""
-    rows = _smi(module, cmd, "--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits")
-    if rows is None:
-        rows = [[r[0], "", r[1], r[2]] for r in
-                (_smi(module, cmd, "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits")
-                 or [])]
-    return {int(r[0]): {"uuid": r[1], "used": int(float(r[2])), "total": int(float(r[3]))} for r in rows if r}
+    """index -> {uuid, used, total} in MiB (fails the module when the query command is missing)."""
+    try:
+        return gpus.gpu_table(cmd)
+    except gpus.GpuError as exc:
+        module.fail_json(msg=str(exc))
+    return {}
 
 
 def compute_apps(module: AnsibleModule, cmd: list[str]) -> list[dict]:
     """Processes holding GPU memory: {pid, used, gpu_uuid (may be empty)}."""
-    rows = _smi(module, cmd, "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
-    if rows is not None:
-        return [{"gpu_uuid": r[0], "pid": int(r[1]), "used": int(float(r[2]))} for r in rows if len(r) >= 3]
-    rows = _smi(module, cmd, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits") or []
-    return [{"gpu_uuid": "", "pid": int(r[0]), "used": int(float(r[1]))} for r in rows if len(r) >= 2]
-
-
-def _proc_name(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
-    except OSError:
-        return "?"
+        return gpus.compute_apps(cmd)
+    except gpus.GpuError as exc:
+        module.fail_json(msg=str(exc))
+    return []
 
 
 def listeners() -> dict[int, list[int]]:
@@ -219,7 +198,7 @@ def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
         index = uuid_index.get(app["gpu_uuid"])
         if index is None or index in p["gpus"]:
             where = f"GPU {index}" if index is not None else "a GPU"
-            problems.append(f"process {app['pid']} ({_proc_name(app['pid'])}) is not ours and holds "
+            problems.append(f"process {app['pid']} ({gpus.proc_name(app['pid'])}) is not ours and holds "
                             f"{app['used']} MiB on {where}: stop it or choose other GPUs")
     return problems
 
@@ -255,7 +234,7 @@ def check(module: AnsibleModule) -> None:
         if port in owners:
             foreign = [pid for pid in owners[port] if pid not in ours]
             if foreign or not owners[port]:
-                who = ", ".join(f"{pid} ({_proc_name(pid)})" for pid in foreign) or "a process we cannot see"
+                who = ", ".join(f"{pid} ({gpus.proc_name(pid)})" for pid in foreign) or "a process we cannot see"
                 problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
     # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
     result = {"changed": False, "problems": problems, **found}
@@ -266,29 +245,12 @@ def check(module: AnsibleModule) -> None:
 
 def released(module: AnsibleModule) -> None:
     p = module.params
-    started = time.monotonic()
-    deadline = started + p["timeout_s"]
-    while True:
-        table = gpu_table(module, p["gpu_query_command"])
-        watched = set(p["gpus"])
-        if p["our_pids"]:
-            # GPUs our stopped processes held (their memory may be released late) count too.
-            uuid_index = {v["uuid"]: k for k, v in table.items() if v["uuid"]}
-            ours = set(p["our_pids"])
-            watched |= {uuid_index[a["gpu_uuid"]] for a in compute_apps(module, p["gpu_query_command"])
-                        if a["pid"] in ours and a["gpu_uuid"] in uuid_index}
-        busy = {g: table[g]["used"] for g in sorted(watched) if g in table and table[g]["used"] >= p["threshold_mib"]}
-        if not busy:
-            module.exit_json(changed=False, seconds=round(time.monotonic() - started, 2),
-                             gpus={g: table.get(g) for g in p["gpus"]})
-        if time.monotonic() > deadline:
-            holders = [f"pid {a['pid']} ({_proc_name(a['pid'])}) {a['used']} MiB"
-                       for a in compute_apps(module, p["gpu_query_command"])]
-            usage = ", ".join(f"GPU {g} uses {mib} MiB" for g, mib in sorted(busy.items()))
-            module.fail_json(msg=f"GPU memory not released after {p['timeout_s']} s: {usage} (threshold "
-                                 f"{p['threshold_mib']} MiB); holders: {', '.join(holders) or 'none listed'}",
-                             gpus=table)
-        time.sleep(p["poll_s"])
+    try:
+        done = gpus.wait_released(p["gpu_query_command"], p["gpus"], p["our_pids"], p["threshold_mib"],
+                                  p["timeout_s"], p["poll_s"])
+    except gpus.GpuError as exc:
+        module.fail_json(msg=str(exc), **({"gpus": exc.table} if exc.table is not None else {}))
+    module.exit_json(changed=False, **done)
 
 
 def main() -> None:

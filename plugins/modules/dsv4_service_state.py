@@ -53,6 +53,14 @@ options:
         with the work of this call rather than in a module run of its own - C(path), C(run_id), C(target),
         C(before) (the phase recorded before acting) and C(after) (the phase recorded once done). A lock
         this run no longer holds fails the call before anything is done. Nothing is written in check mode.
+  gpus_released:
+    type: dict
+    description:
+      - With O(state=stopped), once the services are stopped wait until their GPUs' memory is really released,
+        as M(dsv4.deploy.dsv4_host) O(dsv4.deploy.dsv4_host#module:state=released) does, in the same module run -
+        C(gpu_query_command), C(gpus), C(our_pids), C(threshold_mib) (default 1024), C(timeout_s) (default 120),
+        C(poll_s) (default 0.25). Not in check mode (nothing was stopped). Memory still held at the deadline fails
+        the call naming each GPU and its holders.
   enabled:
     type: bool
     description:
@@ -106,6 +114,11 @@ stopped:
   returned: O(state=stopped) and O(state=removed)
   type: list
   elements: str
+gpus_released:
+  description: With O(gpus_released), C(seconds) the GPUs took to be released and C(gpus), each listed GPU's
+    memory then.
+  returned: O(state=stopped) with O(gpus_released), not in check mode
+  type: dict
 stop_seconds:
   description: How long each service took to stop.
   returned: O(state=stopped) and O(state=removed)
@@ -132,6 +145,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, root_problem
@@ -250,6 +264,15 @@ def _start_failures(mgr: Manager, errors: dict[str, str], offsets: dict[str, int
     return "\n".join(lines), journal[-40:]
 
 
+def wait_gpus(spec: dict) -> dict:
+    """The GPU wait of O(gpus_released) (module_utils.gpus), its defaults those of dsv4_host state=released."""
+    if not spec.get("gpu_query_command"):
+        raise ServiceError("gpus_released.gpu_query_command is required (e.g. [nvidia-smi])")
+    return gpus.wait_released(list(spec["gpu_query_command"]), [int(g) for g in spec.get("gpus") or []],
+                              [int(x) for x in spec.get("our_pids") or []], int(spec.get("threshold_mib", 1024)),
+                              float(spec.get("timeout_s", 120)), float(spec.get("poll_s", 0.25)))
+
+
 def _record(lock: dict | None, key: str) -> None:
     """Record the lock's `before` or `after` phase, when the task gave one."""
     if lock and lock.get(key):
@@ -265,6 +288,7 @@ def main() -> None:
             "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
             "enabled": {"type": "bool"},
             "lock": {"type": "dict"},
+            "gpus_released": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -285,6 +309,10 @@ def main() -> None:
         else:
             result = stop(mgr, names, state, p["enabled"], check)
         _record(lock, "after")
+        if state == "stopped" and p["gpus_released"] and not check:
+            result["gpus_released"] = wait_gpus(p["gpus_released"])
+    except gpus.GpuError as exc:
+        module.fail_json(msg=str(exc), **({"gpus": exc.table} if exc.table is not None else {}))
     except Refused as exc:
         module.fail_json(msg=str(exc), **exc.extra)
     except (ServiceError, deploy_lock.LockLost) as exc:

@@ -70,7 +70,13 @@ options:
         C(log_offsets) for the log of one that died; C(start_when_healthy), programs to start during the wait,
         each once every worker URL it maps to (name to URL, asked as given) answers C(/health) 200 (until
         then not watched; a router started so registers its workers at its first probe, instead of on its
-        own back-off); C(lock), the deploy lock to record C(before), its phase as the wait begins, in
+        own back-off); C(register_workers), a router's workers to submit to its worker API each as soon as it
+        answers C(/health) (C(program), C(router) and C(router_version) - which API, see
+        M(dsv4.deploy.dsv4_router_workers) -, C(router_url), C(api_key_file) on this host, C(workers) each
+        with C(name), C(url), C(worker_type), C(bootstrap_port), C(model_id)) - a router that takes workers at
+        run time (sglang-router 0.2.2 and later, smg) is then started at the wait's start, even when it is in
+        C(start_when_healthy), and routes to each worker at once instead of on its own back-off; an older one
+        keeps its C(start_when_healthy); C(lock), the deploy lock to record C(before), its phase as the wait begins, in
         (C(path), C(run_id), C(target)).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.read_only
@@ -129,6 +135,16 @@ started_later:
   description: Seconds from the start of the wait until each program of C(start_when_healthy) was started.
   returned: O(mode=watch)
   type: dict
+registered:
+  description: Per worker of C(register_workers) - C(seconds) after the wait began that it was submitted and
+    C(job), the router's job id; or C(error), why the router refused it (its own probe then registers it).
+  returned: O(mode=watch), with C(register_workers)
+  type: dict
+not_registered:
+  description: Workers of C(register_workers) not submitted when the wait ended (never answered C(/health)).
+  returned: O(mode=watch), with C(register_workers)
+  type: list
+  elements: str
 not_started:
   description: Programs of C(start_when_healthy) still not started when the wait timed out.
   returned: O(mode=watch), when it timed out
@@ -143,9 +159,11 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils.early_router import Registration, takes_workers_at_run_time
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import Manager, log_since, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.net import get, healthy, local_url, not_here
+from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import api_for
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
 from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact_body, tail
@@ -212,11 +230,14 @@ def readiness(checks: list[dict], key: str | None, p: dict) -> dict:
 
 
 def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str, dict],
-          timeout_s: float, offsets: dict[str, int], later: dict[str, dict[str, str]] | None = None) -> dict:
+          timeout_s: float, offsets: dict[str, int], later: dict[str, dict[str, str]] | None = None,
+          register: Registration | None = None) -> dict:
     """Wait until every worker of `urls` is healthy, or `timeout_s`, or the first of `names` exits or is
     restarted (then returned as `died` with its log); the module's result. Each program of `later` that is
     not running yet is started as soon as every worker URL it names answers /health 200, and watched from
-    then on (a router started once its workers are healthy registers them at its first probe)."""
+    then on (a router started once its workers are healthy registers them at its first probe). With
+    `register`, each of its workers is also submitted to its router's worker API as soon as it answers
+    /health (a router started early routes to it within one job), and the wait lasts until all are."""
     t0 = time.monotonic()
     urls = {n: local_url(u) for n, u in urls.items()}
     first = mgr.lives(names)
@@ -234,9 +255,12 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
                 return {"changed": bool(started_later), "died": _died(mgr, name, why, base[name], offsets, t0),
                         "healthy": healthy_at, "started_later": started_later,
                         "seconds": round(time.monotonic() - t0, 3)}
-        for url in {*urls.values(), *(u for w in pending.values() for u in w.values())}:
+        for url in {*urls.values(), *(u for w in pending.values() for u in w.values()),
+                    *(register.urls if register else ())}:
             if not up.get(url):
                 up[url] = healthy(url)
+        if register:
+            register.step(up, t0)
         for name, url in urls.items():
             if name not in healthy_at and up[url]:
                 healthy_at[name] = round(time.monotonic() - t0, 3)
@@ -250,10 +274,14 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
             started_later[name] = round(time.monotonic() - t0, 3)
             base[name] = mgr.lives([name])[name]
         elapsed = time.monotonic() - t0
-        if (len(healthy_at) == len(urls) and not pending) or elapsed >= timeout_s:
-            return {"changed": bool(started_later), "healthy": healthy_at, "seconds": round(elapsed, 3),
-                    "started_later": started_later,
-                    "waiting": sorted(set(urls) - set(healthy_at)), "not_started": sorted(pending)}
+        if (len(healthy_at) == len(urls) and not pending and (not register or register.done)) \
+                or elapsed >= timeout_s:
+            out = {"changed": bool(started_later), "healthy": healthy_at, "seconds": round(elapsed, 3),
+                   "started_later": started_later,
+                   "waiting": sorted(set(urls) - set(healthy_at)), "not_started": sorted(pending)}
+            if register:
+                out.update(registered=register.evidence, not_registered=sorted(register.pending))
+            return out
         time.sleep(min(WATCH_POLL_S, max(timeout_s - elapsed, 0)))
         lives = mgr.lives(names)
 
@@ -280,9 +308,40 @@ def watch_services(module: AnsibleModule) -> dict:
     lock = svc.get("lock") or {}
     if lock.get("before") and not module.check_mode:
         deploy_lock.record_phase(lock["path"], lock["run_id"], lock["before"], lock.get("target", ""))
-    later = {} if module.check_mode else (svc.get("start_when_healthy") or {})
+    later = {} if module.check_mode else dict(svc.get("start_when_healthy") or {})
+    register = None if module.check_mode else registration(module, svc.get("register_workers") or {})
+    if register and register.program in later:
+        later[register.program] = {}  # started at once, told of each worker as it answers
     return watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
-                 p["deadline_s"], svc.get("log_offsets") or {}, later)
+                 p["deadline_s"], svc.get("log_offsets") or {}, later, register)
+
+
+def registration(module: AnsibleModule, spec: dict) -> Registration | None:
+    """The worker registration `services.register_workers` asks for: None without one, or for a router
+    that cannot take PD workers at run time (it keeps being started once its workers are healthy). The
+    router's key is read from its file on this host."""
+    if not spec.get("workers"):
+        return None
+    for field in ("program", "router", "router_version", "router_url"):
+        if not spec.get(field):
+            module.fail_json(msg=f"services.register_workers.{field} is required with its workers")
+    if not takes_workers_at_run_time(spec["router"], spec["router_version"]):
+        return None
+    key = read_key(module, spec.get("api_key_file"), "the router's API key file", "register its workers")
+    return Registration(spec["program"], spec["router_url"], api_for(spec["router"], spec["router_version"]),
+                        spec["workers"], key)
+
+
+def read_key(module: AnsibleModule, path: str | None, what: str, why: str) -> str | None:
+    """The API key in `path` on this host (None without a path or for an empty file); fails naming it."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read {what} {path} on this host to {why}: {exc.strerror}")
+    return None
 
 
 def main() -> None:
@@ -304,14 +363,9 @@ def main() -> None:
             module.exit_json(**watch_services(module))
         except (ServiceError, deploy_lock.LockLost) as exc:
             module.fail_json(msg=str(exc))
-    key = None
-    if p["api_key_file"] and p["mode"] == "config":  # /health is open; only server_info needs the key
-        try:
-            with open(p["api_key_file"], encoding="utf-8") as fh:
-                key = fh.read().strip() or None
-        except OSError as exc:
-            module.fail_json(msg=f"cannot read the API key file {p['api_key_file']} on this host to ask the "
-                                 f"workers' server_info: {exc.strerror}")
+    # /health is open; only server_info needs the key
+    key = read_key(module, p["api_key_file"], "the API key file", "ask the workers' server_info") \
+        if p["mode"] == "config" else None
     started = time.monotonic()
     results: dict[str, dict] = {}
     here = []

@@ -79,3 +79,29 @@ def test_a_refused_start_fails_with_the_log_and_records_no_after_phase(tmp_path:
 def test_status_and_logs_are_not_states_of_this_module(tmp_path: Path, install_root: Path) -> None:
     out = services(tmp_path, install_root, "status")
     assert out["failed"] and "value of state must be one of" in out["msg"]
+
+
+def _fake_smi(tmp_path: Path) -> tuple[Path, Path]:
+    """An nvidia-smi stand-in whose GPU 0 uses the MiB written in a file (no compute apps listed)."""
+    used = tmp_path / "used_mib"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\ncase "$1" in --query-gpu=*) echo "0, GPU-0, $(cat {used}), 81920";; esac\n')
+    smi.chmod(0o755)
+    return smi, used
+
+
+def test_the_stop_waits_for_its_gpus_in_the_same_run_and_names_a_gpu_still_held(tmp_path: Path,
+                                                                                 install_root: Path) -> None:
+    smi, used = _fake_smi(tmp_path)
+    wait = {"gpu_query_command": [str(smi)], "gpus": [0], "threshold_mib": 1024, "timeout_s": 0.5, "poll_s": 0.05}
+    used.write_text("40000")
+    assert services(tmp_path, install_root, "started")["started"] == [PROGRAM]
+    # Check mode stops nothing, so it waits for nothing.
+    planned = services(tmp_path, install_root, "stopped", check=True, gpus_released=wait)
+    assert planned["would"] == [f"stop {PROGRAM}"] and "gpus_released" not in planned, planned
+    held = services(tmp_path, install_root, "stopped", gpus_released=wait)
+    assert held.get("failed") and "GPU 0 uses 40000 MiB" in held["msg"], held
+    assert not info(tmp_path, install_root)["services"][PROGRAM]["running"], "stopped before the wait"
+    used.write_text("12")
+    done = services(tmp_path, install_root, "stopped", gpus_released=wait)
+    assert not done.get("failed") and done["gpus_released"]["gpus"]["0"]["used"] == 12, done
