@@ -3,7 +3,7 @@ worker on the 8 simulated GPUs, behind the real sglang-router 0.3.2).
 
 The continuous client (dsv4deploy.downtime) asks the production router throughout. A release whose steps
 pass their gates behind each step's preview router is promoted with no failed request; one whose second
-step fails its config gate (a simulator fault on prefill[1] only, chosen by an inventory variable) stops
+step fails its readiness gate (a simulator fault on prefill[1] only, chosen by an inventory variable) stops
 there and is put back step by step, again with no failed request, the report's table saying which worker
 ran which release after each step. stop.yml then leaves nothing running.
 """
@@ -73,7 +73,7 @@ def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> Non
     proc, figures = _deploy_under_load(roll_host, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "2"}}')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert "PROMOTED" in out and "Gates of step 2, through its preview router" in out, out[-3000:]
+    assert "PROMOTED" in out and "Gates through the step's preview router: step 2" in out, out[-3000:]
     print(f"rolling 2P2D promotion under the continuous client: {figures.line()}")
     assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
     second = roll_host.active_release()
@@ -89,9 +89,9 @@ def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> Non
 def test_rolling_step_2_failure_rolls_back_step_by_step_with_no_failed_request(roll_host: SimHost) -> None:
     serving = roll_host.active_release()
     proc, figures = _deploy_under_load(roll_host, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "3"}}',
-                                       "-e", '{"sim_faults_by_role": {"prefill[1]": "ignore_override"}}')
+                                       "-e", '{"sim_faults_by_role": {"prefill[1]": "crash_on_start"}}')
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "ROLLED BACK: rolling step 2: config failed" in out, out[-6000:]
+    assert proc.returncode != 0 and "ROLLED BACK: rolling step 2: readiness failed" in out, out[-6000:]
     print(f"rolling 2P2D, step 2 failed and rolled back, under the continuous client: {figures.line()}")
     assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
     # Every worker runs the serving release again; the failed one is recorded as failed.
