@@ -17,18 +17,17 @@ ARGUMENT_SPEC = {
     "serving": {"type": "dict", "default": {}},
     # table: only the report's table of which worker runs which release (old, new, done, failed, restored).
     "table": {"type": "dict"},
-    "fact": {"type": "str", "default": "dsv4_roll"},
 }
 
 
 class ActionModule(ValidatedAction):
-    """Runs on the controller once (run_once); sets the fact for every host of the play."""
+    """Runs on the controller once (run_once)."""
 
     _requires_connection = False
     argument_spec = ARGUMENT_SPEC
 
     def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
-        """Refuse by field, host and fix, or hand on the roll's steps as the fact `fact`."""
+        """Refuse by field, host and fix, or hand on the roll's steps (`roll`)."""
         plan, serving = args["plan"], args["serving"]
         if args.get("table") is not None:
             t = args["table"]
@@ -52,5 +51,5 @@ class ActionModule(ValidatedAction):
                           msg="dsv4_rollout_strategy: rolling cannot carry this change: "
                               + " | ".join(str(p) for p in problems))
             return result
-        result.update(changed=False, ansible_facts={args["fact"]: roll})
+        result.update(changed=False, roll=roll)
         return result

@@ -12,7 +12,7 @@ description:
     the new plan (workers moved, added or removed; model-affecting settings, weights or the router's own
     settings changed), and any program file (supervisord program, systemd unit) that differs between the
     two releases, which would restart the workers still serving the old release.
-  - Otherwise sets the fact O(fact) for every host - each step's programs and GPUs per host, its entries
+  - Otherwise returns RV(roll) - each step's programs and GPUs per host, its entries
     for the router's worker API, its preview router (URL, port, command) and the gate targets that point
     the gates at the preview router with the step's new workers only.
 options:
@@ -25,8 +25,9 @@ options:
     type: dict
     default: {}
     description:
-      - Per host, the serving release's files as C(ansible.builtin.slurp) read them (path relative to the
-        release -> base64 text): its C(spec.json) and program files. A file missing there is left out.
+      - Per host, the serving release's files as C(ansible.builtin.slurp) read them, each path relative to
+        the release mapped to its base64 text - its C(spec.json) and program files. A file missing there is
+        left out.
   table:
     type: dict
     description:
@@ -34,11 +35,9 @@ options:
         (C(dsv4deploy.rolling.release_table)) - C(old) and C(new) (release ids), C(done) (steps that
         joined), C(failed) (the step that failed, if any) and C(restored) (the old release was put back on
         every worker).
-  fact:
-    type: str
-    default: dsv4_roll
-    description:
-      - Name of the fact to set.
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.action
+  - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: full
@@ -59,6 +58,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+roll:
+  description: The roll's steps as the step tasks take them (C(steps)), the router's host and the preview
+    router's port.
+  returned: success, without O(table)
+  type: dict
 table:
   description: The report's markdown table, one line each (with O(table)).
   returned: with O(table)
