@@ -11,19 +11,19 @@ ran which release after each step. stop.yml then leaves nothing running.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 
 import pytest
 import yaml
 
-from dsv4deploy.downtime import DowntimeClient
-from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports
+from tests.integration.simhost import SimHost, assign_ports
+
+# The same deadlines, continuous client and listener check as the blue_green tests.
+from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
 # Ports from the base: router, prefill[0], decode[0], its bootstrap, router metrics (assign_ports), then
 # prefill[1], its bootstrap, decode[1]; the preview router on the router's port + PORT_OFFSET.
 PORT_OFFSET = 8
@@ -55,17 +55,6 @@ def roll_host(sim_host: SimHost) -> Iterator[SimHost]:
     # Nothing serves yet: the first release starts as recreate starts it (readiness alone: not the subject).
     sim_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)
     yield sim_host
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _deploy_under_load(host: SimHost, *extra: str) -> tuple[object, object]:
-    with DowntimeClient(host.endpoint, "deepseek-v4-flash", api_key=host.api_key, concurrency=2) as client:
-        proc = host.playbook("deploy.yml", *FAST, *extra)
-    return proc, client.figures
 
 
 def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> None:
