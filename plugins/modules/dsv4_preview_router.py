@@ -14,8 +14,8 @@ description:
     C(--api-key) read from O(api_key_file) when given, as the production router's serve script does), its
     output in C(O(install_root)/logs/O(name).log) and its PID in C(O(install_root)/run/O(name).pid). It fails,
     with the end of its log, when the process exits within O(settle_s). Readiness is the gates' job.
-  - O(state=absent) stops the process of the PID file (SIGTERM, then SIGKILL after O(stop_s)), only when
-    that PID still runs the command recorded at its start, and removes the PID file.
+  - O(state=absent) stops the process group of the PID file (SIGTERM, then SIGKILL after O(stop_s)), only
+    when that PID is still the process started then (its start time), and removes the PID file.
 options:
   name:
     type: str
@@ -104,41 +104,49 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_text
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact, tail
 
 
-def _cmdline(pid: int) -> list[str]:
-    """The command line `pid` runs now ([] when it runs nothing)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        return []
-
-
-def _alive(pid: int, argv: list[str]) -> bool:
-    """`pid` still runs `argv` (not a PID reused by another program); a zombie counts as gone."""
+def _start_time(pid: int) -> str:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat field 22); '' when it runs nothing or is a
+    zombie. It tells our process from a later one given the same PID (the router renames its own command
+    line, "sglang::router", so the command cannot)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            if fh.read().rsplit(")", 1)[-1].split()[0] == "Z":
-                return False
+            fields = fh.read().rsplit(")", 1)[-1].split()
     except OSError:
-        return False
-    return _cmdline(pid)[:len(argv)] == argv
+        return ""
+    return "" if fields[0] == "Z" else fields[19]
+
+
+def _group_alive(pgid: int) -> bool:
+    """Any process of the group (the preview router and whatever it spawned) still runs."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                    fields = fh.read().rsplit(")", 1)[-1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
 
 
 def stop(pidfile: str, stop_s: float, check: bool) -> bool:
-    """Stop the process `pidfile` records, if it still runs its command; True when one was stopped."""
+    """Stop the process group `pidfile` records (SIGTERM, then SIGKILL after `stop_s`), if its leader is
+    still the process started then; True when one was stopped."""
     if not os.path.exists(pidfile):
         return False
     record = json.loads(read_text(pidfile) or "{}")
-    pid, argv = int(record.get("pid", 0)), list(record.get("argv", []))
-    running = pid > 0 and _alive(pid, argv)
+    pid, started = int(record.get("pid", 0)), str(record.get("start_time", ""))
+    running = pid > 0 and bool(started) and _start_time(pid) == started
     if check:
         return running
     if running:
-        os.kill(pid, signal.SIGTERM)
+        # Its own session and group (start_new_session): the router and any process it spawned.
+        os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + stop_s
-        while _alive(pid, argv) and time.monotonic() < deadline:
+        while _group_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(pid, argv):
+        if _group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
     os.unlink(pidfile)
     return running
@@ -193,8 +201,8 @@ def main() -> None:
             module.exit_json(changed=stopped or p["state"] == "present", stopped=stopped)
         pid = start(p["argv"], p["api_key_file"], p["install_root"], p["name"], p["settle_s"])
         os.makedirs(os.path.dirname(pidfile), exist_ok=True)
-        # The command without the key: what a later stop checks the PID still runs.
-        write_atomic(pidfile, json.dumps({"pid": pid, "argv": p["argv"]}), mode=0o600)
+        # Its start time: a later stop acts only while that PID is still this process (no key written).
+        write_atomic(pidfile, json.dumps({"pid": pid, "start_time": _start_time(pid)}), mode=0o600)
     except (OSError, RuntimeError, ValueError) as exc:
         module.fail_json(msg=f"preview router {p['name']} on {p['install_root']}: {exc}", stopped=False)
     module.exit_json(changed=True, pid=pid, stopped=stopped)
