@@ -153,6 +153,8 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
         lines += ["", *performance]
         if perf_plot is not None:
             lines += ["", f"![latency and throughput against the previous release]({perf_plot.name})"]
+    if data.get("rolling_table"):
+        lines += ["", "## Rolling: which worker runs which release", "", *data["rolling_table"]]
     scores = hardening.markdown(data.get("hardening") or {})
     if scores:
         lines += ["", *scores]

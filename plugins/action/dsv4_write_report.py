@@ -27,6 +27,7 @@ ARGUMENT_SPEC = {
     "failure": {"type": "str", "default": ""},
     "gates": {"type": "list", "elements": "dict", "default": []},
     "failure_logs": {"type": "dict", "default": {}},
+    "rolling_table": {"type": "list", "elements": "str", "default": []},
 }
 
 display = Display()
@@ -61,6 +62,8 @@ class ActionModule(ReportAction):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        if args.get("rolling_table"):
+            data["rolling_table"] = list(args["rolling_table"])
         # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
         data["hardening"] = score_plan(plan)
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.

@@ -57,6 +57,12 @@ options:
     default: {}
     description:
       - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
+  rolling_table:
+    type: list
+    elements: str
+    default: []
+    description:
+      - A rolling rollout's markdown table of which worker runs which release after each step.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.report
   - dsv4.deploy.dsv4deploy.controller

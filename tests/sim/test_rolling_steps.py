@@ -2,9 +2,10 @@
 2P2D workers on loopback, under a continuous client (dsv4deploy.downtime): each step takes its workers out
 of the production router through the worker API (dsv4_router_workers, drained), stops them (SIGTERM),
 starts their replacements on the same GPUs and ports, gates them behind the step's preview router
-(rolling.preview_router_argv: readiness, then the smoke gate itself) and adds them back. The deploy playbook does
-not run these steps yet (docs/rolling.md): this proves the plan's pacing keeps the router serving, and
-that a step whose new workers fail their gate stops the roll with the others still serving."""
+(rolling.preview_router_argv: readiness, then the smoke gate itself) and adds them back. The deploy
+playbook runs the same steps (tests/integration/test_rolling.py); this proves, behind smg too, that the
+plan's pacing keeps the router serving, and that a step whose new workers fail their gate stops the roll
+with the others still serving."""
 
 from __future__ import annotations
 

@@ -1,0 +1,105 @@
+"""rolling through the playbook on the embedded simulated host (one 2P2D host for the module, tp 2 per
+worker on the 8 simulated GPUs, behind the real sglang-router 0.3.2).
+
+The continuous client (dsv4deploy.downtime) asks the production router throughout. A release whose steps
+pass their gates behind each step's preview router is promoted with no failed request; one whose second
+step fails its readiness gate (a simulator fault on prefill[1] only, chosen by an inventory variable) stops
+there and is put back step by step, again with no failed request, the report's table saying which worker
+ran which release after each step. stop.yml then leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from tests.integration.simhost import SimHost, assign_ports
+
+# The same deadlines, continuous client and listener check as the blue_green tests.
+from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening
+from tests.ports import free_port_block
+
+pytestmark = pytest.mark.integration
+
+# Ports from the base: router, prefill[0], decode[0], its bootstrap, router metrics (assign_ports), then
+# prefill[1], its bootstrap, decode[1]; the preview router on the router's port + PORT_OFFSET.
+PORT_OFFSET = 8
+WORKERS = ["sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-prefill-2", "sglang-dsv4-decode-2"]
+
+
+def _worker(gpus: list[int], port: int, role: str, faults: str, **extra: object) -> dict:
+    return {"host": "local", "gpus": gpus, "tp_size": 2, "port": port, "mem_fraction_static": 0.8,
+            "env": {"DSV4_SIM_FAULTS": faults}, **extra}
+
+
+@pytest.fixture(scope="module")
+def roll_host(sim_host: SimHost) -> Iterator[SimHost]:
+    """The module's simulated host as a 2P2D (inventory/rolling-local.yml's layout) with its own ports.
+    prefill[1]'s faults come from sim_faults_by_role's key `prefill[1]`, so a run can fail step 2 alone."""
+    base = sim_host.base_port = free_port_block(PORT_OFFSET + 5)
+    assign_ports(sim_host.inventory, base, install_root=sim_host.install_root)
+    dep_path = sim_host.inventory / "group_vars" / "all" / "deployment.yml"
+    dep = yaml.safe_load(dep_path.read_text())
+    faults = "{{ sim_faults_by_role.%s | default(sim_faults) }}"
+    dep["prefill"] = [
+        _worker([0, 1], base + 1, "prefill", faults % "prefill", bootstrap_port=base + 3),
+        _worker([2, 3], base + 5, "prefill", "{{ sim_faults_by_role['prefill[1]'] | default(sim_faults) }}",
+                bootstrap_port=base + 6)]
+    dep["decode"] = [_worker([4, 5], base + 2, "decode", faults % "decode"),
+                     _worker([6, 7], base + 7, "decode", faults % "decode")]
+    dep.update(dsv4_rollout_strategy="rolling", dsv4_rollout_blue_green_port_offset=PORT_OFFSET)
+    dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
+    # Nothing serves yet: the first release starts as recreate starts it (readiness alone: not the subject).
+    sim_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)
+    yield sim_host
+
+
+def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> None:
+    first = roll_host.active_release()
+    proc, figures = _deploy_under_load(roll_host, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "2"}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "PROMOTED" in out and "Gates through the step's preview router: step 2" in out, out[-3000:]
+    print(f"rolling 2P2D promotion under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    second = roll_host.active_release()
+    assert second and second != first
+    assert json.loads((roll_host.install_root / "state.json").read_text())["active"] == second
+    assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}
+    assert not _listening(roll_host.base_port + PORT_OFFSET), "the preview router still listens"
+    report = roll_host.report()
+    assert report["verdict"] == "promoted"
+    assert report["rolling_table"][-1] == f"| 2 | {second} | {second} | {second} | {second} |", report["rolling_table"]
+
+
+def test_rolling_step_2_failure_rolls_back_step_by_step_with_no_failed_request(roll_host: SimHost) -> None:
+    serving = roll_host.active_release()
+    proc, figures = _deploy_under_load(roll_host, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "3"}}',
+                                       "-e", '{"sim_faults_by_role": {"prefill[1]": "crash_on_start"}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "ROLLED BACK: rolling step 2: readiness failed" in out, out[-6000:]
+    print(f"rolling 2P2D, step 2 failed and rolled back, under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # Every worker runs the serving release again; the failed one is recorded as failed.
+    assert roll_host.active_release() == serving
+    state = json.loads((roll_host.install_root / "state.json").read_text())
+    assert state["active"] == serving, state
+    assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}
+    assert not _listening(roll_host.base_port + PORT_OFFSET), "the preview router still listens"
+    report = roll_host.report()
+    failed = report["release"]
+    assert report["verdict"] == "rolled_back" and failed != serving
+    assert report["rolling_table"][2:] == [
+        f"| start | {serving} | {serving} | {serving} | {serving} |",
+        f"| 1 | {failed} | {failed} | {serving} | {serving} |",
+        f"| 2 (failed) | {failed} | {failed} | stopped | stopped |",
+        f"| rolled back | {serving} | {serving} | {serving} | {serving} |"], report["rolling_table"]
+
+
+def test_stop_leaves_nothing_running(roll_host: SimHost) -> None:
+    roll_host.playbook("stop.yml", check=True)
+    assert roll_host.pids() == {}
+    assert not any(_listening(roll_host.base_port + i) for i in range(PORT_OFFSET + 5))

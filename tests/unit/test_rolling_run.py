@@ -1,0 +1,72 @@
+"""dsv4deploy.rolling_run: what the playbook's roll acts on per step, and its refusals against the
+serving release (spec.json and program files) before anything changes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from dsv4deploy import rolling_run
+from dsv4deploy.plan import make_plan
+from dsv4deploy.strategy import load_rollout, rollout_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
+from fixture_specs import xpyd_spec
+
+
+def _plan(spec: object) -> dict:
+    rollout = rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": "rolling"}))
+    return json.loads(json.dumps(make_plan(spec, sorted(spec.hosts), rollout=rollout)))
+
+
+def _files(plan: dict) -> dict[str, dict[str, str]]:
+    return {host: part["files"] for host, part in plan["hosts"].items()}
+
+
+def _spec_json(plan: dict) -> str:
+    return next(part["files"]["spec.json"] for part in plan["hosts"].values() if "spec.json" in part["files"])
+
+
+def test_each_step_names_its_programs_gpus_worker_api_entries_and_preview_router() -> None:
+    plan = _plan(xpyd_spec())
+    problems, roll = rolling_run.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+    assert problems == []
+    first = roll["steps"][0]
+    assert first["paths"] == ["prefill[0]", "decode[0]"]
+    assert sum(len(n) for n in first["names"].values()) == 2
+    assert [e["worker_type"] for e in first["api"]] == ["prefill", "decode"]
+    assert "bootstrap_port" in first["api"][0] and "bootstrap_port" not in first["api"][1]
+    port = plan["rollout"]["preview_router_port"]
+    assert first["preview"]["url"].endswith(f":{port}") and str(port) in first["preview"]["argv"]
+    # The gates talk to the preview router, and judge the step's new workers only.
+    gates = first["gates"]
+    assert gates["endpoint"] == first["preview"]["url"] == gates["router_url"]
+    assert {w["url"] for w in gates["workers"]} == {e["url"] for e in first["api"]}
+    assert set(gates["expected_overrides"]) == {w["name"] for w in gates["workers"]}
+
+
+def test_a_changed_program_file_is_refused_by_file_and_host() -> None:
+    plan = _plan(xpyd_spec())
+    serving = json.loads(json.dumps(_files(plan)))
+    host, files = next((h, f) for h, f in serving.items() if any(p.startswith(rolling_run.PROGRAM_DIRS) for p in f))
+    path = next(p for p in files if p.startswith(rolling_run.PROGRAM_DIRS))
+    files[path] += "# an older release's program\n"
+    problems, roll = rolling_run.run_plan(plan, _spec_json(plan), serving, _files(plan))
+    assert roll == {} and [p.field for p in problems] == [path]
+    said = str(problems[0])
+    assert f"{path} (host {host}): the program file" in said and "blue_green or recreate" in said
+
+
+def test_a_model_change_against_the_serving_spec_is_refused() -> None:
+    plan = _plan(xpyd_spec())
+    serving = json.loads(_spec_json(plan))
+    serving["deployment"]["model"]["path"] = "/models/other"
+    problems, _ = rolling_run.run_plan(plan, json.dumps(serving), _files(plan), _files(plan))
+    assert [p.field for p in problems] == ["model.path"]
+
+
+def test_the_table_gets_a_rolled_back_row() -> None:
+    steps = _plan(xpyd_spec())["rollout"]["steps"]
+    lines = rolling_run.table_lines(steps, "R1", "R2", done=1, failed_step=2, restored=True)
+    assert lines[-2:] == ["| 2 (failed) | R2 | R2 | stopped | stopped |", "| rolled back | R1 | R1 | R1 | R1 |"]
