@@ -64,6 +64,12 @@ options:
     default: {}
     description:
       - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
+  downtime:
+    type: dict
+    default: {}
+    description:
+      - The continuous client's figures during the rollout (RV(dsv4.deploy.dsv4_downtime#module:downtime)),
+        shown in the report's C(Rollout) section; empty when none were measured.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
