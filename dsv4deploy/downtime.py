@@ -5,13 +5,28 @@ is stopped, and reports how many it sent, how many failed (no answer, a non-200 
 without a choice) and the longest gap between two successful answers - the outage a user would have
 seen, also when no request failed outright (a request that hung). Used by the tests and `python -m
 bench` around a rollout; the figures go into the rollout's report (`Downtime.as_dict`).
+
+Run as `python -m dsv4deploy.downtime` (the `dsv4_downtime` action starts it on the controller during a
+playbook's rollout), it sends until SIGTERM, until the process it watches (the ansible-playbook run) is
+gone, or until `--max-s`, then writes its figures as JSON to `--out`. The API key comes from the
+environment (`DSV4_DOWNTIME_API_KEY`), never the command line, which any local user can read.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -114,3 +129,109 @@ class DowntimeClient:
                 self.figures.failed += 1
                 if len(self.figures.failures) < self.KEEP_FAILURES:
                     self.figures.failures.append(why)
+
+
+API_KEY_ENV = "DSV4_DOWNTIME_API_KEY"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still exists: /proc where there is one, else signal 0 (which sends nothing)."""
+    if os.path.isdir("/proc/self"):
+        return os.path.exists(f"/proc/{pid}")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    return True
+
+
+def run_until_stopped(client: DowntimeClient, watch_pid: int = 0, max_s: float = 7200.0,
+                      poll_s: float = 0.5) -> Downtime:
+    """Run `client` until SIGTERM/SIGINT, until `watch_pid` (when set) is gone, or for `max_s`."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    deadline = time.monotonic() + max_s
+    client.start()
+    # A killed controller must not leave a client asking production for hours.
+    while not stop.wait(poll_s):
+        if time.monotonic() > deadline or (watch_pid and not _alive(watch_pid)):
+            break
+    return client.stop()
+
+
+def write_figures(path: Path, figures: Downtime) -> None:
+    """The figures as JSON, replaced at once (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(figures.as_dict()) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Ask an endpoint until stopped and write the figures (see the module's docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m dsv4deploy.downtime", description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoint", required=True, help="the production router's URL, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--model", required=True, help="the served model name")
+    ap.add_argument("--out", required=True, type=Path, help="where the figures are written (JSON)")
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--timeout-s", type=float, default=30.0, help="per request")
+    ap.add_argument("--watch-pid", type=int, default=0, help="stop when this process is gone")
+    ap.add_argument("--max-s", type=float, default=7200.0, help="stop after this long in any case")
+    args = ap.parse_args(argv)
+    client = DowntimeClient(args.endpoint, args.model, api_key=os.environ.get(API_KEY_ENV) or None,
+                            concurrency=args.concurrency, timeout_s=args.timeout_s)
+    write_figures(args.out, run_until_stopped(client, args.watch_pid, args.max_s))
+    return 0
+
+
+def spawn(endpoint: str, model: str, api_key: str = "", concurrency: int = 1, watch_pid: int = 0,
+          max_s: float = 7200.0) -> dict[str, Any]:
+    """Start the client as a process of its own (its own session: it outlives the caller's process,
+    not the watched one); returns what `collect` needs: {pid, out, dir, endpoint}."""
+    work = Path(tempfile.mkdtemp(prefix="dsv4-downtime-"))
+    out = work / "figures.json"
+    env = {**os.environ, API_KEY_ENV: api_key}
+    with open(work / "client.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsv4deploy.downtime", "--endpoint", endpoint, "--model", model,
+             "--out", str(out), "--concurrency", str(concurrency), "--watch-pid", str(watch_pid),
+             "--max-s", str(max_s)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+    return {"pid": proc.pid, "out": str(out), "dir": str(work), "endpoint": endpoint}
+
+
+def _ours(pid: int, out: str) -> bool:
+    """Whether `pid` is still the client writing to `out` (a reused PID is left alone)."""
+    try:
+        return out.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def collect(client: dict[str, Any], wait_s: float = 40.0) -> dict[str, Any]:
+    """Stop a client `spawn` started and return its figures (`Downtime.as_dict`); {} when it left none.
+
+    The client's own stop waits for its requests in flight (up to their timeout), hence `wait_s`."""
+    pid, out = int(client.get("pid") or 0), Path(str(client.get("out") or ""))
+    if pid and _ours(pid, str(out)):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while not out.is_file() and time.monotonic() < deadline and pid and _ours(pid, str(out)):
+        time.sleep(0.1)
+    if pid:
+        with contextlib.suppress(ChildProcessError):  # our child in tests; elsewhere init reaps it
+            os.waitpid(pid, os.WNOHANG)
+    try:
+        figures = json.loads(out.read_text())
+        figures["endpoint"] = client.get("endpoint") or ""
+    except (OSError, ValueError):
+        figures = {}
+    if client.get("dir") and Path(str(client["dir"])).name.startswith("dsv4-downtime-"):
+        shutil.rmtree(str(client["dir"]), ignore_errors=True)
+    return figures
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

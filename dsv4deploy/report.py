@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dsv4deploy import hardening, report_perf
+from dsv4deploy import hardening, report_perf, report_rollout
 from dsv4deploy.gates.result import GateResult, GateStatus
 from dsv4deploy.report_plot import write_heatmap, write_perf_comparison
 
@@ -148,6 +148,9 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
             lines += ["", f"![needle recall heatmap]({heatmap.name})"]
         elif heatmap_note:
             lines += ["", f"_{heatmap_note}_"]
+    rollout = report_rollout.markdown(data)
+    if rollout:
+        lines += ["", *rollout]
     performance = report_perf.markdown(data.get("gates", []))
     if performance:
         lines += ["", *performance]

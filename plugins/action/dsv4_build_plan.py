@@ -15,6 +15,7 @@ from dsv4deploy.inventory import plain
 from dsv4deploy.inventory_checks import inventory_problems, vault_var_problems, view_of
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.plan import make_plan, secret_files, targets_from_release_spec
+from dsv4deploy.router_change import router_change
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 from dsv4deploy.strategy import VARS as ROLLOUT_VARS
 from dsv4deploy.strategy import beside_spec, load_rollout, rollout_plan
@@ -41,6 +42,9 @@ ARGUMENT_SPEC = {
     # beside=true: the plan of the new release as blue_green runs it beside the serving one (its own
     # slot: shifted GPUs and ports, the preview router, install root {root}/slot-b).
     "beside": {"type": "bool", "default": False},
+    # serving_spec: the serving release's spec.json text, with planned_spec the new plan's spec: only
+    # the production router's changed settings (dsv4deploy.router_change), as router_change.
+    "serving_spec": {"type": "str"},
 }
 
 
@@ -53,6 +57,14 @@ class ActionModule(ValidatedAction):
     def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
         """The plan (or the installed release, the install roots, the isolation plan) as a fact."""
         fact = args["fact"]
+        if args.get("serving_spec") is not None:
+            try:
+                change = router_change(args["serving_spec"], args.get("planned_spec") or {})
+            except (ValueError, AttributeError) as exc:
+                result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
+                return result
+            result.update(changed=False, router_change=change)
+            return result
         if args.get("derive"):
             return self._derive(result, args, task_vars)
         if args["locate"]:

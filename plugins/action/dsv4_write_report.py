@@ -15,6 +15,7 @@ from dsv4deploy.gates import GateResult
 from dsv4deploy.hardening import score_plan
 from dsv4deploy.plan import env_switches
 from dsv4deploy.report import build_report, free_name, update_latest, write_report
+from dsv4deploy.report_rollout import rollout_section
 
 ARGUMENT_SPEC = {
     "reports_dir": {"type": "path", "required": True},
@@ -28,6 +29,7 @@ ARGUMENT_SPEC = {
     "gates": {"type": "list", "elements": "dict", "default": []},
     "failure_logs": {"type": "dict", "default": {}},
     "rolling_table": {"type": "list", "elements": "str", "default": []},
+    "downtime": {"type": "dict", "default": {}},
 }
 
 display = Display()
@@ -66,6 +68,9 @@ class ActionModule(ReportAction):
             data["rolling_table"] = list(args["rolling_table"])
         # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
         data["hardening"] = score_plan(plan)
+        # How the release replaced the serving one, and what the continuous client saw meanwhile.
+        data["rollout"] = rollout_section(plan.get("rollout")) if plan.get("rollout") else None
+        data["downtime"] = args.get("downtime") or None
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
         root = Path(args["reports_dir"]).expanduser().absolute()
         name = free_name(root, data["release"])

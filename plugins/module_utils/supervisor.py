@@ -145,12 +145,15 @@ class Supervisor:
         todo += [f"drop program {n}" for n in sorted(known - wanted)]
         return todo
 
-    def reload(self) -> bool:
+    def reload(self, keep: frozenset[str] = frozenset()) -> bool:
         """What `supervisorctl update` does, over the socket: reread the programs, stop and drop those
-        removed or changed, add those added or changed; True when any were."""
+        removed or changed, add those added or changed; True when any were. A changed program named in
+        `keep` is left running as it is (supervisord names it changed again until it is stopped): a start
+        of other programs must not restart it."""
         rpc = self.rpc(timeout=STOP_RPC_TIMEOUT_S)
         try:
             added, changed, removed = rpc.supervisor.reloadConfig()[0]
+            changed = [group for group in changed if group not in keep]
             for group in [*removed, *changed]:
                 with contextlib.suppress(xmlrpc.client.Fault):  # nothing of it running
                     rpc.supervisor.stopProcessGroup(group)

@@ -101,6 +101,13 @@ options:
         C(dsv4_rollout_blue_green_port_offset), its router as the preview router, install root
         C(INSTALL_ROOT/slot-b) - instead of the inventory's own plan. Fails, naming field, host and fix, when
         the two do not fit a host at once.
+  serving_spec:
+    type: str
+    description:
+      - The serving release's C(spec.json) text; with O(planned_spec) (the new plan's C(spec)), only compares the
+        production router's own settings of the two (policy, flags, port, launcher, env, API key, drain grace,
+        C(dsv4deploy.router_change)) and returns RV(router_change); nothing else is planned. An empty text (no
+        release serves) gives no change.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.controller
   - dsv4.deploy.dsv4deploy.read_only
@@ -129,6 +136,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+router_change:
+  description: With O(serving_spec), the router's changed fields and a line saying its restart is a short outage; empty
+    when nothing of the router changes.
+  returned: with serving_spec
+  type: dict
+  sample: {"fields": ["router.policy"], "line": "the production router's own settings change (router.policy): ..."}
 ansible_facts:
   description: The fact named by O(fact).
   returned: success

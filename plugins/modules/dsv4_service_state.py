@@ -169,11 +169,14 @@ def pending_install(mgr: Manager) -> list[str]:
     return mgr.pending()
 
 
-def install(mgr: Manager) -> bool:
-    """The service manager sees the active release's units or programs; True when anything changed."""
+def install(mgr: Manager, keep: frozenset[str] = frozenset()) -> bool:
+    """The service manager sees the active release's units or programs; True when anything changed.
+
+    `keep`: running programs a start leaves as they are even when their file changed (systemd does so
+    by itself: a running unit keeps its process until it is restarted)."""
     if isinstance(mgr, Supervisor):
         changed = mgr.ensure()
-        return mgr.reload() or changed
+        return mgr.reload(keep) or changed
     return mgr.install()
 
 
@@ -222,7 +225,10 @@ def start(mgr: Manager, names: list[str], check: bool) -> dict:
         todo = names if (is_sup and not mgr.running()) else [n for n in names if not started(mgr.status(n))]
         would += [f"start {n}" for n in todo]
         return {"changed": bool(would), "would": would, "started": todo}
-    installed = install(mgr)
+    # A start of some programs (only: workers) leaves the others running as they are: blue_green starts
+    # the new workers while the production router, whose own settings may change, goes on serving.
+    others = [n for n in release_services(mgr.root) if n not in names] if is_sup and mgr.running() else []
+    installed = install(mgr, frozenset(n for n in others if started(mgr.status(n))))
     todo = [n for n in names if not started(mgr.status(n))]
     offsets: dict[str, int] = {}
     for name in todo if is_sup else []:

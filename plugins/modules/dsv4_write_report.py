@@ -63,6 +63,12 @@ options:
     default: []
     description:
       - A rolling rollout's markdown table of which worker runs which release after each step.
+  downtime:
+    type: dict
+    default: {}
+    description:
+      - The continuous client's figures during the rollout (RV(dsv4.deploy.dsv4_downtime#module:downtime)),
+        shown in the report's C(Rollout) section; empty when none were measured.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.report
   - dsv4.deploy.dsv4deploy.controller

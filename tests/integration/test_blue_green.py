@@ -10,15 +10,20 @@ with its own servers stopped. stop.yml then leaves nothing running in either slo
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports, stop_supervisord
+from tests.integration.test_interrupted import lock_record, start
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
@@ -80,7 +85,12 @@ def test_blue_green_promotes_with_no_failed_request(bg_host: SimHost) -> None:
     # ...and the other slot (its workers and the preview router) is stopped, its supervisord too.
     assert not (_slot(bg_host) / "supervisor" / "supervisor.sock").exists()
     assert not _listening(bg_host.base_port + PORT_OFFSET)
-    assert bg_host.report()["verdict"] == "promoted"
+    report = bg_host.report()
+    assert report["verdict"] == "promoted"
+    # The playbook's own continuous client (on by default for blue_green) saw no failure either.
+    seen = report["downtime"]
+    assert seen["sent"] > 10 and seen["failed"] == 0 and seen["endpoint"] == bg_host.endpoint, seen
+    assert "| what clients saw (continuous client on" in (bg_host.reports / "latest" / "report.md").read_text()
 
 
 def test_blue_green_gate_failure_leaves_production_serving(bg_host: SimHost) -> None:
@@ -97,6 +107,92 @@ def test_blue_green_gate_failure_leaves_production_serving(bg_host: SimHost) -> 
     assert not _listening(bg_host.base_port + PORT_OFFSET)
     report = bg_host.report()
     assert report["verdict"] == "failed" and "production was not touched" in json.dumps(report)
+
+
+def test_router_settings_change_is_named_first_and_replaces_the_router_once(bg_host: SimHost) -> None:
+    router_pid = bg_host.pids()["sglang-dsv4-router"]
+    proc, figures = _deploy_under_load(bg_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}', "-e",
+                                       '{"server_env_extra_by_role": {"router": {"DSV4_BG_ROUTER": "1"}}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    # Named by field before anything changed (the plan's line comes before the preflight)...
+    # The callback wraps long lines and doubles a quote inside a quoted one.
+    flat = " ".join(out.split()).replace("''", "'")
+    said = flat.find("rollout blue_green: the production router's own settings change "
+                     "(server_env_extra_by_role.router)")
+    assert 0 <= said < flat.index("Check the other slot's GPUs free"), out[:20000]
+    print(f"blue_green with the router replaced, the test's continuous client: {figures.line()}")
+    # ...the router replaced once, serving the new workers at home and nothing else...
+    assert bg_host.pids()["sglang-dsv4-router"] != router_pid
+    assert all(p < bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host))
+    # ...and the report says so, with the playbook's own figures of the outage.
+    report = bg_host.report()
+    assert report["rollout"]["router_change"]["fields"] == ["server_env_extra_by_role.router"], report["rollout"]
+    assert report["downtime"]["sent"] > 0, report["downtime"]
+    print(f"the playbook's continuous client: {report['downtime']}")
+
+
+def _registered_ports(host: SimHost) -> list[int]:
+    """The ports of the workers the production router lists (GET /workers)."""
+    headers = {"Authorization": f"Bearer {host.api_key}"} if host.api_key else {}
+    workers = httpx.get(f"{host.endpoint}/workers", timeout=10, trust_env=False, headers=headers).json()
+    return sorted(int(w["url"].rsplit(":", 1)[1]) for w in workers["workers"])
+
+
+def _clients_of(endpoint: str) -> list[int]:
+    """PIDs of continuous clients (python -m dsv4deploy.downtime) asking `endpoint`."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"dsv4deploy.downtime" in argv and endpoint.encode() in argv:
+            out.append(int(proc.name))
+    return out
+
+
+def test_controller_killed_mid_switch_is_repaired_by_the_next_run(bg_host: SimHost) -> None:
+    serving, home = bg_host.active_release(), _registered_ports(bg_host)
+    args = [*FAST, "-e", '{"server_env_extra_by_role": {"router": {"DSV4_BG_ROUTER": "1"}}}']
+    proc = start(bg_host, "deploy.yml", *args, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "4"}}')
+    try:  # killed once the production router has the slot's workers: half way through the switch
+        deadline = time.monotonic() + 400
+        while not any(p >= bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the switch never began"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert lock_record(bg_host)["phase"] == "blue_green: switch"
+    assert set(_registered_ports(bg_host)) - set(home), "the kill came after the switch"
+    # The next run (the serving release deployed again) says what died, and repairs with no failed request.
+    with DowntimeClient(bg_host.endpoint, "deepseek-v4-flash", api_key=bg_host.api_key, concurrency=2) as client:
+        repair = bg_host.playbook("deploy.yml", *args, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out = repair.stdout + repair.stderr
+    assert repair.returncode == 0 and "died during phase 'blue_green: switch'" in out, out[-5000:]
+    print(f"repair after a controller killed mid-switch, under the continuous client: {client.figures.line()}")
+    assert client.figures.failed == 0, client.figures.line()
+    assert bg_host.active_release() == serving and _registered_ports(bg_host) == home
+    assert not (_slot(bg_host) / "supervisor" / "supervisor.sock").exists()
+    assert not _listening(bg_host.base_port + PORT_OFFSET)
+    # The dead run's own client noticed its controller was gone and stopped.
+    assert not _clients_of(bg_host.endpoint)
+
+
+def test_recreate_report_shows_its_outage(bg_host: SimHost) -> None:
+    # The same host rolled out by recreate, with the client asked for: the report shows the outage.
+    proc = bg_host.playbook("deploy.yml", *FAST, "-e", "dsv4_rollout_strategy=recreate", "-e",
+                            "dsv4_rollout_measure_downtime=true", "-e", '{"dsv4_gates_names": ["readiness"]}',
+                            "-e", '{"server_env_extra": {"DSV4_BG_TEST": "3"}}')
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    report = bg_host.report()
+    seen = report["downtime"]
+    print(f"recreate, the playbook's continuous client: {seen}")
+    assert report["verdict"] == "promoted" and report["rollout"]["strategy"] == "recreate"
+    assert seen["failed"] > 0 and seen["longest_gap_s"] > 1.0, seen
 
 
 def test_stop_leaves_nothing_running(bg_host: SimHost) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+from pathlib import Path
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.drain import in_flight
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.downtime import DowntimeClient, collect, spawn
 from tests.ports import free_port
 
 
@@ -31,3 +34,26 @@ def test_in_flight_sums_running_and_queued_over_schedulers() -> None:
     assert in_flight(text) == 6
     assert in_flight('sglang:num_running_reqs{model_name="m"} 0.0') == 0
     assert in_flight("sgl_router_requests_total 4") is None
+
+
+def test_the_spawned_client_stops_when_told_and_when_its_watched_process_is_gone() -> None:
+    # What the dsv4_downtime action does on the controller: a process of its own, figures as JSON.
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    client = spawn(endpoint, "m", api_key="k3y", watch_pid=os.getpid())
+    assert b"k3y" not in Path(f"/proc/{client['pid']}/cmdline").read_bytes(), "the key is never on the command line"
+    time.sleep(2)
+    figures = collect(client)
+    assert figures["sent"] >= 1 and figures["failed"] == figures["sent"] and figures["endpoint"] == endpoint
+    assert not Path(client["dir"]).exists()
+    # A controller killed mid-rollout: the client notices its watched process is gone and stops by itself.
+    watched = subprocess.Popen(["sleep", "30"])
+    orphan = spawn(endpoint, "m", watch_pid=watched.pid)
+    try:
+        watched.kill()
+        watched.wait()
+        deadline = time.monotonic() + 20
+        while not Path(orphan["out"]).is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert Path(orphan["out"]).is_file(), "the client outlived the process it watches"
+    finally:
+        collect(orphan)
