@@ -148,7 +148,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, release_services, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, Manager, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, started
 from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
