@@ -18,6 +18,7 @@ KNOWN_FAULTS: dict[str, str] = {
     "kv_pool_fallback": "flag",
     "slow_decode": "float",
     "degrade_after": "int",
+    "metrics_error": "flag",
 }
 
 
@@ -41,6 +42,7 @@ class Faults:
     kv_pool_fallback: bool = False
     slow_decode: float = 1.0  # every decode step takes this many times as long (a release without CUDA graphs)
     degrade_after: int = 0  # 0: never; N: wrong answers from the (N+1)-th generation on
+    metrics_error: bool = False  # /metrics answers HTTP 500 while serving is unchanged (metrics that cannot be read)
 
 
 def parse_faults(spec: str | None) -> Faults:

@@ -146,6 +146,10 @@ class Handler(BaseHTTPRequestHandler):
         if not self.sim.settings.args.get("enable_metrics"):
             self._json(404, {"detail": "Not Found"})
             return
+        if self.sim.env.faults.metrics_error:
+            # A metrics endpoint that fails while the server serves: watchers cannot judge it.
+            self._send(500, b"Internal Server Error", ctype="text/plain; charset=utf-8")
+            return
         text = self.sim.metrics.text(self.sim.engine.running, self.sim.tokens_in_use)
         self._send(200, text.encode(), ctype="text/plain; version=0.0.4; charset=utf-8")
 

@@ -41,6 +41,7 @@ def _release_with(switch: str) -> list[str]:
 def test_the_first_release_is_recorded_not_judged(sim_host: SimHost) -> None:
     proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("1"))
     assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "perf gate not run" not in proc.stdout
     report = sim_host.report()
     perf = _perf(report)
     assert report["verdict"] == "promoted" and perf["status"] == "passed", perf["summary"]
@@ -83,6 +84,17 @@ def test_a_three_times_slower_decode_is_refused_with_its_figures(sim_host: SimHo
     assert ("client", "itl_p50_s") in regressed and ("sglang-dsv4-decode", "itl_p50_s") in regressed
     itl = next(r for r in perf["evidence"]["regressions"] if r["where"] == "client" and r["figure"] == "itl_p50_s")
     assert itl["factor"] > 2.0, itl
+    # Its figures against the last good release's (shown with -s), as the report's table gives them.
+    now, before = perf["evidence"]["figures"], perf["evidence"]["baseline"]
+    for where, figs in [("client", now["client"]), *sorted(now["servers"].items())]:
+        was = before["client"] if where == "client" else before["servers"].get(where, {})
+        print(f"slow_decode=3 {where}: " + ", ".join(f"{k} {v:.4g} (was {was.get(k) or 0:.4g})"
+                                                     for k, v in figs.items() if isinstance(v, float)))
+    # The report compares it with the last good release, as a table (regressions marked) and a plot.
+    md = (sim_host.reports / "latest" / "report.md").read_text()
+    assert f"Judged against release {good} (the last good one on these hosts)" in md, md
+    assert any(line.startswith("| client |") and line.endswith("✗ |") for line in md.splitlines()), md
+    assert (sim_host.reports / "latest" / "perf-vs-previous.png").read_bytes().startswith(b"\x89PNG")
     assert "ROLLED BACK" in proc.stdout and "perf" in proc.stdout
     assert sim_host.active_release() == good
     assert_serving(sim_host, good)
@@ -125,6 +137,8 @@ def test_a_clean_release_passes_perf_and_the_bake(sim_host: SimHost) -> None:
     assert bake["status"] == "passed", bake["summary"]
     assert bake["summary"].startswith("baked 3 s: 3 successful, 0 failed, 0 inconclusive"), bake["summary"]
     intervals = bake["evidence"]["intervals"]
+    # What a bake interval costs (shown with -s): the probes' time, the rest of the interval is a wait.
+    print(f"bake: {bake['seconds']:.2f} s; intervals of 1 s took {[i['seconds'] for i in intervals]} s")
     # Every analysis of every interval judged something: the router and the servers counted the probes.
     analyses = {a["name"]: a for a in intervals[-1]["analyses"]}
     assert set(analyses) == {"error rate", "abort rate", "transfer failures", "canary needle", "tool-call probe"}
@@ -164,6 +178,40 @@ def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_b
     assert_serving(sim_host, good)
     # The release that degraded is recorded failed by its bake (a rollback to it by hand is refused).
     assert _state(sim_host)["failed"][report["release"]] == "bake"
+
+
+def test_a_bake_that_cannot_read_the_servers_metrics_is_inconclusive_and_says_so(sim_host: SimHost) -> None:
+    # The servers serve right but their /metrics fail: the bake cannot judge the abort rate or the transfers.
+    # Argo's way: not a pass, not a rollback; the release stays, reported inconclusive and not called baked.
+    gates = [*GATES, "-e", json.dumps({"dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"]]})]
+    bake = {"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1, "dsv4_bake_inconclusive_limit": 2}
+    proc = sim_host.playbook("deploy.yml", *gates, *_release_with("6"), "-e", "sim_faults=metrics_error",
+                             "-e", json.dumps(bake))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    # Left out of the gates, perf is said to be opt-in on the plan line (with it, as above, it is not).
+    assert "perf gate not run: it is opt-in (live traffic beside its load would fail a clean release)" \
+        in " ".join(proc.stdout.split()), proc.stdout[:3000]
+    report = sim_host.report()
+    release = report["release"]
+    assert report["verdict"] == "promoted" and sim_host.active_release() == release
+    bake = _bake(report)
+    assert bake["status"] == "inconclusive", bake["summary"]
+    assert bake["summary"].startswith("inconclusive: 2 interval(s) in a row could not be judged; the release stays"), \
+        bake["summary"]
+    analyses = {a["name"]: a for a in bake["evidence"]["intervals"][-1]["analyses"]}
+    assert analyses["abort rate"]["phase"] == "inconclusive", analyses
+    assert analyses["abort rate"]["detail"] == "no servers metrics could be read", analyses
+    assert analyses["canary needle"]["phase"] == analyses["tool-call probe"]["phase"] == "successful"
+    # Said as such: on the run's last line and the report's first, and in the release's record.
+    assert "its bake was INCONCLUSIVE (the release stays, not baked" in proc.stdout
+    md = (sim_host.reports / "latest" / "report.md").read_text()
+    assert "INCONCLUSIVE: bake (the release stays, not judged)" in md.splitlines()[2], md[:500]
+    state = _state(sim_host)
+    assert state["baked"][release] == "inconclusive" and release in state["good"]
+    listed = subprocess.run([str(VENV_BIN / "dsv4deploy"), "releases", "-i", str(sim_host.inventory), "--json"],
+                            capture_output=True, text=True, timeout=300, cwd="/")
+    rows = {r["id"]: r["status"] for r in json.loads(listed.stdout)["local"]["releases"]}
+    assert rows[release] == "verified, bake inconclusive", listed.stdout + listed.stderr
 
 
 def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_reads(sim_host: SimHost,
@@ -218,22 +266,24 @@ def _verification(prom: Path, deadline_s: float, after: float = 0) -> dict:
     raise AssertionError(f"no verification after {after} in {prom} within {deadline_s} s")
 
 
+def _timer_args(textfile_dir: Path, python: Path | str = VENV_BIN / "python") -> list[str]:
+    return ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
+            "-e", f"dsv4_verify_timer_python={python}", "-e", "dsv4_verify_timer_interval_s=2",
+            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+
+
 def test_continuous_verification_runs_under_the_hosts_supervisord_and_its_removal_leaves_nothing_running(
         sim_host: SimHost, tmp_path: Path) -> None:
     release = sim_host.active_release()
     textfile_dir = tmp_path / "textfile"
     config = sim_host.install_root / "verify-timer" / "watch.json"
-    args = ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
-            "-e", f"dsv4_verify_timer_python={VENV_BIN / 'python'}", "-e", "dsv4_verify_timer_interval_s=2",
-            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+    args = _timer_args(textfile_dir)
     try:
         proc = sim_host.playbook("verify_timer.yml", *args)
         assert proc.returncode == 0, proc.stdout[-5000:]
         program = json.loads(config.read_text())["deployment"]
-        status, end = "", time.monotonic() + 15
-        while "RUNNING" not in status and time.monotonic() < end:  # STARTING for its startsecs
-            status = sim_host.supervisorctl("status", f"dsv4-verify-{program}")
-            time.sleep(0.3)
+        # The playbook returned once supervisord called it RUNNING (alive for its startsecs).
+        status = sim_host.supervisorctl("status", f"dsv4-verify-{program}")
         assert "RUNNING" in status, status
         prom = textfile_dir / f"dsv4deploy-{program}.prom"
         first = _verification(prom, 60)
@@ -262,3 +312,42 @@ def test_the_verification_timer_is_refused_for_a_host_not_in_the_play(sim_host: 
     assert proc.returncode != 0
     assert 'dsv4_verify_timer_host "gpu9" is not one of this play\'s hosts (local)' in proc.stdout
     assert sorted(p.name for p in sim_host.install_root.iterdir()) == before  # nothing written
+
+
+# Last in this module: it removes the deployment.
+def test_a_verification_that_cannot_start_fails_with_its_log_and_a_purge_removes_the_one_that_runs(
+        sim_host: SimHost, tmp_path: Path) -> None:
+    textfile_dir = tmp_path / "textfile"
+    textfile_dir.mkdir()
+    other = textfile_dir / "node.prom"  # another collector's file, beside ours
+    other.write_text("node_custom 1\n")
+    config = sim_host.install_root / "verify-timer" / "watch.json"
+    # An interpreter without dsv4deploy (as the role's default /usr/bin/python3 is where nobody installed it):
+    # the watch exits at once with an ImportError. -S: no site-packages, wherever this machine has it installed.
+    bare = tmp_path / "python-without-dsv4deploy"
+    bare.write_text('#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n')
+    bare.chmod(0o755)
+    proc = sim_host.playbook("verify_timer.yml", *_timer_args(textfile_dir, python=bare))
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    program = json.loads(config.read_text())["deployment"]
+    assert f"host local: the verification program dsv4-verify-{program} does not run" in out, out[-3000:]
+    assert "No module named" in out and "dsv4deploy" in out, out[-3000:]
+    assert f"pip install dsv4deploy for {bare}" in out, out[-3000:]
+    # Stopped: supervisord does not keep retrying it.
+    assert "RUNNING" not in sim_host.supervisorctl("status", f"dsv4-verify-{program}")
+    assert _watch_processes(config) == []
+
+    # With an interpreter that has dsv4deploy it runs; then a purge removes it with the deployment.
+    proc = sim_host.playbook("verify_timer.yml", *_timer_args(textfile_dir))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    prom = textfile_dir / f"dsv4deploy-{program}.prom"
+    _verification(prom, 60)
+    proc = sim_host.playbook("stop.yml", "-e", "dsv4_stop_purge=true")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert _watch_processes(config) == [] and sim_host.pids() == {}
+    assert not prom.exists() and not (sim_host.install_root / "verify-timer").exists()
+    assert other.read_text() == "node_custom 1\n" and sorted(p.name for p in textfile_dir.iterdir()) == ["node.prom"]
+    # Nothing of the verification's was left for the install root's purge to warn about.
+    warned = [line for line in (proc.stdout + proc.stderr).splitlines() if "left in" in line]
+    assert not any("verify-timer" in line for line in warned), warned

@@ -1,5 +1,5 @@
 """The simulated server's /metrics (read with prometheus_client, as the perf gate reads it), its
-token-by-token stream, and the slow_decode and degrade_after faults."""
+token-by-token stream, and the slow_decode, degrade_after and metrics_error faults."""
 
 from __future__ import annotations
 
@@ -112,3 +112,12 @@ def test_new_faults_refuse_bad_values() -> None:
         parse_faults("slow_decode=0.5")
     with pytest.raises(FaultError, match="degrade_after"):
         parse_faults("degrade_after=x")
+
+
+def test_metrics_error_fails_the_metrics_while_the_server_serves(launcher: Launcher, state_dir: Path) -> None:
+    url = _start(launcher, state_dir, "metrics_error")
+    status, text = http("GET", f"{url}/metrics")
+    assert status == 500, text
+    assert chat(url, "Say OK")[1]["choices"][0]["message"]["content"] == "OK"
+    with pytest.raises(FaultError, match="metrics_error"):
+        parse_faults("metrics_error=maybe")
