@@ -55,11 +55,7 @@ attributes:
   check_mode:
     support: none
     description: In check mode no client is started or stopped.
-  diff_mode:
-    support: none
-    description: Nothing on a host changes.
 extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
 author: dsv4deploy maintainers (@dsv4deploy)
 """

@@ -36,16 +36,11 @@ options:
         joined), C(failed) (the step that failed, if any) and C(restored) (the old release was put back on
         every worker).
 extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.controller
 attributes:
   check_mode:
     support: full
     description: Reads nothing on a host and changes nothing.
-  diff_mode:
-    support: none
-    description:
-      - Nothing is changed.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
