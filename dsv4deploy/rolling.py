@@ -24,6 +24,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from pydantic import Field
+
 from dsv4deploy import services
 from dsv4deploy.spec import Deployment, Problem, StrictModel
 
@@ -51,7 +53,7 @@ class RollStep(StrictModel):
     # the new-release workers an earlier step already rolled (never an old one: the gates judge the new pair).
     preview: list[str]
     # The step's workers rolled by surge (a role's lone worker): its new one starts beside it first.
-    surge: list[str] = []
+    surge: list[str] = Field(default_factory=list)
 
 
 def lone_paths(spec: Deployment) -> list[str]:
