@@ -86,9 +86,18 @@ def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets:
         w = slot_workers[path]
         names.setdefault(w.host, []).append(w.name)
         gpus.setdefault(w.host, []).extend(by_path[path].gpus)
-    return {"paths": paths, "names": names, "gpus": gpus,
-            "api": [_api_entry(slot, p, by_path) for p in paths],
-            "preview": in_slot["preview"], "gates": in_slot["gates"],
+    api = [_api_entry(slot, p, by_path) for p in paths]
+    # The gates judge the surge workers by the slot's names, the others by their own (they run at home).
+    in_slot_names = {slot_workers[p].name for p in paths}
+    home_names = {w.name for ws in rolling.roll_workers(spec).values() for w in ws if w.path in paths}
+    at_home = _step(spec, step, gate_targets(spec), port, metrics_port)["gates"]
+    gates = dict(in_slot["gates"])
+    gates["workers"] = ([w for w in in_slot["gates"]["workers"] if w["name"] in in_slot_names]
+                        + [w for w in at_home["workers"] if w["name"] not in home_names])
+    for key in ("expected_overrides", "expected_settings"):
+        gates[key] = {w["name"]: (in_slot["gates"] if w["name"] in in_slot_names else at_home)[key][w["name"]]
+                      for w in gates["workers"]}
+    return {"paths": paths, "names": names, "gpus": gpus, "api": api, "preview": in_slot["preview"], "gates": gates,
             "home": {"names": home["names"], "gpus": home["gpus"], "api": home["api"]}}
 
 

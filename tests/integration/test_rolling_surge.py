@@ -65,7 +65,7 @@ def test_rolling_2p1d_by_surge_promotes_with_no_failed_request(surge_host: SimHo
     proc, figures = _deploy_under_load(surge_host, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "2"}}')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert "PROMOTED" in out and "Readiness of the workers at home through the preview router: step 1" in out
+    assert "PROMOTED" in out and "Readiness and config of the workers at home through the preview router: step 1" in out
     print(f"rolling 2P1D by surge, promotion under the continuous client: {figures.line()}")
     assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
     second = surge_host.active_release()
