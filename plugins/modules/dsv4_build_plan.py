@@ -106,7 +106,7 @@ options:
     default: false
     description:
       - The plan of the slot a C(dsv4_rollout_strategy=rolling) roll starts its surge workers in (a role's lone
-        worker, such as the decode of a 2P1D): each lone worker on the spare GPUs and shifted ports
+        worker, such as the decode of a 2P1D) - each lone worker on the spare GPUs and shifted ports
         C(dsv4deploy.strategy.surge_places) gives, the other workers where they are (never started there),
         install root C(INSTALL_ROOT/slot-b).
   serving_spec:
