@@ -11,15 +11,14 @@ old decode never left.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
 import yaml
 
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
-from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening
-from tests.integration.test_rolling import _worker
+from tests.integration.test_blue_green import FAST, _listening
+from tests.integration.test_rolling import _worker, assert_active, roll_under_load
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
@@ -62,15 +61,12 @@ def _slot_runs_nothing(host: SimHost) -> None:
 
 def test_rolling_2p1d_by_surge_promotes_with_no_failed_request(surge_host: SimHost) -> None:
     first = surge_host.active_release()
-    proc, figures = _deploy_under_load(surge_host, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "2"}}')
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert "PROMOTED" in out and "Readiness and config of the workers at home through the preview router: step 1" in out
-    print(f"rolling 2P1D by surge, promotion under the continuous client: {figures.line()}")
-    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    roll_under_load(surge_host, "rolling 2P1D by surge, promotion", "-e",
+                    '{"server_env_extra": {"DSV4_SURGE_TEST": "2"}}', promoted=True,
+                    says="Readiness and config of the workers at home through the preview router: step 1")
     second = surge_host.active_release()
-    assert second and second != first
-    assert json.loads((surge_host.install_root / "state.json").read_text())["active"] == second
+    assert second != first
+    assert_active(surge_host, second)
     # Every worker is home again, on the spec's own ports; nothing runs in the slot.
     assert set(surge_host.pids()) >= set(WORKERS)
     assert all(_listening(surge_host.base_port + i) for i in (0, 1, 2, 5))
@@ -82,14 +78,12 @@ def test_rolling_2p1d_by_surge_promotes_with_no_failed_request(surge_host: SimHo
 
 def test_a_surge_worker_that_fails_its_gate_leaves_the_old_decode_serving(surge_host: SimHost) -> None:
     serving = surge_host.active_release()
-    proc, figures = _deploy_under_load(surge_host, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "3"}}',
-                                       "-e", '{"sim_faults_by_role": {"decode": "crash_on_start"}}')
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "ROLLED BACK: rolling step 1: readiness failed" in out, out[-6000:]
-    print(f"rolling 2P1D by surge, step 1 failed and put back, under the continuous client: {figures.line()}")
-    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
-    assert surge_host.active_release() == serving
-    assert json.loads((surge_host.install_root / "state.json").read_text())["active"] == serving
+    # The new decode crashes in the slot: step 1's readiness fails before it joins; the old one never left.
+    roll_under_load(surge_host, "rolling 2P1D by surge, step 1 failed and put back",
+                    "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "3"}}',
+                    "-e", '{"sim_faults_by_role": {"decode": "crash_on_start"}}',
+                    promoted=False, says="ROLLED BACK: rolling step 1: readiness failed")
+    assert_active(surge_host, serving)
     assert set(surge_host.pids()) >= set(WORKERS)
     _slot_runs_nothing(surge_host)
     report = surge_host.report()
