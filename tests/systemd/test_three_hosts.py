@@ -272,7 +272,9 @@ def test_rolling_2p1d_over_three_hosts_serves_throughout(lab: Lab, tmp_path: Pat
     assert decode1.sh("ss -Hltn '( sport = :30002 )'").stdout.strip(), "the decode is not home"
     assert not decode1.sh("ss -Hltn '( sport = :30102 )'").stdout.strip(), "the surge decode still listens"
     assert not router1.sh("ss -Hltn '( sport = :30100 )'").stdout.strip(), "the preview router still listens"
-    assert not decode1.sh("systemctl list-units --all --plain --no-legend 'sglang-dsv4*b-*' || true").stdout.strip()
+    # The slot's units (its deployment name ends in b: sglang-dsv4_dsv4deployb-decode) are removed.
+    assert not decode1.sh("ls /etc/systemd/system | grep -e 'b-decode.service' || true").stdout.strip()
+    assert not decode1.sh("systemctl list-units --all --plain --no-legend '*b-decode*' || true").stdout.strip()
 
 
 def test_stop_stops_every_host(lab: Lab, inventory: Path) -> None:
