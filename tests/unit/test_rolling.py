@@ -174,6 +174,16 @@ def test_the_embedded_example_plans_a_roll_and_the_default_inventory_is_refused(
         refused.stderr
 
 
+def test_the_embedded_2p1d_example_plans_its_decode_by_surge() -> None:
+    """inventory/rolling-2p1d-local.yml: 2P1D, tp 2 per worker, GPUs 6-7 spare for the surge decode."""
+    cli = [sys.executable, "-m", "dsv4deploy.cli", "plan", "-i", str(REPO / "inventory" / "local"),
+           "-e", f"@{REPO / 'inventory' / 'rolling-2p1d-local.yml'}"]
+    ok = subprocess.run(cli, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "  step 1: prefill[0] (local sglang-dsv4-prefill), decode[0] (local sglang-dsv4-decode, by surge)" \
+        in ok.stdout, ok.stdout
+
+
 def _changed(**common: object) -> object:
     """xpyd_spec with deployment-wide settings changed (as the next release's inventory would)."""
     data = xpyd_spec().model_dump(mode="json")
