@@ -85,6 +85,8 @@ class RolloutPlan(_Strict):
     # rolling: workers of each role out of the router at once, and the steps (dsv4deploy.rolling.RollStep).
     max_unavailable: int | None = None
     steps: list[dict[str, Any]] = []
+    # rolling by surge: where each lone worker's new one starts beside it (path -> host, gpus, port, bootstrap_port).
+    surge: dict[str, dict[str, Any]] = {}
     # blue_green, rolling: the production router's own changed settings, {fields, line} (a short outage;
     # dsv4deploy.router_change, filled in by the playbook from the serving release's spec.json).
     router_change: dict[str, Any] = {}

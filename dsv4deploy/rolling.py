@@ -7,8 +7,12 @@ only then lets them join the production router. Prefill and decode move in step:
 many as the role that needs the most, and each role's workers are spread evenly over them, so the
 first step replaces a prefill *and* a decode (the preview router fronts a whole new-release pair) and
 both roles finish at the last step. The router keeps at least one healthy prefill and one healthy
-decode at every step, so rolling needs at least two workers of each role and a batch smaller than
-each role's count; otherwise it is refused by name, with the fix.
+decode at every step, so a role of several workers is rolled a batch smaller than its count at a time.
+A role's lone worker (the decode of a 2P1D) is rolled by **surge** instead: its new worker starts beside
+it (spare GPUs, shifted ports: `strategy.surge_places`), is gated with the step's other new workers and
+joins the production router before the old one leaves; then it moves home (the spec's own GPUs and
+ports) the same way, so the roll ends where recreate would. Where no surge fits it is refused by name,
+with the fix.
 
 This module only plans and describes a roll (pure data, no host touched): the steps, the refusals and
 the report's table of which worker runs which release after each step.
@@ -17,8 +21,10 @@ the report's table of which worker runs which release after each step.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
+
+from pydantic import Field
 
 from dsv4deploy import services
 from dsv4deploy.spec import Deployment, Problem, StrictModel
@@ -46,10 +52,21 @@ class RollStep(StrictModel):
     # The preview router's workers: this step's new ones plus, for a role this step does not replace,
     # the new-release workers an earlier step already rolled (never an old one: the gates judge the new pair).
     preview: list[str]
+    # The step's workers rolled by surge (a role's lone worker): its new one starts beside it first.
+    surge: list[str] = Field(default_factory=list)
 
 
-def roll_problems(spec: Deployment, max_unavailable: int) -> list[Problem]:
-    """Why `spec` cannot be rolled without leaving the router short of a prefill or a decode (empty: it can)."""
+def lone_paths(spec: Deployment) -> list[str]:
+    """The workers alone in their role (`decode[0]` of a 2P1D): a roll replaces them by surge."""
+    return [f"{role}[0]" for role in ROLES if len(getattr(spec, role)) == 1]
+
+
+def roll_problems(spec: Deployment, max_unavailable: int,
+                  surge_fit: Callable[[str], list[Problem]] | None = None) -> list[Problem]:
+    """Why `spec` cannot be rolled without leaving the router short of a prefill or a decode (empty: it can).
+
+    `surge_fit(path)` says why a surge worker for a role's lone worker does not fit beside it (empty: it
+    fits, and that role is rolled by surge); without it a lone worker is refused."""
     fix_other = f"or set {STRATEGY_VAR}: blue_green (beside the serving release) or recreate (an outage)"
     if spec.topology != "pd" or spec.router is None:
         return [Problem(field=STRATEGY_VAR, message="rolling replaces workers behind a router one batch at a time, "
@@ -61,11 +78,17 @@ def roll_problems(spec: Deployment, max_unavailable: int) -> list[Problem]:
         count = len(workers)
         if count < 2:
             host = workers[0].host if workers else None
+            misfit = surge_fit(f"{role}[0]") if surge_fit is not None and workers else None
+            if misfit == []:
+                continue  # rolled by surge
+            why = f"; and no surge fits beside it ({'; '.join(p.message for p in misfit)})" if misfit else ""
             out.append(Problem(field=role, host=host,
                                message=f"rolling takes {role} workers out of the router while they are replaced, and "
                                        f"this deployment has {count} {role} worker: the router would have none "
-                                       "during its step (an outage)",
+                                       f"during its step (an outage){why}",
                                fix=f"add a second {role} worker ({role}[1], on spare GPUs or another host), "
+                                   f"or leave spare GPUs and ports beside it for a surge worker "
+                                   f"(dsv4_rollout_blue_green_gpu_offset, dsv4_rollout_blue_green_port_offset), "
                                    f"{fix_other}"))
         elif max_unavailable >= count:
             out.append(Problem(field=MAX_UNAVAILABLE_VAR,
@@ -91,6 +114,7 @@ def roll_workers(spec: Deployment) -> dict[str, list[RollWorker]]:
 def roll_steps(spec: Deployment, max_unavailable: int = 1) -> list[dict[str, Any]]:
     """The roll's steps in order (as JSON-able data), for a spec `roll_problems` accepts."""
     by_role = roll_workers(spec)
+    lone = set(lone_paths(spec))
     count = max(math.ceil(len(ws) / max_unavailable) for ws in by_role.values())
     batches: list[list[RollWorker]] = [[] for _ in range(count)]
     for role in ROLES:
@@ -108,13 +132,16 @@ def roll_steps(spec: Deployment, max_unavailable: int = 1) -> list[dict[str, Any
                 preview += rolled[role][-1:]
         for w in batch:
             rolled[w.role].append(w.path)
-        steps.append(RollStep(step=i + 1, workers=batch, preview=preview).model_dump(mode="json"))
+        steps.append(RollStep(step=i + 1, workers=batch, preview=preview,
+                              surge=[w.path for w in batch if w.path in lone]).model_dump(mode="json"))
     return steps
 
 
 def describe_steps(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per step: `step 1: prefill[0] (gpu1 sglang-dsv4-prefill-0), decode[0] (...); preview: ...`."""
-    return [f"step {s['step']}: " + ", ".join(f"{w['path']} ({w['host']} {w['name']})" for w in s["workers"])
+    return [f"step {s['step']}: " + ", ".join(f"{w['path']} ({w['host']} {w['name']}"
+                                              + (", by surge)" if w["path"] in s.get("surge", []) else ")")
+                                              for w in s["workers"])
             + f"; gated behind a preview router with {', '.join(s['preview'])}" for s in steps]
 
 

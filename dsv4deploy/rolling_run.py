@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy import rolling, services
+from dsv4deploy import rolling, services, strategy
 from dsv4deploy.plan import gate_targets
 from dsv4deploy.spec import Deployment, Problem
 
@@ -58,7 +58,54 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
     metrics_port = services.prometheus_port(new.router) + offset
     targets = gate_targets(new)
     steps = [_step(new, step, targets, port, metrics_port) for step in rollout["steps"]]
+    placed = rollout.get("surge") or {}
+    if placed:
+        # The surge workers' slot: the new release with each lone worker beside its serving one.
+        slot = strategy.slot_spec(new, placed, offset)
+        slot_targets = gate_targets(slot)
+        for step, planned in zip(steps, rollout["steps"], strict=True):
+            if planned.get("surge"):
+                step["surge"] = _surge(new, slot, planned, slot_targets, port, metrics_port)
+                step["rest"] = _rest(new, planned, targets, port, metrics_port)
     return [], {"steps": steps, "router_host": new.router.host, "preview_router_port": port}
+
+
+def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any], port: int,
+           metrics_port: int) -> dict[str, Any]:
+    """A step's surge part: the lone workers' programs in the slot (names, GPUs, worker API entries), the
+    step's preview router and gates with them there, and the same of the workers at home."""
+    paths = list(step["surge"])
+    in_slot = _step(slot, step, targets, port, metrics_port)
+    home = _step(spec, {**step, "workers": [w for w in step["workers"] if w["path"] in paths]}, targets, port,
+                 metrics_port)
+    slot_workers = {w.path: w for ws in rolling.roll_workers(slot).values() for w in ws}
+    names: dict[str, list[str]] = {}
+    gpus: dict[str, list[int]] = {}
+    by_path = {f"{role}[{i}]": w for role in rolling.ROLES for i, w in enumerate(getattr(slot, role))}
+    for path in paths:
+        w = slot_workers[path]
+        names.setdefault(w.host, []).append(w.name)
+        gpus.setdefault(w.host, []).extend(by_path[path].gpus)
+    api = [_api_entry(slot, p, by_path) for p in paths]
+    # The gates judge the surge workers by the slot's names, the others by their own (they run at home).
+    in_slot_names = {slot_workers[p].name for p in paths}
+    home_names = {w.name for ws in rolling.roll_workers(spec).values() for w in ws if w.path in paths}
+    at_home = _step(spec, step, gate_targets(spec), port, metrics_port)["gates"]
+    gates = dict(in_slot["gates"])
+    gates["workers"] = ([w for w in in_slot["gates"]["workers"] if w["name"] in in_slot_names]
+                        + [w for w in at_home["workers"] if w["name"] not in home_names])
+    for key in ("expected_overrides", "expected_settings"):
+        gates[key] = {w["name"]: (in_slot["gates"] if w["name"] in in_slot_names else at_home)[key][w["name"]]
+                      for w in gates["workers"]}
+    return {"paths": paths, "names": names, "gpus": gpus, "api": api, "preview": in_slot["preview"], "gates": gates,
+            "home": {"names": home["names"], "gpus": home["gpus"], "api": home["api"]}}
+
+
+def _rest(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any], port: int,
+          metrics_port: int) -> dict[str, Any]:
+    """A surge step without its surge workers: what is replaced in place (empty `paths`: nothing)."""
+    rest = {**step, "workers": [w for w in step["workers"] if w["path"] not in step["surge"]], "surge": []}
+    return _step(spec, rest, targets, port, metrics_port)
 
 
 def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any], port: int,

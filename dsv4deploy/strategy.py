@@ -101,31 +101,38 @@ def fit_problems(spec: Deployment, settings: RolloutSettings) -> list[Problem]:
     used_gpus: dict[tuple[str, int], str] = {(w.host, g): path for path, w in spec.workers() for g in w.gpus}
     listeners = _listeners(spec)
     for path, w in spec.workers():
-        new = other[path]
-        count = spec.host(w.host).gpu_count
-        var = VARS["gpu_offset"]
-        missing = [g for g in new["gpus"] if g >= count]
-        if missing:
-            out.append(Problem(field=var, host=w.host,
-                               message=f"blue_green puts the new {path} on GPUs {new['gpus']} beside the serving "
-                                       f"one's {list(w.gpus)}, but {w.host} has {count} GPUs (0-{count - 1})",
-                               fix=_gpu_fix(spec, w.host)))
-        shared = sorted({used_gpus[(w.host, g)] for g in new["gpus"] if (w.host, g) in used_gpus})
-        if shared:
-            out.append(Problem(field=var, host=w.host,
-                               message=f"blue_green puts the new {path} on GPUs {new['gpus']}, which the serving "
-                                       f"{', '.join(shared)} uses: both releases cannot run at once",
-                               fix=_gpu_fix(spec, w.host)))
-        for port_key in ("port", "bootstrap_port"):
-            port = new[port_key]
-            if port is not None:
-                out += _port_problems(w.host, port, f"the new {path}.{port_key}", listeners, settings)
+        out += _fit_one(spec, settings, path, w, other[path], "blue_green", used_gpus, listeners)
     out += _port_problems(spec.router.host, preview_router_port(spec, settings) or 0, "the preview router",
                           listeners, settings)
     # Memory per GPU: the new slot's servers on its own GPUs, as the memory check judges the serving one.
     out += [Problem(field=p.field, host=p.host, message=f"blue_green (the new release beside the serving one): "
                                                         f"{p.message}", fix=p.fix)
             for p in memory.problems_from_memory(memory.check_memory(spec))]
+    return out
+
+
+def _fit_one(spec: Deployment, settings: RolloutSettings, path: str, w: Any, new: Mapping[str, Any], who: str,
+             used_gpus: Mapping[tuple[str, int], str], listeners: Mapping[tuple[str, int], str]) -> list[Problem]:
+    """Why the new `path` on `new`'s GPUs and ports cannot run beside the serving one (`who` puts it there)."""
+    out: list[Problem] = []
+    count = spec.host(w.host).gpu_count
+    var = VARS["gpu_offset"]
+    missing = [g for g in new["gpus"] if g >= count]
+    if missing:
+        out.append(Problem(field=var, host=w.host,
+                           message=f"{who} puts the new {path} on GPUs {new['gpus']} beside the serving "
+                                   f"one's {list(w.gpus)}, but {w.host} has {count} GPUs (0-{count - 1})",
+                           fix=_gpu_fix(spec, w.host)))
+    shared = sorted({used_gpus[(w.host, g)] for g in new["gpus"] if (w.host, g) in used_gpus})
+    if shared:
+        out.append(Problem(field=var, host=w.host,
+                           message=f"{who} puts the new {path} on GPUs {new['gpus']}, which the serving "
+                                   f"{', '.join(shared)} uses: both releases cannot run at once",
+                           fix=_gpu_fix(spec, w.host)))
+    for port_key in ("port", "bootstrap_port"):
+        port = new[port_key]
+        if port is not None:
+            out += _port_problems(w.host, port, f"the new {path}.{port_key}", listeners, settings)
     return out
 
 
@@ -171,9 +178,11 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
         return {**base, "why": "recreate (the default): the serving release stops before the new one starts; "
                                "clients see an outage of the load time and the gates"}
     if settings.strategy == "rolling":
-        problems = rolling.roll_problems(spec, settings.max_unavailable)
+        problems = rolling.roll_problems(spec, settings.max_unavailable,
+                                         surge_fit=lambda path: surge_problems(spec, settings, path))
         if problems:
             raise SpecError(problems)
+        surge = surge_places(spec, settings)
         # The steps' preview router listens where blue_green's does (router port + port offset), its
         # metrics on the production router's metrics port + the offset: neither may land on a listener.
         preview = preview_router_port(spec, settings) or 0
@@ -184,12 +193,14 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
         if problems:
             raise SpecError(problems)
         steps = rolling.roll_steps(spec, settings.max_unavailable)
+        by_surge = (f"; {', '.join(surge)} alone in its role, rolled by surge (its new worker starts beside it on "
+                    "spare GPUs and shifted ports, joins before the old one leaves, then moves home)") if surge else ""
         return {**base, "why": f"rolling: {len(steps)} steps of at most {settings.max_unavailable} worker(s) of each "
                                "role, prefill and decode in step, each new batch gated behind a preview router "
                                "before it joins the production router through its worker API; the router keeps a "
-                               "serving prefill and decode at every step",
+                               f"serving prefill and decode at every step{by_surge}",
                 "max_unavailable": settings.max_unavailable, "steps": steps, "preview_router_port": preview,
-                "port_offset": settings.port_offset}
+                "port_offset": settings.port_offset, "surge": surge}
     problems = fit_problems(spec, settings)
     if problems:
         raise SpecError(problems)
@@ -223,19 +234,61 @@ def beside_spec(spec: Deployment, settings: RolloutSettings) -> Deployment:
     problems = fit_problems(spec, settings)
     if problems:
         raise SpecError(problems)
-    other = beside(spec, settings)
+    return slot_spec(spec, beside(spec, settings), settings.port_offset)
+
+
+def slot_spec(spec: Deployment, placed: Mapping[str, Mapping[str, Any]], port_offset: int) -> Deployment:
+    """`spec` as the other slot runs it: the workers in `placed` (field path -> {gpus, port,
+    bootstrap_port}) moved there, the router on its port + `port_offset` (metrics too), every host's
+    install root moved to `slot_root` and a deployment name of its own (systemd unit names differ)."""
     data = spec.model_dump()
-    for path, _ in spec.workers():
+    for path, place in placed.items():
         role, index = path.rstrip("]").split("[")
         worker = data[role][int(index)]
-        worker["gpus"], worker["port"] = other[path]["gpus"], other[path]["port"]
-        if other[path]["bootstrap_port"] is not None:
-            worker["bootstrap_port"] = other[path]["bootstrap_port"]
-    data["router"]["port"] = preview_router_port(spec, settings)
+        worker["gpus"], worker["port"] = place["gpus"], place["port"]
+        if place.get("bootstrap_port") is not None:
+            worker["bootstrap_port"] = place["bootstrap_port"]
+    assert spec.router is not None  # callers refuse a deployment without one
+    data["router"]["port"] = spec.router.port + port_offset
     if data["router"].get("prometheus_port") is not None:
-        data["router"]["prometheus_port"] += settings.port_offset
+        data["router"]["prometheus_port"] += port_offset
     for host in data["hosts"].values():
         host["install_root"] = slot_root(host["install_root"])
     base = spec.deployment_name or derived_name(spec.host(spec.router.host).install_root)
     data["deployment_name"] = f"{base[:22]}{SLOT_DIR[-1]}"
     return Deployment.model_validate(data)
+
+
+def surge_places(spec: Deployment, settings: RolloutSettings) -> dict[str, dict[str, Any]]:
+    """Where a roll's surge worker for each lone worker of its role (`rolling.lone_paths`) starts beside
+    it - blue_green's placement for one worker: on its ports shifted by the port offset, and on its GPUs
+    shifted by the set GPU offset or, with none set, on the host's lowest spare GPUs (used by no worker
+    of the spec nor by an earlier surge worker)."""
+    workers = dict(spec.workers())
+    taken = {(w.host, g) for w in workers.values() for g in w.gpus}
+    out: dict[str, dict[str, Any]] = {}
+    for path in rolling.lone_paths(spec):
+        w, place = workers[path], beside(spec, settings)[path]
+        if settings.gpu_offset is None:
+            spare = [g for g in range(spec.host(w.host).gpu_count) if (w.host, g) not in taken]
+            if len(spare) >= len(w.gpus):
+                place["gpus"] = spare[:len(w.gpus)]
+        taken |= {(w.host, g) for g in place["gpus"]}
+        out[path] = place
+    return out
+
+
+def surge_problems(spec: Deployment, settings: RolloutSettings, path: str) -> list[Problem]:
+    """Why the surge worker for `path` does not fit beside the serving one (empty: it fits)."""
+    used = {(o.host, g): p for p, o in spec.workers() for g in o.gpus}
+    for other, place in surge_places(spec, settings).items():
+        if other != path:
+            used.update({(place["host"], g): f"surge {other}" for g in place["gpus"]})
+    return _fit_one(spec, settings, path, dict(spec.workers())[path], surge_places(spec, settings)[path],
+                    "a surge", used, _listeners(spec))
+
+
+def surge_spec(spec: Deployment, settings: RolloutSettings) -> Deployment:
+    """The slot release of a roll's surge workers (rolling with a role of one worker): `slot_spec` with
+    each lone worker at `surge_places` and every other worker where it is (never started in the slot)."""
+    return slot_spec(spec, surge_places(spec, settings), settings.port_offset)

@@ -18,7 +18,7 @@ from dsv4deploy.plan import make_plan, secret_files, targets_from_release_spec
 from dsv4deploy.router_change import router_change
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 from dsv4deploy.strategy import VARS as ROLLOUT_VARS
-from dsv4deploy.strategy import beside_spec, load_rollout, rollout_plan
+from dsv4deploy.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
 from dsv4deploy.varnames import ALLOW_VAR
 
 ARGUMENT_SPEC = {
@@ -42,6 +42,8 @@ ARGUMENT_SPEC = {
     # beside=true: the plan of the new release as blue_green runs it beside the serving one (its own
     # slot: shifted GPUs and ports, the preview router, install root {root}/slot-b).
     "beside": {"type": "bool", "default": False},
+    # surge=true: the slot of a roll's surge workers (each lone worker beside its serving one).
+    "surge": {"type": "bool", "default": False},
     # serving_spec: the serving release's spec.json text, with planned_spec the new plan's spec: only
     # the production router's changed settings (dsv4deploy.router_change), as router_change.
     "serving_spec": {"type": "str"},
@@ -105,6 +107,8 @@ class ActionModule(ValidatedAction):
             rollout = rollout_plan(spec, settings)
             if args["beside"]:
                 spec = beside_spec(spec, settings)
+            elif args["surge"]:
+                spec = surge_spec(spec, settings)
             plan = make_plan(spec, play_hosts, rollout=rollout)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],

@@ -101,6 +101,14 @@ options:
         C(dsv4_rollout_blue_green_port_offset), its router as the preview router, install root
         C(INSTALL_ROOT/slot-b) - instead of the inventory's own plan. Fails, naming field, host and fix, when
         the two do not fit a host at once.
+  surge:
+    type: bool
+    default: false
+    description:
+      - The plan of the slot a C(dsv4_rollout_strategy=rolling) roll starts its surge workers in (a role's lone
+        worker, such as the decode of a 2P1D) - each lone worker on the spare GPUs and shifted ports
+        C(dsv4deploy.strategy.surge_places) gives, the other workers where they are (never started there),
+        install root C(INSTALL_ROOT/slot-b).
   serving_spec:
     type: str
     description:

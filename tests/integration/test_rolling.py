@@ -57,17 +57,31 @@ def roll_host(sim_host: SimHost) -> Iterator[SimHost]:
     yield sim_host
 
 
+def roll_under_load(host: SimHost, what: str, *extra: str, promoted: bool, says: str) -> str:
+    """Deploy under the continuous client; the run promoted (or not) and said `says`, and no request
+    failed. Returns the run's output; prints the client's figures as `what`."""
+    proc, figures = _deploy_under_load(host, *extra)
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == promoted and says in out, out[-6000:]
+    print(f"{what} under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    return out
+
+
+def assert_active(host: SimHost, release: str) -> None:
+    """`release` is the host's active release (current and state.json)."""
+    assert release and host.active_release() == release
+    assert json.loads((host.install_root / "state.json").read_text())["active"] == release
+
+
 def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> None:
     first = roll_host.active_release()
-    proc, figures = _deploy_under_load(roll_host, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "2"}}')
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert "PROMOTED" in out and "Gates through the step's preview router: step 2" in out, out[-3000:]
-    print(f"rolling 2P2D promotion under the continuous client: {figures.line()}")
-    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    out = roll_under_load(roll_host, "rolling 2P2D promotion", "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "2"}}',
+                          promoted=True, says="PROMOTED")
+    assert "Gates through the step's preview router: step 2" in out, out[-3000:]
     second = roll_host.active_release()
-    assert second and second != first
-    assert json.loads((roll_host.install_root / "state.json").read_text())["active"] == second
+    assert second != first
+    assert_active(roll_host, second)
     assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}
     assert not _listening(roll_host.base_port + PORT_OFFSET), "the preview router still listens"
     report = roll_host.report()
@@ -77,16 +91,12 @@ def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> Non
 
 def test_rolling_step_2_failure_rolls_back_step_by_step_with_no_failed_request(roll_host: SimHost) -> None:
     serving = roll_host.active_release()
-    proc, figures = _deploy_under_load(roll_host, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "3"}}',
-                                       "-e", '{"sim_faults_by_role": {"prefill[1]": "crash_on_start"}}')
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "ROLLED BACK: rolling step 2: readiness failed" in out, out[-6000:]
-    print(f"rolling 2P2D, step 2 failed and rolled back, under the continuous client: {figures.line()}")
-    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    roll_under_load(roll_host, "rolling 2P2D, step 2 failed and rolled back",
+                    "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "3"}}',
+                    "-e", '{"sim_faults_by_role": {"prefill[1]": "crash_on_start"}}',
+                    promoted=False, says="ROLLED BACK: rolling step 2: readiness failed")
     # Every worker runs the serving release again; the failed one is recorded as failed.
-    assert roll_host.active_release() == serving
-    state = json.loads((roll_host.install_root / "state.json").read_text())
-    assert state["active"] == serving, state
+    assert_active(roll_host, serving)
     assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}
     assert not _listening(roll_host.base_port + PORT_OFFSET), "the preview router still listens"
     report = roll_host.report()

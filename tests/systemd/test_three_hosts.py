@@ -223,9 +223,63 @@ def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp
     assert_serving(lab, state["good"])
 
 
+# A 2P1D on the same three hosts, rolled (dsv4_rollout_strategy: rolling): the two prefills on prefill1
+# (GPUs 0-3 and 4-7), the lone decode on decode1's GPUs 0-3, the real sglang-router on router1. The
+# decode is rolled by surge onto decode1's spare GPUs 4-7 (port 30102). The API key comes from its file
+# (installed by the earlier tests for the service user): the preview router reads it there.
+ROLL_UNITS = {"prefill1": ["sglang-dsv4-prefill", "sglang-dsv4-prefill-2"], "decode1": ["sglang-dsv4-decode"],
+              "router1": ["sglang-dsv4-router"]}
+
+
+def _roll_worker(host: str, gpus: list[int], port: int, **extra: object) -> dict:
+    return {"host": host, "gpus": gpus, "tp_size": 4, "port": port, "mem_fraction_static": 0.8,
+            "transfer_backend": "mooncake", **extra}
+
+
+def test_rolling_2p1d_over_three_hosts_serves_throughout(lab: Lab, tmp_path: Path) -> None:
+    group_vars = {**GATES, "api_key": {"file": KEY_FILE}, "dsv4_rollout_strategy": "rolling",
+                  "prefill": [_roll_worker("prefill1", [0, 1, 2, 3], 30001, bootstrap_port=8998),
+                              _roll_worker("prefill1", [4, 5, 6, 7], 30003, bootstrap_port=8997)],
+                  "decode": [_roll_worker("decode1", [0, 1, 2, 3], 30002)]}
+    inventory = lab.write_inventory(tmp_path / "inventory", example="1p1d-three-hosts", group_vars=group_vars)
+    # The first 2P1D release replaces the 1P1D by recreate (nothing of this layout serves yet).
+    # Its gates are not the subject here: readiness alone.
+    first = lab.playbook("deploy.yml", inventory, "-e", "dsv4_rollout_strategy=recreate",
+                         "-e", '{"dsv4_gates_names": ["readiness"]}', reports=tmp_path / "first")
+    assert first.returncode == 0, output(first)
+    serving = checks.report(tmp_path / "first")["release"]
+    # A change a roll carries (a server environment variable: the serve scripts differ, the units do not).
+    proc = lab.playbook("deploy.yml", inventory, "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "2"}}',
+                        reports=tmp_path / "roll")
+    assert proc.returncode == 0, output(proc)
+    assert "Readiness and config of the workers at home through the preview router: step 1" in proc.stdout
+    report = checks.report(tmp_path / "roll")
+    assert report["verdict"] == "promoted" and report["release"] != serving
+    # The playbook's continuous client asked the production router throughout: nothing failed.
+    downtime = report["downtime"]
+    print(f"rolling 2P1D over three systemd hosts: sent {downtime['sent']}, failed {downtime['failed']}, "
+          f"longest gap {downtime.get('longest_gap_s')} s")
+    assert downtime["sent"] > 10 and downtime["failed"] == 0, downtime
+    new = report["release"]
+    assert report["rolling_table"][-1] == f"| 2 | {new} | {new} | {new} |", report["rolling_table"]
+    for name, units in ROLL_UNITS.items():
+        host = lab.hosts[name]
+        assert checks.active_release(host) == new, name
+        for unit in units:
+            assert checks.unit_state(host, unit) == ("active", "enabled"), f"{name} {unit}"
+    # The decode is home on its own port; nothing of the surge slot or the preview router is left.
+    decode1, router1 = lab.hosts["decode1"], lab.hosts["router1"]
+    assert decode1.sh("ss -Hltn '( sport = :30002 )'").stdout.strip(), "the decode is not home"
+    assert not decode1.sh("ss -Hltn '( sport = :30102 )'").stdout.strip(), "the surge decode still listens"
+    assert not router1.sh("ss -Hltn '( sport = :30100 )'").stdout.strip(), "the preview router still listens"
+    # The slot's units (its deployment name ends in b: sglang-dsv4_dsv4deployb-decode) are removed.
+    assert not decode1.sh("ls /etc/systemd/system | grep -e 'b-decode.service' || true").stdout.strip()
+    assert not decode1.sh("systemctl list-units --all --plain --no-legend '*b-decode*' || true").stdout.strip()
+
+
 def test_stop_stops_every_host(lab: Lab, inventory: Path) -> None:
     proc = lab.playbook("stop.yml", inventory)
     assert proc.returncode == 0, output(proc)
-    for name, units in UNITS.items():
+    for name, units in ROLL_UNITS.items():
         for unit in units:
             assert checks.unit_state(lab.hosts[name], unit) == ("inactive", "disabled"), f"{name} {unit}"

@@ -62,14 +62,61 @@ def test_max_unavailable_batches_each_role() -> None:
     assert rolling.roll_problems(_xpyd(4, 4), 3) == []
 
 
-def test_a_lone_worker_of_a_role_is_refused_by_name_with_the_fix() -> None:
-    spec = _xpyd(2, 1)
+def _2p1d(gpu_count: int = 16, decode_port: int = 30200, prefills: int = 2) -> object:
+    """2P1D on one host, tp 1 per worker: prefills on GPUs 0 and 1, the decode on GPU 2."""
+    worker = {"host": "gpu1", "tp_size": 1, "mem_fraction_static": 0.8}
+    data = {**copy.deepcopy(PD_COMMON),
+            "prefill": [{**worker, "gpus": [i], "port": 30100 + i, "bootstrap_port": 9100 + i}
+                        for i in range(prefills)],
+            "decode": [{**worker, "gpus": [2], "port": decode_port}],
+            "memory_profile": {"weights": {"bits": 1}}}
+    return load_spec(data, {"gpu1": host_vars(gpu_count=gpu_count, gpu_memory_gib=192)})
+
+
+def test_a_lone_worker_of_a_role_is_refused_by_name_with_the_fix_where_no_surge_fits() -> None:
+    spec = _2p1d(gpu_count=3)  # every GPU taken: no spare one for the decode's surge worker
     with pytest.raises(SpecError) as err:
         rollout_plan(spec, load_rollout(ROLLING))
     (problem,) = err.value.problems
     assert problem.field == "decode" and problem.host == "gpu1" and "1 decode worker" in problem.message
+    assert "no surge fits beside it (a surge puts the new decode[0] on GPUs [3]" in problem.message
+    assert "gpu1 has 3 GPUs" in problem.message
     assert "add a second decode worker" in problem.fix and "blue_green" in problem.fix
+    assert "dsv4_rollout_blue_green_gpu_offset" in problem.fix
     assert {p.field for p in rolling.roll_problems(pd_spec(), 1)} == {"prefill", "decode"}
+
+
+def test_a_lone_worker_is_rolled_by_surge_on_the_spare_gpus_and_shifted_ports() -> None:
+    rollout = rollout_plan(_2p1d(), load_rollout(ROLLING))
+    # The lowest spare GPU of the host, the port shifted by the port offset (100 by default).
+    assert rollout["surge"] == {"decode[0]": {"host": "gpu1", "gpus": [3], "port": 30300, "bootstrap_port": None}}
+    assert _paths(rollout["steps"]) == [["prefill[0]", "decode[0]"], ["prefill[1]"]]
+    assert [s["surge"] for s in rollout["steps"]] == [["decode[0]"], []]
+    # Step 2 gates its new prefill with the decode step 1 renewed (by then back home).
+    assert rollout["steps"][1]["preview"] == ["prefill[1]", "decode[0]"]
+    assert "decode[0] alone in its role, rolled by surge" in rollout["why"]
+    assert "(gpu1 sglang-dsv4-decode, by surge)" in rolling.describe_steps(rollout["steps"])[0]
+    # A set GPU offset places it as blue_green would.
+    shifted = rollout_plan(_2p1d(), load_rollout({**ROLLING, "dsv4_rollout_blue_green_gpu_offset": 5}))
+    assert shifted["surge"]["decode[0]"]["gpus"] == [7]
+
+
+def test_a_surge_port_on_a_listener_is_refused_naming_the_offset() -> None:
+    # The decode on 30000: shifted by the default 100 it lands on prefill[0]'s 30100.
+    with pytest.raises(SpecError) as err:
+        rollout_plan(_2p1d(decode_port=30000), load_rollout(ROLLING))
+    (problem,) = err.value.problems
+    assert problem.field == "decode" and "no surge fits beside it" in problem.message
+    assert "the new decode[0].port would listen on port 30100, which the serving prefill[0].port uses" \
+        in problem.message
+
+
+def test_a_1p1d_with_spare_gpus_rolls_both_by_surge_in_one_step() -> None:
+    rollout = rollout_plan(_2p1d(prefills=1, decode_port=30300), load_rollout(ROLLING))
+    assert [s["surge"] for s in rollout["steps"]] == [["prefill[0]", "decode[0]"]]
+    # Each on spare GPUs of its own (prefill[0] on GPU 0, the decode on GPU 2).
+    assert rollout["surge"]["prefill[0]"] == {"host": "gpu1", "gpus": [1], "port": 30200, "bootstrap_port": 9200}
+    assert rollout["surge"]["decode[0]"]["gpus"] == [3]
 
 
 def test_a_batch_that_empties_a_role_is_refused_naming_the_variable() -> None:
@@ -125,6 +172,16 @@ def test_the_embedded_example_plans_a_roll_and_the_default_inventory_is_refused(
                              cwd=REPO, timeout=120)
     assert refused.returncode != 0 and "prefill (host local): rolling takes prefill workers" in refused.stdout + \
         refused.stderr
+
+
+def test_the_embedded_2p1d_example_plans_its_decode_by_surge() -> None:
+    """inventory/rolling-2p1d-local.yml: 2P1D, tp 2 per worker, GPUs 6-7 spare for the surge decode."""
+    cli = [sys.executable, "-m", "dsv4deploy.cli", "plan", "-i", str(REPO / "inventory" / "local"),
+           "-e", f"@{REPO / 'inventory' / 'rolling-2p1d-local.yml'}"]
+    ok = subprocess.run(cli, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "  step 1: prefill[0] (local sglang-dsv4-prefill), decode[0] (local sglang-dsv4-decode, by surge)" \
+        in ok.stdout, ok.stdout
 
 
 def _changed(**common: object) -> object:

@@ -70,3 +70,29 @@ def test_the_table_gets_a_rolled_back_row() -> None:
     steps = _plan(xpyd_spec())["rollout"]["steps"]
     lines = rolling_run.table_lines(steps, "R1", "R2", done=1, failed_step=2, restored=True)
     assert lines[-2:] == ["| 2 (failed) | R2 | R2 | stopped | stopped |", "| rolled back | R1 | R1 | R1 | R1 |"]
+
+
+def _2p1d_plan() -> dict:
+    """xpyd_spec without decode[1]: the lone decode on gpu3's GPUs 0-3, rolled by surge onto 4-7."""
+    spec = xpyd_spec()
+    return _plan(spec.model_copy(update={"decode": spec.decode[:1]}))
+
+
+def test_a_surge_step_starts_the_lone_worker_in_the_slot_then_moves_it_home() -> None:
+    plan = _2p1d_plan()
+    problems, roll = rolling_run.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+    assert problems == []
+    first, second = roll["steps"]
+    surge = first["surge"]
+    assert surge["paths"] == ["decode[0]"] and surge["gpus"] == {"gpu3": [4, 5, 6, 7]}
+    # Its worker API entry is the shifted port; the one at home is the spec's own.
+    assert [e["url"] for e in surge["api"]] == ["http://10.0.0.13:30102"]
+    assert [e["url"] for e in surge["home"]["api"]] == ["http://10.0.0.13:30002"]
+    assert surge["home"]["gpus"] == {"gpu3": [0, 1, 2, 3]}
+    # The surge gates judge the step's new prefill at home with the decode in the slot, behind the preview router.
+    assert {w["url"] for w in surge["gates"]["workers"]} == {"http://10.0.0.11:30001", "http://10.0.0.13:30102"}
+    assert "http://10.0.0.13:30102" in " ".join(surge["preview"]["argv"])
+    # What is replaced in place: prefill[0] alone; the step's home gates then judge the pair at home.
+    assert first["rest"]["paths"] == ["prefill[0]"] and [e["worker_type"] for e in first["rest"]["api"]] == ["prefill"]
+    assert {w["url"] for w in first["gates"]["workers"]} == {"http://10.0.0.11:30001", "http://10.0.0.13:30002"}
+    assert "surge" not in second
