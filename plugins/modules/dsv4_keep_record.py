@@ -12,10 +12,10 @@ description:
     record says so (docs/strategies.md).
   - O(state=present) writes the record atomically; the window's end is the host's clock plus O(keep_s).
   - O(state=query) reads it and returns RV(action), what this run must do first -
-    C(none) (no record), C(drop) (the slot no longer runs, O(slot_running) false: a run that died was
+    C(none) (no record), C(drop) (the slot no longer runs, O(slot_running) false - a run that died was
     repaired, so the home serves its active release; the record is stale), C(switch_back) (a rollback inside
-    the window to the previous release), C(park) (a stop: the new release becomes the active one at home,
-    nothing starts) or C(move_home) (anything else: the window is over or this run needs the home).
+    the window to the previous release), C(park) (a stop - the new release becomes the active one at home,
+    nothing starts) or C(move_home) (anything else - the window is over or this run needs the home).
   - O(state=absent) removes the record.
 options:
   install_root:
@@ -49,6 +49,26 @@ options:
     type: bool
     default: true
     description: [With O(state=query), whether the other slot's services still run.]
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.posix
+attributes:
+  check_mode:
+    support: full
+    description: Reads the record; a write or removal is only reported, nothing changes.
+  diff_mode:
+    support: none
+    description: The result holds the record (RV(record)).
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Decide what a rollback does with a previous release kept warm
+  dsv4.deploy.dsv4_keep_record:
+    install_root: /opt/dsv4deploy
+    state: query
+    phase: rollback
+    slot_running: true
+  register: keep
 """
 
 RETURN = r"""
