@@ -26,6 +26,7 @@ from tests.integration.test_blue_green import (  # noqa: F401  (bg_host is the m
     _slot,
     bg_host,
 )
+from tests.integration.test_interrupted import kill_at, start
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +78,24 @@ def test_rollback_inside_the_window_is_a_switch_back_with_no_failed_request(bg_h
     assert bg_host.active_release() == first and not _slot_running(bg_host) and _record(bg_host) is None
     report = bg_host.report()
     assert report["verdict"] == "rolled_back", report
+
+
+def test_controller_killed_mid_switch_back_is_finished_by_the_next_rollback(bg_host: SimHost, first: str) -> None:  # noqa: F811
+    home_pids, home_ports = bg_host.pids(), _registered_ports(bg_host)
+    proc, _ = _deploy_under_load(bg_host, *KEEP, *_env(5))
+    assert proc.returncode == 0 and _record(bg_host), (proc.stdout + proc.stderr)[-5000:]
+    killed = kill_at(bg_host, start(bg_host, "rollback.yml"), "rollback: switch back")
+    assert killed["target"] == first and _slot_running(bg_host), killed
+    # The next rollback takes the dead run's lock over and finishes the switch back: the same warm processes.
+    with DowntimeClient(bg_host.endpoint, "deepseek-v4-flash", api_key=bg_host.api_key, concurrency=2) as client:
+        again = bg_host.playbook("rollback.yml")
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and "died during phase 'rollback: switch back'" in out, out[-5000:]
+    assert "ROLLED BACK by a switch" in out, out[-5000:]
+    print(f"rollback after a controller killed mid switch back: {client.figures.line()}")
+    assert client.figures.failed == 0, client.figures.line()
+    assert bg_host.pids() == home_pids and _registered_ports(bg_host) == home_ports
+    assert bg_host.active_release() == first and not _slot_running(bg_host) and _record(bg_host) is None
 
 
 def test_after_the_window_the_next_run_moves_home_and_rollback_is_recreate(bg_host: SimHost, first: str) -> None:  # noqa: F811
