@@ -77,7 +77,7 @@ class RolloutPlan(_Strict):
 
     strategy: Literal["recreate", "blue_green", "rolling"] = "recreate"
     why: str = "recreate (the default)"
-    keep_previous_s: int = 600
+    keep_previous_s: int = 0
     # blue_green: where each worker of the other slot runs (field path -> host, gpus, port, bootstrap_port).
     beside: dict[str, dict[str, Any]] = {}
     preview_router_port: int | None = None

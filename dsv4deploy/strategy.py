@@ -47,8 +47,8 @@ class RolloutSettings(StrictModel):
     gpu_offset: Annotated[int, Field(ge=1)] | None = None
     port_offset: Annotated[int, Field(ge=1)] = 100
     # How long the previous release's servers stay warm after a blue_green switch (a rollback then is a
-    # switch back); after that they are stopped and a rollback is a recreate.
-    keep_previous_s: Annotated[int, Field(ge=0)] = 600
+    # switch back); after that the next run stops them and a rollback is a recreate. 0: stopped at once.
+    keep_previous_s: Annotated[int, Field(ge=0)] = 0
     # rolling: how many workers of each role are out of the production router at once.
     max_unavailable: Annotated[int, Field(ge=1)] = 1
 
