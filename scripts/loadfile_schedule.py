@@ -106,7 +106,7 @@ def main() -> None:
     order = {"table": lambda unit: -module_seconds(unit[0], table), "xdist": lambda unit: -len(unit[1]),
              "lpt": lambda unit: -sum(unit[1])}
     if args.order == "table" and not table:
-        print(f"no {DURATIONS}: the session keeps xdist's order")
+        print(f"{DURATIONS} is empty: the session keeps xdist's order")
         args.order = "xdist"
     units.sort(key=order[args.order])
     total = sum(sum(s) for _, s in units)

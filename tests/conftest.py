@@ -4,8 +4,8 @@ loadfile makes each module one unit of work. xdist queues them by number of test
 modules that deploy (a few tests, minutes each) come last, where one of them can keep a worker busy
 while the others have nothing left. With tests/durations.json (each module's measured seconds, written
 from a run's junit xml by scripts/loadfile_schedule.py --write) the queue is the modules heaviest first,
-and the short unit modules fill the workers' ends. Within a module the tests keep their order; without
-the table, or without workers, nothing is reordered.
+and the short unit modules fill the workers' ends. Within a module the tests keep their order; while the
+table is empty ({}, until a whole run's figures are recorded) or without workers, nothing is reordered.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def module_seconds(module: str, table: dict[str, float]) -> float:
 
 
 def durations() -> dict[str, float]:
-    """tests/durations.json: module -> seconds ({} when there is none)."""
+    """tests/durations.json: module -> seconds ({} when it is empty or missing)."""
     return json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
 
 
