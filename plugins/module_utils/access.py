@@ -195,4 +195,3 @@ def problems(host: str, user: str, create_user: bool, needs: list[dict]) -> dict
 def failure_message(lines: list[str]) -> str:
     """The one message of a failed access check."""
     return "the services could not start as configured:\n- " + "\n- ".join(lines)
-
