@@ -12,6 +12,7 @@ import errno
 import os
 import socket
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -100,47 +101,60 @@ def holder_is_dead(holder: dict[str, Any], me: dict[str, Any]) -> str | None:
     return None
 
 
+def take_or_take_over(execute: Callable[[dict[str, Any]], dict], lock: dict[str, Any], me: dict[str, Any],
+                      host: str) -> dict:
+    """Run `execute(lock)` (a module run that takes the deploy lock with the arguments `lock`, the controller's
+    identity `me` already in them); when it failed on a lock held by a run known to be dead, run it once more
+    taking that run's lock over, and say so in one line; a live holder's failure names it and what to do."""
+    module_result = execute(lock)
+    holder = module_result.get("holder")
+    if not module_result.get("failed") or holder is None or "takeover_from" in lock:
+        return module_result
+    why = holder_is_dead(holder, me)
+    if not why:
+        module_result["msg"] = held_message(module_result, holder, me, str(lock.get("path")))
+        return module_result
+    module_result = execute({**lock, "takeover_from": holder.get("run_id", "")})
+    if not module_result.get("failed"):
+        line = (f"previous run {holder.get('run_id') or '?'} of {holder.get('owner') or 'unknown'} died "
+                f"during phase '{holder.get('phase', '?')}' ({why}); took over its lock, this run "
+                "repairs what it left")
+        # On stdout with the play (warnings go to stderr): the operator reads it in order.
+        display.display(f"  {host}: {line}")
+        module_result["msg"] = line
+    return module_result
+
+
+def held_message(module_result: dict, holder: dict[str, Any], me: dict[str, Any], path: str) -> str:
+    """The failure of a lock held by a run this controller cannot call dead: who holds it and what to do."""
+    base = module_result.get("msg", "")
+    if holder.get("controller") not in (None, "", me["controller"]):
+        hint = (f"it was taken on controller {holder['controller']}, which this run cannot check: if no run is "
+                f"alive there, remove {path} on the host and retry")
+    elif holder.get("controller_pid") and holder.get("controller_boot", "") != me.get("controller_boot", ""):
+        hint = (f"it was taken on another controller named {holder['controller']} (another machine or container "
+                "with this host name, or before this one rebooted), which this run cannot check: if no run is "
+                f"alive there, remove {path} on the host and retry")
+    else:
+        hint = "that run is alive: wait for it to finish"
+    if module_result.get("stale"):
+        hint += f" (the lock is {module_result.get('age_s', '?')} s old)"
+    return f"{base}; {hint}"
+
+
 class ActionModule(ActionBase):
     """Runs dsv4_lock on the host; on a held lock, checks the holder on the controller."""
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        module = LOCK_MODULE
+        task_vars = task_vars or {}
         me = controller_identity()
-        args.update(me)
-        module_result = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
-        holder = module_result.get("holder")
-        if (args.get("state", "present") == "present" and module_result.get("failed")
-                and holder is not None and "takeover_from" not in args):
-            why = holder_is_dead(holder, me)
-            if why:
-                retry = {**args, "takeover_from": holder.get("run_id", "")}
-                module_result = self._execute_module(module_name=module, module_args=retry, task_vars=task_vars)
-                if not module_result.get("failed"):
-                    line = (f"previous run {holder.get('run_id') or '?'} of {holder.get('owner') or 'unknown'} died "
-                            f"during phase '{holder.get('phase', '?')}' ({why}); took over its lock, this run "
-                            "repairs what it left")
-                    # On stdout with the play (warnings go to stderr): the operator reads it in order.
-                    display.display(f"  {task_vars.get('inventory_hostname', '')}: {line}")
-                    module_result["msg"] = line
-            else:
-                module_result["msg"] = self._held_message(module_result, holder, me, str(args.get("path")))
+        args = {**self._task.args, **me}
+        if args.get("state", "present") == "present":
+            module_result = take_or_take_over(
+                lambda lock: self._execute_module(module_name=LOCK_MODULE, module_args=lock, task_vars=task_vars),
+                args, me, task_vars.get("inventory_hostname", ""))
+        else:
+            module_result = self._execute_module(module_name=LOCK_MODULE, module_args=args, task_vars=task_vars)
         result.update(module_result)
         return result
-
-    @staticmethod
-    def _held_message(module_result: dict, holder: dict[str, Any], me: dict[str, Any], path: str) -> str:
-        base = module_result.get("msg", "")
-        if holder.get("controller") not in (None, "", me["controller"]):
-            hint = (f"it was taken on controller {holder['controller']}, which this run cannot check: if no run is "
-                    f"alive there, remove {path} on the host and retry")
-        elif holder.get("controller_pid") and holder.get("controller_boot", "") != me.get("controller_boot", ""):
-            hint = (f"it was taken on another controller named {holder['controller']} (another machine or container "
-                    "with this host name, or before this one rebooted), which this run cannot check: if no run is "
-                    f"alive there, remove {path} on the host and retry")
-        else:
-            hint = "that run is alive: wait for it to finish"
-        if module_result.get("stale"):
-            hint += f" (the lock is {module_result.get('age_s', '?')} s old)"
-        return f"{base}; {hint}"

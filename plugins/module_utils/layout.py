@@ -17,6 +17,8 @@ DRAIN_ORDER = {"router": 0, "decode": 1, "prefill": 2}
 # The release's record of its services (dsv4deploy.release_record): a recorded role's kind. The combined
 # server stops with, and is selected as, the prefills.
 SERVICES_FILE = "services.json"
+# blue_green's record of a previous release kept warm (dsv4_keep_record): every run settles it first.
+KEEP_RECORD = "blue_green.json"
 KIND_OF_ROLE = {"router": "router", "decode": "decode", "prefill": "prefill", "combined": "prefill"}
 
 

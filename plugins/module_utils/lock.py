@@ -4,6 +4,7 @@ or records a phase in it (standard library only)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic, write_new
@@ -56,3 +57,59 @@ def record_phase(path: str, run_id: str, phase: str, target: str = "") -> dict:
     record = {**held, "phase": phase, "target": target, "phase_since": time.time()}
     write_atomic(path, json.dumps(record), prefix=PREFIX)
     return record
+
+
+class Refused(Exception):
+    """The lock cannot be taken; `extra` (the holder, its age, whether it is stale) goes into the failed result."""
+
+    def __init__(self, msg: str, **extra: object) -> None:
+        super().__init__(msg)
+        self.extra = extra
+
+
+def _retire(path: str, run_id: str) -> bool:
+    """Move a dead run's lock aside, only if that run still holds it; False when another run got there first."""
+    grave = f"{path}.retired-{os.getpid()}"
+    try:
+        os.rename(path, grave)
+    except FileNotFoundError:
+        return False
+    moved = read(grave) or {}
+    if moved.get("run_id", "") != run_id:
+        os.rename(grave, path)  # a live run replaced it between our read and the rename: put it back
+        return False
+    os.unlink(grave)
+    return True
+
+
+def take(path: str, record: dict, takeover_from: str | None = None, stale_after_s: int = 7200,
+         check: bool = False) -> dict:
+    """Take the lock at `path` for `record` (owner, run_id, the controller's identity, phase, target), or take
+    over the lock of the dead run `takeover_from`; what the module returns (C(changed), C(holder), C(previous),
+    in check mode C(would)). Taking a lock this run holds already changes nothing. Raises Refused naming the
+    holder when another run holds it (or took it a moment ago), or when the lock cannot be written."""
+    held = read(path)
+    if held is not None and held.get("run_id") == record["run_id"]:
+        return {"changed": False, "holder": held}
+    takeover = held is not None and takeover_from is not None and held.get("run_id", "") == takeover_from
+    if held is not None and not takeover:
+        age = time.time() - float(held.get("since", 0) or os.path.getmtime(path))
+        raise Refused(f"another run holds {path}: {describe(held)}", holder=held, age_s=int(age),
+                      stale=age > stale_after_s)
+    if check:
+        would = f"take over the lock of run {held.get('run_id')}" if takeover else f"take the lock {path}"
+        return {"changed": True, "would": [would]}
+    now = time.time()
+    record = {**record, "since": now, "host": os.uname().nodename, "phase_since": now}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if takeover and not _retire(path, str(takeover_from)):
+            raise Refused(f"another run took over {path} a moment ago: {describe(read(path) or {})}",
+                          holder=read(path) or {}, stale=False)
+        if not create(path, record):
+            raise Refused(f"another run took {path} a moment ago: {describe(read(path) or {})}",
+                          holder=read(path) or {}, stale=False)
+    except OSError as exc:
+        raise Refused(f"cannot take the deploy lock {path}: {exc.strerror or exc}; check that the install "
+                      "root's folder exists and is writable (and not full); nothing was changed") from None
+    return {"changed": True, "holder": record, "previous": held if takeover else None}

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
 
@@ -126,3 +127,55 @@ def save_state(root: str, **changes: object) -> None:
     """Write `changes` over `root`'s state.json, atomically."""
     state = {**read_state(root), **changes}
     write_atomic(os.path.join(root, STATE_FILE), json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
+class Refused(Exception):
+    """The release cannot be made active; `extra` (the host's releases, as summary() says) goes into the failure."""
+
+    def __init__(self, msg: str, **extra: object) -> None:
+        super().__init__(msg)
+        self.extra = extra
+
+
+def activate(root: str, release_id: str, keep: int, prune: bool = True, check: bool = False) -> dict:
+    """Point `root`'s C(current) at `release_id` (installed, and intact against its manifest), record the switch in
+    state.json and, with `prune`, remove old releases beyond `keep` (never the active, the previous or the last
+    verified one); what the modules return (C(changed), summary(), in check mode C(would)). Raises Refused."""
+    if not RELEASE_ID.match(release_id) or ".." in release_id:
+        raise Refused(f"release id {release_id!r} is not a plain name (letters, digits, . _ -; no '..')")
+    if release_id not in list_releases(root):
+        raise Refused(f"release {release_id} is not installed under {releases_dir(root)}; "
+                      f"installed: {', '.join(list_releases(root)) or 'none'}", **summary(root))
+    why = tampered(root, release_id)
+    if why:
+        raise Refused(f"release {release_id} was changed on this host ({why}): refusing to run it; "
+                      "deploy again to install a clean copy", **summary(root))
+    was = active(root)
+    if was == release_id:
+        return {"changed": False, **summary(root)}
+    if check:
+        return {"changed": True, **summary(root), "would": [f"point {root}/current at {release_id} (now {was})"]}
+    link = os.path.join(root, "current")
+    tmp = os.path.join(root, f".current-{os.getpid()}")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(os.path.join("releases", release_id), tmp)
+    os.replace(tmp, link)  # rename over the old link: there is never a moment without one
+    state = read_state(root)
+    history = [r for r in state.get("history", []) if r != release_id] + [release_id]
+    save_state(root, active=release_id, previous=was, history=history)
+    if prune:
+        _prune(root, keep, {release_id, was, *state.get("good", [])[-1:]})
+    return {"changed": True, **summary(root)}
+
+
+def _prune(root: str, keep: int, protected: set) -> None:
+    releases = list_releases(root)
+    excess = len(releases) - max(keep, 2)
+    for name in releases:
+        if excess <= 0:
+            break
+        if name in protected:
+            continue
+        shutil.rmtree(os.path.join(releases_dir(root), name))
+        excess -= 1

@@ -51,6 +51,22 @@ options:
         M(dsv4.deploy.dsv4_service_state_info) does (C(manager), C(install_root), C(supervisor_bin_dir),
         C(unit_dir)); their pids count as ours beside O(our_pids), and RV(services) and RV(pids) return what
         was found. {} finds nothing."
+  access:
+    type: dict
+    default: {}
+    description:
+      - "O(state=check): first, before anything else, check the service user and every path its services
+        need as M(dsv4.deploy.dsv4_access) does (C(host), C(user), C(create_user), C(needs)), in the same module
+        run; a problem fails the call as that module fails, and nothing is written. {} checks nothing."
+  lock:
+    type: dict
+    default: {}
+    description:
+      - "O(state=check): then take the deploy lock as M(dsv4.deploy.dsv4_lock) does (C(path), C(owner), C(run_id),
+        C(phase), C(target), C(stale_after_s), C(takeover_from); the action of the same name adds the
+        controller's identity and takes over a dead run's lock, naming it), before the GPUs and ports are
+        checked, in the same module run. A live holder fails the call naming it (RV(holder)). In check mode it
+        says it would take the lock (RV(would)) and writes nothing. {} takes no lock."
   threshold_mib:
     type: int
     default: 1024
@@ -69,9 +85,14 @@ options:
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.read_only
 attributes:
+  action:
+    support: full
+    description: The action of the same name adds the controller's identity to O(lock) and takes over a dead
+      run's lock, as M(dsv4.deploy.dsv4_lock)'s does.
   check_mode:
     support: full
-    description: Both states only read; O(state=released) waits in check mode too.
+    description: Both states only read (O(lock) writes nothing in check mode); O(state=released) waits in check
+      mode too.
   platform:
     support: full
     platforms: posix
@@ -110,6 +131,33 @@ pids:
   returned: state=check with O(services)
   type: list
   elements: int
+problems:
+  description: One line per problem found (the access check's, or the GPUs' and ports').
+  returned: state=check
+  type: list
+  elements: str
+create_user:
+  description: With O(access), true when the service user is missing, may be created and nothing else is wrong.
+  returned: state=check with O(access)
+  type: bool
+holder:
+  description: With O(lock), the lock's record - this run's once taken, or that of the run holding it.
+  returned: state=check with O(lock), except in check mode
+  type: dict
+previous:
+  description: With O(lock), the record of the dead run whose lock was taken over (null when none).
+  returned: state=check with O(lock), except in check mode
+  type: dict
+would:
+  description: In check mode, with O(lock), that the lock would be taken.
+  returned: check mode, state=check with O(lock)
+  type: list
+  elements: str
+kept_warm:
+  description: With O(services), whether a blue_green run left a record of a previous release kept warm
+    (C(install_root/blue_green.json)), which the next run settles first.
+  returned: state=check with O(services)
+  type: bool
 seconds:
   description: How long the GPUs took to be released.
   returned: state=released
@@ -122,7 +170,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils.access import failure_message
+from ansible_collections.dsv4.deploy.plugins.module_utils.access import problems as access_problems
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import KEEP_RECORD, release_services, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
@@ -219,11 +270,50 @@ def _our_services(module: AnsibleModule) -> dict:
         found = report(mgr, release_services(root))
     except ServiceError as exc:
         module.fail_json(msg=str(exc))
-    return {"services": found["services"], "pids": found["pids"]}
+    return {"services": found["services"], "pids": found["pids"],
+            "kept_warm": os.path.exists(os.path.join(root, KEEP_RECORD))}
+
+
+def _access(module: AnsibleModule) -> dict:
+    """O(access): the service user and the paths its services need ({} when not asked); fails on a problem."""
+    want = module.params["access"]
+    if not want:
+        return {}
+    found = access_problems(str(want.get("host") or ""), str(want.get("user") or ""),
+                            bool(want.get("create_user")), list(want.get("needs") or []))
+    if found["problems"]:
+        module.fail_json(msg=failure_message(found["problems"]), changed=False, **found)
+    return {"create_user": found["create_user"]}
+
+
+def _lock(module: AnsibleModule) -> dict:
+    """O(lock): take the deploy lock ({} when not asked); fails naming the holder when another run has it."""
+    want = module.params["lock"]
+    if not want:
+        return {}
+    for key in ("path", "run_id"):
+        if not want.get(key):
+            module.fail_json(msg=f"lock.{key} is required (the deploy lock's path and this run's id)")
+    record = {"owner": str(want.get("owner") or ""), "run_id": str(want["run_id"]),
+              "controller": str(want.get("controller") or ""), "controller_pid": int(want.get("controller_pid") or 0),
+              "controller_start": str(want.get("controller_start") or ""),
+              "controller_boot": str(want.get("controller_boot") or ""),
+              "phase": str(want.get("phase") or "locked"), "target": str(want.get("target") or "")}
+    takeover = want.get("takeover_from")
+    try:
+        taken = deploy_lock.take(str(want["path"]), record, None if takeover is None else str(takeover),
+                                 int(want.get("stale_after_s") or 7200), module.check_mode)
+    except deploy_lock.Refused as exc:
+        module.fail_json(msg=str(exc), changed=False, **exc.extra)
+    taken.pop("changed", None)  # the lock lives only for the run: not a change to the host
+    return taken
 
 
 def check(module: AnsibleModule) -> None:
     p = module.params
+    # In this order: the access check changes nothing, so a problem there leaves even the lock untaken.
+    before = _access(module)
+    before.update(_lock(module))
     found = _our_services(module)
     ours = set(p["our_pids"]) | set(found.get("pids", []))
     problems = []
@@ -237,8 +327,10 @@ def check(module: AnsibleModule) -> None:
                 who = ", ".join(f"{pid} ({gpus.proc_name(pid)})" for pid in foreign) or "a process we cannot see"
                 problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
     # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
-    result = {"changed": False, "problems": problems, **found}
+    result = {"changed": False, "problems": problems, **before, **found}
     if problems:
+        # Without this run's own lock record: a failure with a holder means a lock held by another run.
+        result.pop("holder", None)
         module.fail_json(msg="preflight failed:\n- " + "\n- ".join(problems), **result)
     module.exit_json(**result)
 
@@ -262,6 +354,8 @@ def main() -> None:
             "ports": {"type": "list", "elements": "int", "default": []},
             "our_pids": {"type": "list", "elements": "int", "default": []},
             "services": {"type": "dict", "default": {}},
+            "access": {"type": "dict", "default": {}},
+            "lock": {"type": "dict", "default": {}},
             "threshold_mib": {"type": "int", "default": 1024},
             "timeout_s": {"type": "float", "default": 120},
             "poll_s": {"type": "float", "default": 0.25},

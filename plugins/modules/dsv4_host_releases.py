@@ -320,33 +320,11 @@ def _diff(root: str, active: str | None, files: dict) -> list[dict]:
 
 
 def _activate(module: AnsibleModule, root: str, release_id: str, keep: int, prune: bool = True) -> dict:
-    _check_release_id(module, release_id)
-    if release_id not in store.list_releases(root):
-        module.fail_json(msg=f"release {release_id} is not installed under {store.releases_dir(root)}; "
-                             f"installed: {', '.join(store.list_releases(root)) or 'none'}", **store.summary(root))
-    why = store.tampered(root, release_id)
-    if why:
-        module.fail_json(msg=f"release {release_id} was changed on this host ({why}): refusing to run it; "
-                             "deploy again to install a clean copy", **store.summary(root))
-    active = store.active(root)
-    if active == release_id:
-        return {"changed": False, **store.summary(root)}
-    if module.check_mode:
-        return {"changed": True, **store.summary(root),
-                "would": [f"point {root}/current at {release_id} (now {active})"]}
-    link = os.path.join(root, "current")
-    tmp = os.path.join(root, f".current-{os.getpid()}")
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(os.path.join("releases", release_id), tmp)
-    os.replace(tmp, link)  # rename over the old link: there is never a moment without one
-    state = store.read_state(root)
-    history = [r for r in state.get("history", []) if r != release_id] + [release_id]
-    store.save_state(root, active=release_id, previous=active, history=history)
-    good = state.get("good", [])
-    if prune:
-        _prune(root, keep, {release_id, active, *good[-1:]})
-    return {"changed": True, **store.summary(root)}
+    try:
+        return store.activate(root, release_id, keep, prune, module.check_mode)
+    except store.Refused as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
+    return {}
 
 
 def _per_release_changes(root: str, key: str, release_id: str, value: object) -> dict:
@@ -415,18 +393,6 @@ def _remove(module: AnsibleModule, root: str, release_id: str) -> dict:
     previous = state.get("previous") if state.get("previous") != release_id else (before[-1] if before else None)
     store.save_state(root, history=history, previous=previous)
     return {"changed": True, **store.summary(root)}
-
-
-def _prune(root: str, keep: int, protected: set) -> None:
-    releases = store.list_releases(root)
-    excess = len(releases) - max(keep, 2)
-    for name in releases:
-        if excess <= 0:
-            break
-        if name in protected:
-            continue
-        shutil.rmtree(os.path.join(store.releases_dir(root), name))
-        excess -= 1
 
 
 def _release_details(root: str, summary: dict) -> list[dict]:

@@ -93,8 +93,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
-
-RECORD = "blue_green.json"
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import KEEP_RECORD as RECORD
 
 
 def record_path(root: str) -> str:

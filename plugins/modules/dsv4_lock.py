@@ -153,27 +153,10 @@ stale:
 
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
-from ansible_collections.dsv4.deploy.plugins.module_utils.lock import describe
-
-
-def _retire(path: str, run_id: str) -> bool:
-    """Move a dead run's lock aside, only if that run still holds it; False when another run got there first."""
-    grave = f"{path}.retired-{os.getpid()}"
-    try:
-        os.rename(path, grave)
-    except FileNotFoundError:
-        return False
-    moved = deploy_lock.read(grave) or {}
-    if moved.get("run_id", "") != run_id:
-        os.rename(grave, path)  # a live run replaced it between our read and the rename: put it back
-        return False
-    os.unlink(grave)
-    return True
 
 
 def main() -> None:
@@ -217,33 +200,13 @@ def main() -> None:
             module.fail_json(msg=str(exc))
         module.exit_json(changed=False, phase=p["phase"])
 
-    if held is not None and held.get("run_id") == p["run_id"]:
-        module.exit_json(changed=False, holder=held)
-    takeover = held is not None and p["takeover_from"] is not None and held.get("run_id", "") == p["takeover_from"]
-    if held is not None and not takeover:
-        age = time.time() - float(held.get("since", 0) or os.path.getmtime(path))
-        module.fail_json(msg=f"another run holds {path}: {describe(held)}", holder=held, age_s=int(age),
-                         stale=age > p["stale_after_s"])
-    if module.check_mode:
-        would = f"take over the lock of run {held.get('run_id')}" if takeover else f"take the lock {path}"
-        module.exit_json(changed=True, would=[would])
-    record = {"owner": p["owner"], "run_id": p["run_id"], "since": time.time(), "host": os.uname().nodename,
-              "controller": p["controller"], "controller_pid": p["controller_pid"],
-              "controller_start": p["controller_start"],
-              "controller_boot": p["controller_boot"], "phase": p["phase"], "target": p["target"],
-              "phase_since": time.time()}
+    record = {"owner": p["owner"], "run_id": p["run_id"], "controller": p["controller"],
+              "controller_pid": p["controller_pid"], "controller_start": p["controller_start"],
+              "controller_boot": p["controller_boot"], "phase": p["phase"], "target": p["target"]}
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if takeover and not _retire(path, p["takeover_from"]):
-            module.fail_json(msg=f"another run took over {path} a moment ago: {describe(deploy_lock.read(path) or {})}",
-                             holder=deploy_lock.read(path) or {}, stale=False)
-        if not deploy_lock.create(path, record):
-            module.fail_json(msg=f"another run took {path} a moment ago: {describe(deploy_lock.read(path) or {})}",
-                             holder=deploy_lock.read(path) or {}, stale=False)
-    except OSError as exc:
-        module.fail_json(msg=f"cannot take the deploy lock {path}: {exc.strerror or exc}; check that the install "
-                             "root's folder exists and is writable (and not full); nothing was changed")
-    module.exit_json(changed=True, holder=record, previous=held if takeover else None)
+        module.exit_json(**deploy_lock.take(path, record, p["takeover_from"], p["stale_after_s"], module.check_mode))
+    except deploy_lock.Refused as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
 
 
 if __name__ == "__main__":

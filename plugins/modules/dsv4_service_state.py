@@ -61,6 +61,15 @@ options:
         C(gpu_query_command), C(gpus), C(our_pids), C(threshold_mib) (default 1024), C(timeout_s) (default 120),
         C(poll_s) (default 0.25). Not in check mode (nothing was stopped). Memory still held at the deadline fails
         the call naming each GPU and its holders.
+  activate:
+    type: dict
+    description:
+      - With O(state=started), first point C(install_root/current) at C(release_id) as M(dsv4.deploy.dsv4_host_releases)
+        O(dsv4.deploy.dsv4_host_releases#module:state=active) does (the release installed and intact against its
+        manifest, the switch recorded, old releases pruned beyond C(keep), default 5, unless C(prune) is false), in
+        the same module run, right after the lock's C(before) phase is recorded; the services started are then that
+        release's. A release that is missing or was edited fails the call before anything is switched or started.
+        In check mode it says it would switch (RV(would)).
   enabled:
     type: bool
     description:
@@ -145,7 +154,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
+from ansible_collections.dsv4.deploy.plugins.module_utils import gpus, release_store
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, release_services, root_problem
@@ -279,6 +288,21 @@ def wait_gpus(spec: dict) -> dict:
                               float(spec.get("timeout_s", 120)), float(spec.get("poll_s", 0.25)))
 
 
+def _switch(module: AnsibleModule, root: str, state: str, check: bool) -> dict:
+    """O(activate): the active pointer switched before the start ({} when not asked); fails when it cannot be."""
+    want = module.params["activate"]
+    if not want:
+        return {}
+    if state != "started":
+        module.fail_json(msg="activate goes with state=started (the pointer switches right before the start)")
+    try:
+        return release_store.activate(root, str(want.get("release_id") or ""), int(want.get("keep", 5)),
+                                      bool(want.get("prune", True)), check)
+    except release_store.Refused as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
+    return {}
+
+
 def _record(lock: dict | None, key: str) -> None:
     """Record the lock's `before` or `after` phase, when the task gave one."""
     if lock and lock.get(key):
@@ -295,6 +319,7 @@ def main() -> None:
             "enabled": {"type": "bool"},
             "lock": {"type": "dict"},
             "gpus_released": {"type": "dict"},
+            "activate": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -302,11 +327,14 @@ def main() -> None:
     root, state, check = p["install_root"], p["state"], module.check_mode
     if root_problem(root):
         module.fail_json(msg=root_problem(root))
-    mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
-    names = chosen(root, p["names"], p["only"])
     lock = p["lock"] if p["lock"] and not check else None
     try:
+        # A run that no longer holds the lock stops here; then the pointer, so that the service manager sees
+        # the release to start (its units or programs) and the names are that release's.
         _record(lock, "before")
+        switched = _switch(module, root, state, check)
+        mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
+        names = chosen(root, p["names"], p["only"])
         if state == "installed":
             would = pending_install(mgr) if check else []
             result = {"changed": bool(would), "would": would} if check else {"changed": install(mgr)}
@@ -315,6 +343,10 @@ def main() -> None:
         else:
             result = stop(mgr, names, state, p["enabled"], check)
         _record(lock, "after")
+        if switched.get("changed"):
+            result["changed"] = True
+            if check:
+                result["would"] = switched.get("would", []) + result.get("would", [])
         if state == "stopped" and p["gpus_released"] and not check:
             result["gpus_released"] = wait_gpus(p["gpus_released"])
     except gpus.GpuError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.dsv4.deploy.plugins.modules import dsv4_access as mod
+from ansible_collections.dsv4.deploy.plugins.module_utils import access as mod
 from dsv4deploy import access
 from dsv4deploy.plan import make_plan
 from tests.golden.fixture_specs import pd_spec

@@ -105,3 +105,13 @@ def test_the_stop_waits_for_its_gpus_in_the_same_run_and_names_a_gpu_still_held(
     used.write_text("12")
     done = services(tmp_path, install_root, "stopped", gpus_released=wait)
     assert not done.get("failed") and done["gpus_released"]["gpus"]["0"]["used"] == 12, done
+
+
+def test_a_start_that_switches_the_pointer_refuses_a_missing_or_edited_release_and_starts_nothing(
+        tmp_path: Path, install_root: Path) -> None:
+    # r1 has no manifest.json: an edited (or foreign) release is never switched to, nor started.
+    for release, why in (("r9", "release r9 is not installed"), ("r1", "release r1 was changed on this host")):
+        out = services(tmp_path, install_root, "started", activate={"release_id": release})
+        assert out["failed"] and why in out["msg"], out
+        assert not (install_root / "supervisor").exists() and not supervisord_runs(install_root)
+    assert services(tmp_path, install_root, "stopped", activate={"release_id": "r1"})["failed"]
