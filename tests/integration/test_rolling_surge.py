@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,7 +26,7 @@ import yaml
 from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
 from tests.integration.test_blue_green import FAST, _listening, _registered_ports
-from tests.integration.test_interrupted import start
+from tests.integration.test_interrupted import kill_when, start
 from tests.integration.test_rolling import _worker, assert_active, roll_under_load
 from tests.ports import free_port_block
 
@@ -105,18 +103,16 @@ def _killed_once_the_surge_decode_joined(host: SimHost, *extra: str) -> dict:
     """Start a roll and SIGKILL its controller once the production router lists the surge decode; the
     roll's record it left."""
     surge_port = host.base_port + 2 + PORT_OFFSET
-    proc = start(host, "deploy.yml", *FAST, *extra)
-    try:
-        deadline = time.monotonic() + 400
-        while surge_port not in _registered_ports(host):
-            assert proc.poll() is None and time.monotonic() < deadline, "the surge decode never joined"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    kill_when(start(host, "deploy.yml", *FAST, *extra), lambda: surge_port in _registered_ports(host),
+              "the surge decode joined the production router")
     return json.loads((host.install_root / "rolling.json").read_text())
+
+
+def _deployed_with(host: SimHost, release: str) -> list[str]:
+    """The -e that deploys `release` again: the env switches its spec.json recorded (the module's tests
+    differ only in those)."""
+    spec = json.loads((host.install_root / "releases" / release / "spec.json").read_text())["deployment"]
+    return ["-e", json.dumps({"server_env_extra": spec.get("server_env_extra") or {}})]
 
 
 def _every_worker_runs(host: SimHost, release: str) -> None:
@@ -131,11 +127,13 @@ def test_a_controller_killed_mid_surge_is_undone_by_the_next_deploy(surge_host: 
     serving, home = surge_host.active_release(), _registered_ports(surge_host)
     record = _killed_once_the_surge_decode_joined(surge_host, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "4"}}')
     assert record["old"] == serving and record["at"] == 1, {k: record[k] for k in ("old", "new", "at", "left")}
-    # The next run deploys the serving release again (test 1's): the roll is undone first, with no failed request.
+    # The next run deploys the serving release again: the roll is undone first, with no failed request.
     with DowntimeClient(surge_host.endpoint, "deepseek-v4-flash", api_key=surge_host.api_key, concurrency=2) as client:
-        again = surge_host.playbook("deploy.yml", *FAST, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "2"}}')
+        again = surge_host.playbook("deploy.yml", *FAST, *_deployed_with(surge_host, serving))
     out = again.stdout + again.stderr
-    assert again.returncode == 0 and f"a roll from {serving} to {record['new']} died at step 1" in out, out[-6000:]
+    flat = " ".join(out.split())  # the callback wraps long lines
+    assert again.returncode == 0 and f"a roll from {serving} to {record['new']} died at step 1" in flat, out[-6000:]
+    assert "UNCHANGED" in out, out[-3000:]
     print(f"a roll killed mid-surge, undone by the next deploy, under the continuous client: {client.figures.line()}")
     figures = client.figures
     assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
