@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from dsv4deploy import roll_record
 from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.rolling_run import run_plan, table_lines
 
@@ -17,6 +18,8 @@ ARGUMENT_SPEC = {
     "serving": {"type": "dict", "default": {}},
     # table: only the report's table of which worker runs which release (old, new, done, failed, restored).
     "table": {"type": "dict"},
+    # repair: only what the next run does about a roll that died (dsv4deploy.roll_record): records, mode.
+    "repair": {"type": "dict"},
 }
 
 
@@ -29,6 +32,8 @@ class ActionModule(ValidatedAction):
     def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
         """Refuse by field, host and fix, or hand on the roll's steps (`roll`)."""
         plan, serving = args["plan"], args["serving"]
+        if args.get("repair") is not None:
+            return self._repair(result, args["repair"])
         if args.get("table") is not None:
             t = args["table"]
             failed = int(t["failed"]) if t.get("failed") not in (None, "", 0) else None
@@ -52,4 +57,15 @@ class ActionModule(ValidatedAction):
                               + " | ".join(str(p) for p in problems))
             return result
         result.update(changed=False, roll=roll)
+        return result
+
+    @staticmethod
+    def _repair(result: dict, args: dict[str, Any]) -> dict:
+        """RV(repair): each host's record as slurp read it (base64; empty where none), merged and decided."""
+        found = {host: base64.b64decode(text).decode() if text else None
+                 for host, text in (args.get("records") or {}).items()}
+        try:
+            result.update(changed=False, repair=roll_record.repair(found, str(args.get("mode") or "undo")))
+        except ValueError as exc:
+            result.update(failed=True, msg=str(exc))
         return result

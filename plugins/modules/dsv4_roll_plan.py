@@ -35,6 +35,14 @@ options:
         (C(dsv4deploy.rolling.release_table)) - C(old) and C(new) (release ids), C(done) (steps that
         joined), C(failed) (the step that failed, if any) and C(restored) (the old release was put back on
         every worker).
+  repair:
+    type: dict
+    description:
+      - Only return RV(repair), what this run does about a roll whose controller died (its record
+        C({install_root}/rolling.json) still on the hosts; C(dsv4deploy.roll_record)) - C(records) (per host,
+        the record as C(ansible.builtin.slurp) read it, empty where the host has none) and C(mode) (V(undo), a
+        deploy - the old release put back step by step behind the production router; V(point), stop and
+        rollback - every host pointed at the old release; V(refuse), verify and isolate).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.controller
 attributes:
@@ -56,13 +64,20 @@ RETURN = r"""
 roll:
   description: The roll's steps as the step tasks take them (C(steps)), the router's host and the preview
     router's port.
-  returned: success, without O(table)
+  returned: success, without O(table) or O(repair)
   type: dict
 table:
   description: The report's markdown table, one line each (with O(table)).
   returned: with O(table)
   type: list
   elements: str
+repair:
+  description: With O(repair) - C(found) (a host has a record), and then C(old), C(new), C(at) (the step in
+    progress), C(left), C(roll) (the steps as the record holds them), C(parts) (the step parts to put back,
+    the furthest first), C(workers) (the worker API entries of the whole release), C(outage) (lone workers
+    whose put back is an outage), C(table), C(hosts) and C(line) (one line saying what died and what is done).
+  returned: with O(repair)
+  type: dict
 problems:
   description: Why the roll is refused, one line each (field, host, message, fix).
   returned: failure

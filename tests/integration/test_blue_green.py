@@ -10,10 +10,7 @@ with its own servers stopped. stop.yml then leaves nothing running in either slo
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +20,7 @@ import yaml
 
 from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports, stop_supervisord
-from tests.integration.test_interrupted import lock_record, start
+from tests.integration.test_interrupted import kill_when, lock_record, start
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
@@ -156,16 +153,9 @@ def test_controller_killed_mid_switch_is_repaired_by_the_next_run(bg_host: SimHo
     serving, home = bg_host.active_release(), _registered_ports(bg_host)
     args = [*FAST, "-e", '{"server_env_extra_by_role": {"router": {"DSV4_BG_ROUTER": "1"}}}']
     proc = start(bg_host, "deploy.yml", *args, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "4"}}')
-    try:  # killed once the production router has the slot's workers: half way through the switch
-        deadline = time.monotonic() + 400
-        while not any(p >= bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host)):
-            assert proc.poll() is None and time.monotonic() < deadline, "the switch never began"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    # Killed once the production router has the slot's workers: half way through the switch.
+    kill_when(proc, lambda: any(p >= bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host)),
+              "the switch began")
     assert lock_record(bg_host)["phase"] == "blue_green: switch"
     assert set(_registered_ports(bg_host)) - set(home), "the kill came after the switch"
     # The next run (the serving release deployed again) says what died, and repairs with no failed request.

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -61,6 +62,24 @@ def kill_at(host: SimHost, proc: subprocess.Popen, phase: str, timeout: float = 
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     pytest.fail(f"phase {phase} never recorded")
+
+
+def kill_when(proc: subprocess.Popen, reached: Callable[[], bool], what: str, timeout: float = 400) -> None:
+    """SIGKILL the controller's process group as soon as `reached()` (polled); fails naming `what` if the run
+    ends first or it never comes. The group is killed on any way out."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not reached():
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended (rc {proc.returncode}) before {what}:\n{proc.stdout.read()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} never came")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def releases(host: SimHost) -> set[str]:

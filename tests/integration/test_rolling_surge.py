@@ -7,17 +7,26 @@ preview router, joins, the old decode leaves, drains and stops, and the new one 
 continuous client asks the production router throughout and sees no failed request. A release whose
 new decode crashes in the slot fails step 1's gate and is put back with no failed request either: the
 old decode never left.
+
+A controller killed once the surge decode has joined the production router leaves the roll's record
+(rolling.json): the next deploy puts the old release back first, step by step behind the router (no failed
+request), the surge decode removed and its slot stopped; stop.yml after such a kill leaves nothing running,
+the slot included, and every host pointed at the release the roll started from.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 
 import pytest
 import yaml
 
+from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
-from tests.integration.test_blue_green import FAST, _listening
+from tests.integration.test_blue_green import FAST, _listening, _registered_ports
+from tests.integration.test_interrupted import kill_when, start
 from tests.integration.test_rolling import _worker, assert_active, roll_under_load
 from tests.ports import free_port_block
 
@@ -88,3 +97,64 @@ def test_a_surge_worker_that_fails_its_gate_leaves_the_old_decode_serving(surge_
     _slot_runs_nothing(surge_host)
     report = surge_host.report()
     assert report["verdict"] == "rolled_back" and report["release"] != serving
+
+
+def _killed_once_the_surge_decode_joined(host: SimHost, *extra: str) -> dict:
+    """Start a roll and SIGKILL its controller once the production router lists the surge decode; the
+    roll's record it left."""
+    surge_port = host.base_port + 2 + PORT_OFFSET
+    kill_when(start(host, "deploy.yml", *FAST, *extra), lambda: surge_port in _registered_ports(host),
+              "the surge decode joined the production router")
+    return json.loads((host.install_root / "rolling.json").read_text())
+
+
+def _deployed_with(host: SimHost, release: str) -> list[str]:
+    """The -e that deploys `release` again: the env switches its spec.json recorded (the module's tests
+    differ only in those)."""
+    spec = json.loads((host.install_root / "releases" / release / "spec.json").read_text())["deployment"]
+    return ["-e", json.dumps({"server_env_extra": spec.get("server_env_extra") or {}})]
+
+
+def _every_worker_runs(host: SimHost, release: str) -> None:
+    """Each worker's process runs from `release` (its working directory, `current` resolved at its start).
+    The router is left out: a roll never restarts it (its program is the same in both releases)."""
+    pids = host.pids()
+    assert set(pids) >= set(WORKERS), pids
+    runs = {name: os.path.basename(os.readlink(f"/proc/{pid}/cwd")) for name, pid in pids.items()
+            if not name.endswith("-router")}
+    assert set(runs.values()) == {release}, runs
+
+
+def test_a_controller_killed_mid_surge_is_undone_by_the_next_deploy(surge_host: SimHost) -> None:
+    serving, home = surge_host.active_release(), _registered_ports(surge_host)
+    record = _killed_once_the_surge_decode_joined(surge_host, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "4"}}')
+    assert record["old"] == serving and record["at"] == 1, {k: record[k] for k in ("old", "new", "at", "left")}
+    # The next run deploys the serving release again: the roll is undone first, with no failed request.
+    with DowntimeClient(surge_host.endpoint, "deepseek-v4-flash", api_key=surge_host.api_key, concurrency=2) as client:
+        again = surge_host.playbook("deploy.yml", *FAST, *_deployed_with(surge_host, serving))
+    out = again.stdout + again.stderr
+    flat = " ".join(out.split())  # the callback wraps long lines
+    assert again.returncode == 0 and f"a roll from {serving} to {record['new']} died at step 1" in flat, out[-6000:]
+    assert "UNCHANGED" in out, out[-3000:]
+    print(f"a roll killed mid-surge, undone by the next deploy, under the continuous client: {client.figures.line()}")
+    figures = client.figures
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # One release everywhere, the router listing exactly its workers, nothing left in the slot, no record.
+    assert_active(surge_host, serving)
+    _every_worker_runs(surge_host, serving)
+    assert _registered_ports(surge_host) == home
+    _slot_runs_nothing(surge_host)
+    assert not (surge_host.install_root / "rolling.json").exists()
+
+
+def test_stop_after_a_controller_killed_mid_surge_stops_the_slot_too(surge_host: SimHost) -> None:
+    serving = surge_host.active_release()
+    _killed_once_the_surge_decode_joined(surge_host, "-e", '{"server_env_extra": {"DSV4_SURGE_TEST": "5"}}')
+    stop = surge_host.playbook("stop.yml")
+    out = stop.stdout + stop.stderr
+    assert stop.returncode == 0 and "rolling repair: a roll from" in out, out[-6000:]
+    assert surge_host.pids() == {}
+    _slot_runs_nothing(surge_host)
+    assert not any(_listening(surge_host.base_port + i) for i in range(PORT_OFFSET + 5))
+    assert_active(surge_host, serving)
+    assert not (surge_host.install_root / "rolling.json").exists()
