@@ -6,7 +6,8 @@ sglang-router 0.3.2.
 The continuous client (dsv4deploy.downtime) asks the production router throughout. A release that passes
 its gates behind the preview router on `rt` - fronting the slot's workers on `pa` and `db` - is promoted
 with no failed request, every host's slot stopped and the production router never restarted; a release
-whose decode (on `db` alone) fails a gate leaves every host's production processes as they were.
+whose decode (on `db` alone) fails a gate leaves every host's production processes as they were; with
+the previous release kept warm, a rollback inside the window is one switch back on every host.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
-from tests.integration.test_blue_green import _deploy_under_load, _listening, _registered_ports
-from tests.integration.test_blue_green import FAST
+from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening, _registered_ports
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
@@ -120,7 +121,9 @@ def test_a_gate_failure_on_one_host_leaves_every_production_service_untouched(si
     serving = {name: part.active_release() for name, part in three.items()}
     before = _programs(three)
     # Only the decode (on db) ignores its override: the config gate fails on that host's slot alone.
-    proc, figures = _deploy_under_load(sim_host, "-e", '{"sim_faults_by_role": {"decode": "ignore_override"}}')
+    # The config gate is where it fails (readiness before it): the other gates are not the subject.
+    proc, figures = _deploy_under_load(sim_host, "-e", '{"sim_faults_by_role": {"decode": "ignore_override"}}',
+                                       "-e", '{"dsv4_gates_names": ["readiness", "config"]}')
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "production was not touched, no rollback" in out, out[-6000:]
     print(f"blue_green over three hosts, a gate failure on db, under the continuous client: {figures.line()}")
@@ -131,3 +134,34 @@ def test_a_gate_failure_on_one_host_leaves_every_production_service_untouched(si
     assert _registered_ports(sim_host) == sorted([sim_host.base_port + 1, sim_host.base_port + 2])
     assert _slot_stopped(three)
     assert sim_host.report()["verdict"] == "failed"
+
+
+def test_keep_previous_over_three_hosts_rolls_back_by_a_switch_on_every_host(sim_host: SimHost,
+                                                                           three: dict[str, Part]) -> None:
+    """Each host keeps its own record; the router's host (whose slot runs nothing once its preview router
+    stopped) decides for all, so the rollback inside the window is one switch back, not a dropped record."""
+    serving = {name: part.active_release() for name, part in three.items()}
+    home = _programs(three)
+    # The settle is the subject, not the gates: readiness alone.
+    proc, figures = _deploy_under_load(sim_host, "-e", "dsv4_rollout_keep_previous_s=600", "-e",
+                                       '{"server_env_extra": {"DSV4_BG_TEST": "5"}, "dsv4_gates_names": ["readiness"]}')
+    assert proc.returncode == 0 and figures.failed == 0, (proc.stdout + proc.stderr)[-6000:]
+    records = {name: json.loads((part.install_root / "blue_green.json").read_text()) for name, part in three.items()}
+    assert {r["previous"] for r in records.values()} == {serving["pa"]} and records["rt"]["router_host"] == "rt"
+    assert (records["pa"]["gpus"], records["db"]["gpus"], records["rt"]["gpus"]) == ([0, 1], [2, 3], [])
+    # The new release serves from the slots on pa and db; the previous one runs on at home, unregistered.
+    assert _programs(three) == home
+    assert all(p >= sim_host.base_port + PORT_OFFSET for p in _registered_ports(sim_host))
+
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        back = sim_host.playbook("rollback.yml")
+    out = back.stdout + back.stderr
+    assert back.returncode == 0 and "ROLLED BACK by a switch" in out, out[-6000:]
+    print(f"blue_green over three hosts, rollback inside the window: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    # The warm processes serve again on every host; no record, no slot anywhere.
+    assert _programs(three) == home
+    assert _registered_ports(sim_host) == sorted([sim_host.base_port + 1, sim_host.base_port + 2])
+    assert {name: part.active_release() for name, part in three.items()} == serving
+    assert not any((part.install_root / "blue_green.json").exists() for part in three.values())
+    assert _slot_stopped(three)
