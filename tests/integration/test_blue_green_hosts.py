@@ -13,6 +13,7 @@ the previous release kept warm, a rollback inside the window is one switch back 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.downtime import Downtime, DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
 from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening, _registered_ports
 from tests.ports import free_port_block
@@ -82,6 +83,13 @@ def three(sim_host: SimHost) -> Iterator[dict[str, Part]]:
 def _slot_stopped(parts: dict[str, Part]) -> bool:
     return (not any((p.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists() for p in parts.values())
             and not _listening(parts["rt"].base_port + PORT_OFFSET))
+
+
+def _under_load(host: SimHost, playbook: str) -> tuple[subprocess.CompletedProcess, Downtime]:
+    """Run `playbook` while the continuous client asks the production router; its run and the figures."""
+    with DowntimeClient(host.endpoint, "deepseek-v4-flash", api_key=host.api_key, concurrency=2) as client:
+        proc = host.playbook(playbook)
+    return proc, client.figures
 
 
 def _programs(parts: dict[str, Part]) -> dict[str, dict[str, int]]:
@@ -153,12 +161,10 @@ def test_keep_previous_over_three_hosts_rolls_back_by_a_switch_on_every_host(sim
     assert _programs(three) == home
     assert all(p >= sim_host.base_port + PORT_OFFSET for p in _registered_ports(sim_host))
 
-    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
-        back = sim_host.playbook("rollback.yml")
-    out = back.stdout + back.stderr
-    assert back.returncode == 0 and "ROLLED BACK by a switch" in out, out[-6000:]
-    print(f"blue_green over three hosts, rollback inside the window: {client.figures.line()}")
-    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    back, figures = _under_load(sim_host, "rollback.yml")
+    assert back.returncode == 0 and "ROLLED BACK by a switch" in back.stdout, (back.stdout + back.stderr)[-6000:]
+    print(f"blue_green over three hosts, rollback inside the window: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line()
     # The warm processes serve again on every host; no record, no slot anywhere.
     assert _programs(three) == home
     assert _registered_ports(sim_host) == sorted([sim_host.base_port + 1, sim_host.base_port + 2])
