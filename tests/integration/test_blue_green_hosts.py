@@ -128,10 +128,10 @@ def test_a_gate_failure_on_one_host_leaves_every_production_service_untouched(si
                                                                               three: dict[str, Part]) -> None:
     serving = {name: part.active_release() for name, part in three.items()}
     before = _programs(three)
-    # Only the decode (on db) ignores its override: the config gate fails on that host's slot alone.
-    # The config gate is where it fails (readiness before it): the other gates are not the subject.
+    # Only the decode (on db) ignores its override: its answers garble, and the smoke gate through the
+    # preview router fails on that host's slot alone (the needle and soak gates are not the subject).
     proc, figures = _deploy_under_load(sim_host, "-e", '{"sim_faults_by_role": {"decode": "ignore_override"}}',
-                                       "-e", '{"dsv4_gates_names": ["readiness", "config"]}')
+                                       "-e", '{"dsv4_gates_names": ["readiness", "config", "smoke"]}')
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "production was not touched, no rollback" in out, out[-6000:]
     print(f"blue_green over three hosts, a gate failure on db, under the continuous client: {figures.line()}")
@@ -141,7 +141,8 @@ def test_a_gate_failure_on_one_host_leaves_every_production_service_untouched(si
     assert _programs(three) == before
     assert _registered_ports(sim_host) == sorted([sim_host.base_port + 1, sim_host.base_port + 2])
     assert _slot_stopped(three)
-    assert sim_host.report()["verdict"] == "failed"
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("failed", "smoke"), report
 
 
 def test_keep_previous_over_three_hosts_rolls_back_by_a_switch_on_every_host(sim_host: SimHost,
