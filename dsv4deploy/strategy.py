@@ -2,13 +2,13 @@
 
 - ``recreate`` (the default): the serving release stops, then the new one starts and is gated. An outage
   of the load time plus the gates.
-- ``blue_green``: the new release starts beside the serving one - each worker on the same host, on
-  GPUs shifted by ``dsv4_rollout_blue_green_gpu_offset`` and ports shifted by
-  ``dsv4_rollout_blue_green_port_offset`` - behind a preview router of its own on the production
-  router's port plus the port offset (the other "slot", `beside_spec`); once gated there and switched
-  to, it moves to the spec's own GPUs and ports (roles/dsv4_rollout/tasks/blue_green.yml). It is
-  refused, by field, host and fix, unless both slots fit a host at once: GPUs that exist and are not
-  shared, memory per GPU, ports.
+- ``blue_green``: the new release starts beside the serving one - each worker on its own host (over
+  several hosts each gets the slot where it has workers, `slot_hosts`), on GPUs shifted by
+  ``dsv4_rollout_blue_green_gpu_offset`` and ports shifted by ``dsv4_rollout_blue_green_port_offset`` -
+  behind a preview router of its own on the production router's port plus the port offset (the other
+  "slot", `beside_spec`); once gated there and switched to, it moves to the spec's own GPUs and ports
+  (roles/dsv4_rollout/tasks/blue_green.yml). It is refused, by field, host and fix, unless both slots
+  fit each host at once: GPUs that exist and are not shared, memory per GPU, ports.
 - ``rolling``: xPyD over hosts, ``dsv4_rollout_rolling_max_unavailable`` workers of each role at a time, prefill
   and decode in step (``dsv4deploy.rolling``: the steps, and the refusal of a layout the router cannot keep serving
   through).
@@ -207,9 +207,32 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
     return {**base, "why": "blue_green: the new release fits beside the serving one (GPUs, memory per GPU, ports), "
                            "so it starts and is gated behind a preview router while the serving one goes on; "
                            "the production router switches workers through its worker API. If the router's own "
-                           "settings change, replacing it is a short outage",
+                           f"settings change, replacing it is a short outage{_slot_hosts_line(spec, settings)}",
             "beside": beside(spec, settings), "preview_router_port": preview_router_port(spec, settings),
             "port_offset": settings.port_offset}
+
+
+def slot_hosts(spec: Deployment) -> dict[str, list[str]]:
+    """The hosts that get the other slot and what each runs there: its workers' field paths, and
+    `router` on the router's host (the preview router). A host of the inventory that runs neither
+    gets no slot."""
+    out: dict[str, list[str]] = {}
+    for path, w in spec.workers():
+        out.setdefault(w.host, []).append(path)
+    if spec.router is not None:
+        out.setdefault(spec.router.host, []).append("router")
+    return dict(sorted(out.items()))
+
+
+def _slot_hosts_line(spec: Deployment, settings: RolloutSettings) -> str:
+    """The plan line's part for a deployment over several hosts: where the slot runs (empty for one host)."""
+    hosts = slot_hosts(spec)
+    if len(hosts) < 2 or spec.router is None:
+        return ""
+    each = "; ".join(f"{host}: {', '.join(workers)}" for host, paths in hosts.items()
+                     if (workers := [p for p in paths if p != "router"]))
+    return (f". Over {len(hosts)} hosts: each gets the slot where it has workers ({each}), and the preview "
+            f"router on {spec.router.host} (port {preview_router_port(spec, settings)}) fronts them across hosts")
 
 
 # The other slot's install root, under the serving one's: its own current link, releases, logs,
