@@ -67,7 +67,11 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
             if planned.get("surge"):
                 step["surge"] = _surge(new, slot, planned, slot_targets, port, metrics_port)
                 step["rest"] = _rest(new, planned, targets, port, metrics_port)
-    return [], {"steps": steps, "router_host": new.router.host, "preview_router_port": port}
+    # The preview routers' key: the production router's own file (api_key.file, or the vault key's file the
+    # release's install wrote on the router's host); the module reads it there. None: no key.
+    key_file = services.api_key_file(new, new.host(new.router.host))
+    return [], {"steps": steps, "router_host": new.router.host, "preview_router_port": port,
+                "api_key_file": key_file}
 
 
 def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any], port: int,
@@ -97,9 +101,7 @@ def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets:
     for key in ("expected_overrides", "expected_settings"):
         gates[key] = {w["name"]: (in_slot["gates"] if w["name"] in in_slot_names else at_home)[key][w["name"]]
                       for w in gates["workers"]}
-    # The preview router runs from home on the router's host: the key file at home, not the slot's.
-    preview = {**in_slot["preview"], "api_key_file": home["preview"]["api_key_file"]}
-    return {"paths": paths, "names": names, "gpus": gpus, "api": api, "preview": preview, "gates": gates,
+    return {"paths": paths, "names": names, "gpus": gpus, "api": api, "preview": in_slot["preview"], "gates": gates,
             "home": {"names": home["names"], "gpus": home["gpus"], "api": home["api"]}}
 
 
@@ -134,10 +136,7 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
                  "expected_settings": {k: v for k, v in targets["expected_settings"].items() if k in preview_names}}
     return {"step": step["step"], "paths": [w["path"] for w in step["workers"]], "names": names, "gpus": gpus,
             "api": api, "preview": {"paths": list(step["preview"]), "url": url, "port": port,
-                                    "argv": rolling.preview_router_argv(spec, step, port, metrics_port),
-                                    # The production router's own key file (api_key.file, or the vault key
-                                    # the release's install wrote under the install root); None: no key.
-                                    "api_key_file": services.api_key_file(spec, spec.host(router.host))},
+                                    "argv": rolling.preview_router_argv(spec, step, port, metrics_port)},
             "gates": gate_plan}
 
 

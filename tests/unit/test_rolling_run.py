@@ -101,19 +101,13 @@ def test_a_surge_step_starts_the_lone_worker_in_the_slot_then_moves_it_home() ->
 
 def test_the_preview_router_reads_the_production_routers_key_file_from_the_vault_or_the_file() -> None:
     # api_key.vault_var (xpyd_spec's): the file the release's install wrote at home on the router's host
-    # (never the value: the module reads it there).
-    plan = _plan(xpyd_spec())
-    _, roll = rolling_run.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
-    assert {s["preview"]["api_key_file"] for s in roll["steps"]} == {"/opt/dsv4deploy/secrets/api_key"}
-    assert "vault_dsv4_api_key" not in json.dumps(roll)
-    # api_key.file: that file; in a surge step too, whose preview router runs at home on gpu1, not in the
-    # slot on gpu3.
-    spec = xpyd_spec()
-    by_file = spec.model_copy(update={"api_key": ApiKeyRef(file="/etc/dsv4deploy/api_key"), "decode": spec.decode[:1]})
-    plan = _plan(by_file)
-    _, roll = rolling_run.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
-    first = roll["steps"][0]
-    assert first["preview"]["api_key_file"] == first["surge"]["preview"]["api_key_file"] == "/etc/dsv4deploy/api_key"
-    vault = _plan(spec.model_copy(update={"decode": spec.decode[:1]}))
-    _, roll = rolling_run.run_plan(vault, _spec_json(vault), _files(vault), _files(vault))
-    assert roll["steps"][0]["surge"]["preview"]["api_key_file"] == "/opt/dsv4deploy/secrets/api_key"
+    # (never the value: the module reads it there); a surge step's preview router runs there too, at home
+    # on gpu1, not in the slot on gpu3.
+    spec, vault = xpyd_spec(), "/opt/dsv4deploy/secrets/api_key"
+    for deployment, key_file in ((spec, vault), (spec.model_copy(update={"decode": spec.decode[:1]}), vault),
+                                 (spec.model_copy(update={"api_key": ApiKeyRef(file="/etc/dsv4deploy/api_key")}),
+                                  "/etc/dsv4deploy/api_key")):
+        plan = _plan(deployment)
+        problems, roll = rolling_run.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+        assert problems == [] and roll["api_key_file"] == key_file
+        assert "vault_dsv4_api_key" not in json.dumps(roll)
