@@ -68,8 +68,10 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
                 step["surge"] = _surge(new, slot, planned, slot_targets, port, metrics_port)
                 step["rest"] = _rest(new, planned, targets, port, metrics_port)
     # What the step tasks ask the production router with, kept in the roll itself: the next run repairs a
-    # dead roll from its record (dsv4deploy.roll_record), whatever that run's own inventory says.
-    key_file = new.api_key.file if new.api_key is not None else None
+    # dead roll from its record (dsv4deploy.roll_record), whatever that run's own inventory says. The key file
+    # is the production router's own (api_key.file, or the vault key's file the release's install wrote on
+    # the router's host); the preview router module reads it there. None: no key.
+    key_file = services.api_key_file(new, new.host(new.router.host))
     return [], {"steps": steps, "router_host": new.router.host, "preview_router_port": port,
                 "router_url": plan.get("router_url"), "router": plan.get("router"), "drain_s": new.drain_deadline_s,
                 "api_key_file": key_file, "gpu_query_command": plan.get("gpu_query_command")}

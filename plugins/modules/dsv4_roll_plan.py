@@ -14,7 +14,8 @@ description:
     two releases, which would restart the workers still serving the old release.
   - Otherwise returns RV(roll) - each step's programs and GPUs per host, its entries
     for the router's worker API, its preview router (URL, port, command) and the gate targets that point
-    the gates at the preview router with the step's new workers only.
+    the gates at the preview router with the step's new workers only; and the file the preview routers
+    read the API key from (C(api_key_file)).
 options:
   plan:
     type: dict

@@ -53,3 +53,24 @@ def test_the_other_slot_is_refused_where_it_does_not_fit() -> None:
     with pytest.raises(SpecError) as err:
         beside_spec(pd_spec(), BLUE_GREEN)
     assert any("dsv4_rollout_blue_green_gpu_offset (host gpu1)" in str(p) for p in err.value.problems)
+
+
+def test_the_other_slot_gets_the_serving_ones_secret_files_under_its_own_root() -> None:
+    # blue_green with a secret env value and a vault key: the slot's release reads both from files under
+    # the slot's root, which the release's own install tasks write there from the slot plan's (redacted) spec.
+    from dsv4deploy.plan import make_plan, secret_files
+
+    inventory = pd_spec(**HALF, api_key={"vault_var": "vault_dsv4_key"}, server_env_extra={"HF_TOKEN": "hf_slot"})
+    slot = beside_spec(inventory, BLUE_GREEN)
+    planned = make_plan(slot, ["gpu1"])
+    assert "hf_slot" not in json.dumps(planned)
+    root = inventory.host("gpu1").install_root
+    home = secret_files(inventory, ["gpu1"])["gpu1"]
+    files = secret_files(inventory, ["gpu1"], planned=planned["spec"])["gpu1"]
+    assert sorted(files) == sorted(f"{root}/slot-b/secrets/{s.name}.env" for s in services_on(slot, "gpu1")
+                                   if s.role != "router")
+    assert sorted(files.values()) == sorted(home.values()) == ['HF_TOKEN="hf_slot"\n'] * 2
+    # Every slot service, the preview router included, reads the key the playbook writes under the slot.
+    assert {s.api_key_file for s in services_on(slot, "gpu1")} == {f"{root}/slot-b/secrets/api_key"}
+    router = next(text for name, text in planned["hosts"]["gpu1"]["files"].items() if name.endswith("router.sh"))
+    assert f"api_key_file={root}/slot-b/secrets/api_key" in router

@@ -87,7 +87,7 @@ def test_the_heatmap_files_the_docs_name_are_the_reports() -> None:
 
 
 def test_the_key_file_mode_the_docs_state_is_the_one_written() -> None:
-    tasks = yaml.safe_load((REPO / "roles" / "dsv4_release" / "tasks" / "main.yml").read_text())
+    tasks = yaml.safe_load((REPO / "roles" / "dsv4_release" / "tasks" / "secrets.yml").read_text())
     (written,) = [t["ansible.builtin.copy"]["mode"] for t in tasks
                   if str(t.get("ansible.builtin.copy", {}).get("dest", "")).endswith("secrets/api_key")]
     stated = []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dsv4deploy import rolling_run
 from dsv4deploy.plan import make_plan
+from dsv4deploy.spec_models import ApiKeyRef
 from dsv4deploy.strategy import load_rollout, rollout_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
@@ -96,3 +97,17 @@ def test_a_surge_step_starts_the_lone_worker_in_the_slot_then_moves_it_home() ->
     assert first["rest"]["paths"] == ["prefill[0]"] and [e["worker_type"] for e in first["rest"]["api"]] == ["prefill"]
     assert {w["url"] for w in first["gates"]["workers"]} == {"http://10.0.0.11:30001", "http://10.0.0.13:30002"}
     assert "surge" not in second
+
+
+def test_the_preview_router_reads_the_production_routers_key_file_from_the_vault_or_the_file() -> None:
+    # api_key.vault_var (xpyd_spec's): the file the release's install wrote at home on the router's host
+    # (never the value: the module reads it there); a surge step's preview router runs there too, at home
+    # on gpu1, not in the slot on gpu3.
+    spec, vault = xpyd_spec(), "/opt/dsv4deploy/secrets/api_key"
+    for deployment, key_file in ((spec, vault), (spec.model_copy(update={"decode": spec.decode[:1]}), vault),
+                                 (spec.model_copy(update={"api_key": ApiKeyRef(file="/etc/dsv4deploy/api_key")}),
+                                  "/etc/dsv4deploy/api_key")):
+        plan = _plan(deployment)
+        problems, roll = rolling_run.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+        assert problems == [] and roll["api_key_file"] == key_file
+        assert "vault_dsv4_api_key" not in json.dumps(roll)
