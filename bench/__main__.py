@@ -1,5 +1,7 @@
 """One benchmark command: how fast a gated rollout reaches a verified release, notices readiness,
-runs its needle grid, gets back to service after a failure, and how its cost grows with hosts.
+runs its needle grid, gets back to service after a failure, how its cost grows with hosts, and what
+clients see during a recreate, blue_green and rolling rollout (the continuous client: sent, failed,
+longest gap between answers).
 
     .venv/bin/python -m bench            # full: 3 repetitions, 20 s load, 16 hosts (about 20-30 min)
     .venv/bin/python -m bench --quick    # 1 repetition, 5 s load, 4 hosts (a few minutes)
@@ -25,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import metrics
+from bench import downtime, metrics
 from bench.baseline import prepare as baseline
 from bench.scale import install_roots, scale_host
 from bench.world import NEEDLE, Run, bench_host, run_playbook, worker_logs
@@ -40,6 +42,9 @@ TARGETS = {
     "scale_vs_1": ("<=", 2.0),
     # Controller CPU per host must not grow with the host count (10 % slack for noise).
     "controller_cpu_growth_vs_1": ("<=", 1.1),
+    # Issue #20: no request fails while blue_green or rolling replaces the serving release.
+    "downtime_blue_green_failed": ("<=", 0),
+    "downtime_rolling_failed": ("<=", 0),
 }
 
 
@@ -164,7 +169,21 @@ def _teardown_scale(host: Any) -> None:
                 os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
 
 
-def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float, hosts: int) -> dict[str, Any]:
+def rollouts(load_s: float, repeat: int) -> dict[str, list[dict[str, Any]]]:
+    """Per strategy and repetition: a rollout A -> B through the deploy playbook under the continuous client."""
+    out: dict[str, list[dict[str, Any]]] = {s: [] for s in downtime.STRATEGIES}
+    for i in range(repeat):
+        for strategy in downtime.STRATEGIES:
+            log(f"rep {i + 1}: {strategy} rollout under the continuous client")
+            got = downtime.rollout_downtime(strategy, load_s)
+            log(f"rep {i + 1}: {strategy}: sent {got['sent']}, failed {got['failed']}, "
+                f"longest gap {got['longest_gap_s']:.2f} s, rollout {got['rollout_s']:.1f} s")
+            out[strategy].append(got)
+    return out
+
+
+def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float, hosts: int,
+            ro: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Flat figures (medians) and their summaries."""
     s = metrics.summary
     details = {
@@ -194,6 +213,9 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
         "all_cpu_s_per_host_1": s(sc["cpu_tree_one"]),
         f"all_cpu_s_per_host_{hosts}": s(sc["cpu_tree_many"]),
     }
+    for strategy, runs in (ro or {}).items():
+        for key in ("failed", "sent", "longest_gap_s", "rollout_s"):
+            details[f"downtime_{strategy}_{key}"] = s([r[key] for r in runs])
     flat = {
         "ratio_verified_vs_baseline": details["ratio_verified_vs_baseline"]["median"],
         "readiness_latency_s_median": details["readiness_latency_s"]["median"],
@@ -206,6 +228,9 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
         "task_overhead_s_median": details["task_overhead_s"]["median"],
         f"controller_cpu_growth_{hosts}_vs_1": details[f"controller_cpu_growth_{hosts}_vs_1"]["median"],
     }
+    for strategy in ro or {}:
+        # The worst repetition, not the median: one failed request is a failure of the strategy.
+        flat[f"downtime_{strategy}_failed"] = details[f"downtime_{strategy}_failed"]["max"]
     return {"figures": flat, "details": details, "slowest_tasks": metrics.slowest_tasks(vr["runs"])}
 
 
@@ -259,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     before = os.getloadavg()
     vr = verified_and_rollback(load_s, repeat)
     sc = scaling(hosts, scale_load_s, repeat)
+    ro = rollouts(scale_load_s, repeat)
     result: dict[str, Any] = {
         "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "mode": "quick" if args.quick else "full",
@@ -266,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                      **NEEDLE},
         "machine": {"cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
-        **figures(vr, sc, load_s, hosts),
+        **figures(vr, sc, load_s, hosts, ro),
     }
     result["targets"] = judge(result["figures"], hosts)
     args.out.mkdir(parents=True, exist_ok=True)

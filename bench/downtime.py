@@ -1,11 +1,12 @@
-"""What clients see during a rollout, for `python -m bench` (owned by the speed lane: this is a separate
-function it can call; it is runnable alone).
+"""What clients see during a rollout: part of `python -m bench` (full runs), and runnable alone.
 
     .venv/bin/python -m bench.downtime [--load-s 2]
 
-`recreate_downtime`: a simulated host promotes release A off the clock, then the continuous client
-(dsv4deploy/downtime.py) asks the production endpoint while the deploy replaces A with B by recreate;
-its figures (sent, failed, longest gap between answers) are the outage today's default costs.
+`rollout_downtime`: a simulated host promotes release A off the clock, then the continuous client
+(dsv4deploy/downtime.py) asks the production endpoint while the deploy playbook replaces A with B by
+`recreate`, `blue_green` or `rolling` (each on a layout where it runs: tp 2 per role, 1P1D or 2P2D), with
+every default gate; its figures (sent, failed, longest gap between answers) are what clients see. The
+full `python -m bench` runs all three.
 `switch_downtime`: the blue/green switch itself - two simulated PD pairs behind the real router, the
 client asking it while the worker API (plugins/module_utils/router_workers.py) moves it from one pair
 to the other, the old pair drained (judged from its /metrics) and stopped.
@@ -22,10 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ansible_collections.dsv4.deploy.plugins.module_utils.drain import wait_idle
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import RouterWorkers, api_for
 from bench.world import bench_host, run_playbook
 from dsv4deploy.downtime import DowntimeClient
+from tests.integration.simhost import SimHost, assign_ports
+from tests.ports import free_port_block
 from tests.sim.simhelpers import PYTHON, REPO, Launcher, free_port, pd_pair, wait_status
 
 ROUTERS = {"sglang-router": ([PYTHON, "-m", "sglang_router.launch_router"], "0.3.2"),
@@ -34,19 +39,53 @@ ROUTERS = {"sglang-router": ([PYTHON, "-m", "sglang_router.launch_router"], "0.3
 MODEL = "deepseek-v4-flash"  # inventory/local's served name
 
 
-def recreate_downtime(load_s: float = 2.0) -> dict[str, Any]:
-    """Downtime figures of one recreate rollout A -> B on a private simulated host."""
-    root = Path(tempfile.mkdtemp(prefix="dsv4-bench-downtime-"))
+# The port block a layout takes: its own 5 ports plus the other slot's (blue_green) or the preview router's
+# (rolling), shifted by this offset.
+PORT_OFFSET = 10
+STRATEGIES = ("recreate", "blue_green", "rolling")
+
+
+def _layout(host: SimHost, strategy: str) -> None:
+    """Give `host` a layout where `strategy` runs: tp 2 per role, so two releases fit on the 8 simulated GPUs
+    (blue_green: 1P1D on GPUs 0-3, the other slot on 4-7) or a role has two workers to roll (rolling: 2P2D)."""
+    base = host.base_port = free_port_block(2 * PORT_OFFSET)
+    assign_ports(host.inventory, base, install_root=host.install_root)
+    dep_path = host.inventory / "group_vars" / "all" / "deployment.yml"
+    dep = yaml.safe_load(dep_path.read_text())
+
+    def worker(gpus: list[int], port: int, **extra: Any) -> dict[str, Any]:
+        return {"host": "local", "gpus": gpus, "tp_size": 2, "port": port, "mem_fraction_static": 0.8, **extra}
+
+    dep["prefill"] = [worker([0, 1], base + 1, bootstrap_port=base + 3)]
+    dep["decode"] = [worker([2, 3], base + 2)]
+    if strategy == "rolling":
+        dep["prefill"].append(worker([4, 5], base + 5, bootstrap_port=base + 6))
+        dep["decode"].append(worker([6, 7], base + 7))
+    dep.update(dsv4_rollout_strategy=strategy, dsv4_rollout_blue_green_port_offset=PORT_OFFSET,
+               dsv4_rollout_measure_downtime=True)
+    if strategy == "blue_green":
+        dep["dsv4_rollout_blue_green_gpu_offset"] = 4
+    dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
+
+
+def rollout_downtime(strategy: str, load_s: float) -> dict[str, Any]:
+    """One gated rollout A -> B by `strategy` through the deploy playbook on a private simulated host, with
+    the continuous client asking the production endpoint throughout (the report's own downtime figures
+    beside it). Release A is promoted off the clock."""
+    root = Path(tempfile.mkdtemp(prefix=f"dsv4-bench-{strategy}-"))
     host = bench_host(root, load_s)
+    _layout(host, strategy)
     try:
-        first = run_playbook(host, "deploy.yml", "-e", "sim_faults=warmup_s=0.001")
+        first = run_playbook(host, "deploy.yml", "-e", "sim_faults=warmup_s=0.001",
+                             "-e", '{"dsv4_gates_names": ["readiness"]}')
         if first.rc != 0:
-            raise RuntimeError(f"deploy A failed:\n{first.stdout[-3000:]}")
-        with DowntimeClient(host.endpoint, MODEL, api_key=host.api_key, timeout_s=10) as client:
+            raise RuntimeError(f"{strategy}: deploy A failed:\n{first.stdout[-3000:]}")
+        with DowntimeClient(host.endpoint, MODEL, api_key=host.api_key, timeout_s=10, concurrency=2) as client:
             second = run_playbook(host, "deploy.yml", "-e", "sim_faults=warmup_s=0.002")
         if second.rc != 0:
-            raise RuntimeError(f"deploy B failed:\n{second.stdout[-3000:]}")
-        return {"strategy": "recreate", "load_s": load_s, "rollout_s": round(second.wall_s, 2),
+            raise RuntimeError(f"{strategy}: deploy B failed:\n{second.stdout[-3000:]}")
+        return {"strategy": strategy, "load_s": load_s, "rollout_s": round(second.wall_s, 2),
+                "verdict": second.report.get("verdict"), "report_downtime": second.report.get("downtime"),
                 **client.figures.as_dict()}
     finally:
         host.teardown()
@@ -91,12 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the figures as JSON."""
     parser = argparse.ArgumentParser(prog="python -m bench.downtime", description=__doc__.split("\n\n")[0])
     parser.add_argument("--load-s", type=float, default=2.0, help="simulated load time of each server")
-    parser.add_argument("--only", choices=["recreate", "switch"], help="one of the two measurements")
+    parser.add_argument("--only", choices=["recreate", "switch", *STRATEGIES[1:]],
+                        help="one measurement: recreate, the bare switch, or a blue_green or rolling rollout")
     args = parser.parse_args(argv)
-    out = []
-    if args.only != "switch":
-        out.append(recreate_downtime(args.load_s))
-    if args.only != "recreate":
+    out = [rollout_downtime(s, args.load_s) for s in STRATEGIES if args.only in (None, s)]
+    if args.only in (None, "switch"):
         # smg runs from its own venv (scripts/setup.sh); without it only sglang-router is measured.
         out += [switch_downtime(router) for router in ROUTERS if router != "smg" or Path(ROUTERS["smg"][0][0]).exists()]
     print(json.dumps(out, indent=2))
