@@ -266,6 +266,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # counts (requests sent) in full, not as 1.32e+03
     return "-" if value is None else (f"{value:.3g}" if isinstance(value, float) else str(value))
 
 

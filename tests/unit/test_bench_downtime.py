@@ -40,6 +40,7 @@ def test_the_table_shows_each_strategys_figures_and_verdict() -> None:
     table = bench_main.markdown(result)
     assert "| downtime_blue_green_failed | 0 | 0 | 0 |" in table and "| <= 0 | yes |" in table
     assert "| downtime_recreate_longest_gap_s | 7.5 |" in table
+    assert "| downtime_rolling_sent | 500 |" in table  # a count in full, not 5e+02
 
 
 def test_a_strategy_not_measured_is_not_met() -> None:
