@@ -158,6 +158,11 @@ kept_warm:
     (C(install_root/blue_green.json)), which the next run settles first.
   returned: state=check with O(services)
   type: bool
+roll_record:
+  description: With O(services), whether a roll that died left its record (C(install_root/rolling.json)),
+    which the next run repairs first.
+  returned: state=check with O(services)
+  type: bool
 seconds:
   description: How long the GPUs took to be released.
   returned: state=released
@@ -173,7 +178,12 @@ from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.access import failure_message
 from ansible_collections.dsv4.deploy.plugins.module_utils.access import problems as access_problems
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import KEEP_RECORD, release_services, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import (
+    KEEP_RECORD,
+    ROLL_RECORD,
+    release_services,
+    root_problem,
+)
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
@@ -271,7 +281,8 @@ def _our_services(module: AnsibleModule) -> dict:
     except ServiceError as exc:
         module.fail_json(msg=str(exc))
     return {"services": found["services"], "pids": found["pids"],
-            "kept_warm": os.path.exists(os.path.join(root, KEEP_RECORD))}
+            "kept_warm": os.path.exists(os.path.join(root, KEEP_RECORD)),
+            "roll_record": os.path.exists(os.path.join(root, ROLL_RECORD))}
 
 
 def _access(module: AnsibleModule) -> dict:

@@ -451,6 +451,9 @@ def test_the_preflight_takes_the_lock_after_the_access_check_and_names_a_holder(
     assert held["failed"] and "another run holds" in held["msg"] and held["holder"]["run_id"] == "r1"
     (tmp_path / "root" / "blue_green.json").write_text("{}")
     assert preflight(tmp_path, "r1")["kept_warm"] is True
+    assert taken["roll_record"] is False
+    (tmp_path / "root" / "rolling.json").write_text("{}")
+    assert preflight(tmp_path, "r1")["roll_record"] is True
 
 
 def test_a_preflight_problem_after_the_lock_is_not_reported_as_a_held_lock(tmp_path: Path) -> None:
