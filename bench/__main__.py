@@ -1,7 +1,8 @@
 """One benchmark command: how fast a gated rollout reaches a verified release, notices readiness,
 runs its needle grid, gets back to service after a failure, how its cost grows with hosts, and what
 clients see during a recreate, blue_green and rolling rollout (the continuous client: sent, failed,
-longest gap between answers).
+longest gap between answers). Where mitogen is installed, the timed switch and the scale pair run once more
+under the opt-in mitogen_linear strategy (docs/mitogen.md): the `mitogen_*` figures, informational.
 
     .venv/bin/python -m bench            # full: 3 repetitions, 20 s load, 16 hosts (about 20-30 min)
     .venv/bin/python -m bench --quick    # 1 repetition, 5 s load, 4 hosts (a few minutes)
@@ -29,6 +30,7 @@ from typing import Any
 
 from bench import downtime, metrics
 from bench.baseline import prepare as baseline
+from bench.mitogen_compare import mitogen_env
 from bench.scale import install_roots, scale_host
 from bench.world import NEEDLE, Run, bench_host, run_playbook, worker_logs
 
@@ -64,7 +66,9 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {k: [] for k in (
         "verified_s", "baseline_s", "ratio", "floor", "readiness", "router_notice", "router_own_start",
         "worker_notice", "needle", "overhead_s",
-        "overhead_ratio", "rollback", "unchanged_s", "runs", "smoke_tries")}
+        "overhead_ratio", "rollback", "unchanged_s", "runs", "smoke_tries",
+        "mitogen_verified_s", "mitogen_overhead_ratio", "mitogen_runs")}
+    strategy_env = _mitogen_env()
     root = Path(tempfile.mkdtemp(prefix="dsv4-bench-"))
     host = bench_host(root, load_s)
     try:
@@ -94,6 +98,16 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
             same = run_playbook(host, "deploy.yml", *b)
             _check(same, "deploy B again")
             out["unchanged_s"].append(same.wall_s)
+            if strategy_env:
+                # The same switch (a release running -> a new one) under the opt-in mitogen_linear strategy
+                # (docs/mitogen.md): what the tool's own cost is there, beside Ansible's linear above.
+                log(f"rep {i + 1}: B' under mitogen_linear (timed)")
+                m = ("-e", f"sim_faults=warmup_s={0.001 * (2 * i + 2) + 0.0005:.4f}")
+                mito = run_playbook(host, "deploy.yml", *m, env=strategy_env)
+                _check(mito, "deploy B' (mitogen_linear)")
+                out["mitogen_verified_s"].append(mito.wall_s)
+                out["mitogen_overhead_ratio"].append(metrics.overhead(mito, load_s)[1])
+                out["mitogen_runs"].append(mito)
             log(f"rep {i + 1}: C with index_topk 512 (fails its needle, rolls back to B)")
             failed = run_playbook(host, "deploy.yml", *b, "-e", "index_topk=512")
             _check(failed, "deploy C", want_ok=False)
@@ -115,6 +129,15 @@ def verified_and_rollback(load_s: float, repeat: int) -> dict[str, list[Any]]:
     return out
 
 
+def _mitogen_env() -> dict[str, str] | None:
+    """The settings that select mitogen_linear, or None (and a note) where mitogen is not installed."""
+    try:
+        return mitogen_env()
+    except ImportError:
+        log("mitogen is not installed: no mitogen_linear figures (pip install 'dsv4deploy[mitogen]')")
+        return None
+
+
 def _baseline(host: Any, work: Path, old: Run, new: Run) -> float:
     """Our services stopped, release A started by hand, then manual.sh on the clock to B."""
     host.supervisorctl("stop", "all")
@@ -134,20 +157,30 @@ def _baseline(host: Any, work: Path, old: Run, new: Run) -> float:
 def scaling(hosts: int, load_s: float, repeat: int) -> dict[str, list[float]]:
     """First deploys of 1 and `hosts` simulated hosts, alternating, `repeat` times each."""
     out: dict[str, list[float]] = {"one": [], "many": [], "ratio": [], "cpu_main_one": [], "cpu_main_many": [],
-                                   "cpu_tree_one": [], "cpu_tree_many": []}
+                                   "cpu_tree_one": [], "cpu_tree_many": [], "mitogen_ratio": [],
+                                   "mitogen_cpu_tree_many": []}
+    strategy_env = _mitogen_env()
     for i in range(repeat):
         walls, runs = {}, {}
-        for n in (1, hosts):
+        strategies = ("linear", "mitogen_linear") if strategy_env else ("linear",)
+        arms = [(n, strategy) for strategy in strategies for n in (1, hosts)]
+        for n, strategy in arms:
             root = Path(tempfile.mkdtemp(prefix=f"dsv4-bench-{n}h-"))
             host = scale_host(root, n, load_s)
-            log(f"rep {i + 1}: first deploy on {n} host(s)")
+            log(f"rep {i + 1}: first deploy on {n} host(s), {strategy}")
             try:
-                run = run_playbook(host, "deploy.yml", timeout=1800)
-                _check(run, f"deploy on {n} hosts")
-                walls[n], runs[n] = run.wall_s, run
+                run = run_playbook(host, "deploy.yml", timeout=1800,
+                                   env=strategy_env if strategy == "mitogen_linear" else None)
+                _check(run, f"deploy on {n} hosts ({strategy})")
+                walls[n, strategy], runs[n, strategy] = run.wall_s, run
             finally:
                 _teardown_scale(host)
                 shutil.rmtree(root, ignore_errors=True)
+        if strategy_env:
+            out["mitogen_ratio"].append(walls[hosts, "mitogen_linear"] / walls[1, "mitogen_linear"])
+            out["mitogen_cpu_tree_many"].append(runs[hosts, "mitogen_linear"].cpu_tree_s / hosts)
+        walls = {n: w for (n, strategy), w in walls.items() if strategy == "linear"}
+        runs = {n: r for (n, strategy), r in runs.items() if strategy == "linear"}
         out["one"].append(walls[1])
         out["many"].append(walls[hosts])
         out["ratio"].append(walls[hosts] / walls[1])
@@ -212,6 +245,14 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
                                                                       strict=True) if o]),
         "all_cpu_s_per_host_1": s(sc["cpu_tree_one"]),
         f"all_cpu_s_per_host_{hosts}": s(sc["cpu_tree_many"]),
+        # The opt-in mitogen_linear strategy (docs/mitogen.md), informational: no target of its own.
+        "mitogen_verified_release_s": s(vr.get("mitogen_verified_s", [])),
+        "mitogen_overhead_vs_limit": s(vr.get("mitogen_overhead_ratio", [])),
+        "mitogen_ratio_verified_vs_baseline": s([v / b for v, b in zip(vr.get("mitogen_verified_s", []),
+                                                                      vr["baseline_s"], strict=False)]),
+        "mitogen_module_runs_per_verified_deploy": s([metrics.module_runs(r) for r in vr.get("mitogen_runs", [])]),
+        f"mitogen_scale_{hosts}_vs_1": s(sc.get("mitogen_ratio", [])),
+        f"mitogen_all_cpu_s_per_host_{hosts}": s(sc.get("mitogen_cpu_tree_many", [])),
     }
     for strategy, runs in (ro or {}).items():
         for key in ("failed", "sent", "longest_gap_s", "rollout_s"):
