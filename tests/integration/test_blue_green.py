@@ -4,13 +4,23 @@ The continuous client (dsv4deploy.downtime) asks the production router throughou
 its gates beside the serving one is promoted with no failed request, and ends exactly where recreate
 would leave it (current, state.json, the router and workers under the install root; the other slot and
 its preview router stopped). A release that fails a gate beside it leaves production serving, untouched,
-with its own servers stopped. stop.yml then leaves nothing running in either slot.
+with its own servers stopped.
+
+With the previous release kept warm (dsv4_rollout_keep_previous_s) the new release serves from the other
+slot while the previous one runs on at home, unregistered; a rollback then is a switch of the production
+router back to those very processes, with no failed request under the continuous client. After the window
+the next run moves the new release home first, and a rollback is a recreate. stop.yml inside the window
+leaves nothing running in either slot and the new release active.
+
+The keep-previous cases share this module's host (they were test_blue_green_keep.py, a host and a first
+deploy of their own): each starts from whatever release serves, as an operator's next deploy would.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +30,18 @@ import yaml
 
 from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports, stop_supervisord
-from tests.integration.test_interrupted import kill_when, lock_record, start
+from tests.integration.test_interrupted import kill_at, kill_when, lock_record, start
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
+# Short deadlines, the small soak and a needle grid of 2 cells (the seeds' 5.5K requirement kept) instead of
+# the inventory's 18: the gates run and pass through the preview router, but they are not these modules'
+# subject (test_gate_promises' and test_fault_matrix's).
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
+        "-e", json.dumps({"needle_lengths": [1000, 5500], "needle_depths": [0.5]})]
+# Readiness alone, where the gates are not the subject at all (the first release, the settles).
+READINESS = ["-e", '{"dsv4_gates_names": ["readiness"]}']
 PORT_OFFSET = 5
 
 
@@ -65,7 +81,7 @@ def _deploy_under_load(host: SimHost, *extra: str) -> tuple[object, object]:
 def test_blue_green_promotes_with_no_failed_request(bg_host: SimHost) -> None:
     # Nothing serves yet: there is no outage to avoid, and the first release starts as recreate starts it.
     # Its gates are not the subject here: readiness alone.
-    bg_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)
+    bg_host.playbook("deploy.yml", *FAST, *READINESS, check=True)
     first = bg_host.active_release()
     proc, figures = _deploy_under_load(bg_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
     out = proc.stdout + proc.stderr
@@ -185,7 +201,103 @@ def test_recreate_report_shows_its_outage(bg_host: SimHost) -> None:
     assert seen["failed"] > 0 and seen["longest_gap_s"] > 1.0, seen
 
 
-def test_stop_leaves_nothing_running(bg_host: SimHost) -> None:
+# The previous release kept warm: KEEP keeps it for a window longer than any case here.
+KEEP = ["-e", "dsv4_rollout_keep_previous_s=600"]
+
+
+def _record(host: SimHost) -> dict | None:
+    path = host.install_root / "blue_green.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _slot_running(host: SimHost) -> bool:
+    return (_slot(host) / "supervisor" / "supervisor.sock").exists()
+
+
+def _env(n: int) -> list[str]:
+    """A release of its own (a harmless switch), its gates readiness alone: the settle is the subject."""
+    return [*READINESS, "-e", json.dumps({"server_env_extra": {"DSV4_KEEP_TEST": str(n)}})]
+
+
+def test_rollback_inside_the_window_is_a_switch_back_with_no_failed_request(bg_host: SimHost) -> None:
+    first = bg_host.active_release()
+    home_pids = bg_host.pids()
+    home_ports = _registered_ports(bg_host)
+    proc, figures = _deploy_under_load(bg_host, *KEEP, *_env(2))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert figures.failed == 0, figures.line()
+    record = _record(bg_host)
+    assert record and record["previous"] == first and record["until"] > time.time() + 500, record
+    # The new release serves from the slot; the previous one runs on at home, the same processes, unregistered.
+    assert _slot_running(bg_host) and bg_host.active_release() == first
+    assert bg_host.pids() == home_pids
+    assert all(p >= bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host))
+    assert not _listening(bg_host.base_port + PORT_OFFSET), "the slot's preview router still runs"
+
+    with DowntimeClient(bg_host.endpoint, "deepseek-v4-flash", api_key=bg_host.api_key, concurrency=2) as client:
+        back = bg_host.playbook("rollback.yml")
+    out = back.stdout + back.stderr
+    assert back.returncode == 0 and "ROLLED BACK by a switch" in out, out[-5000:]
+    print(f"rollback inside the window under the continuous client: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    # The warm processes serve again, untouched; the new release's are gone with the slot and the record.
+    assert bg_host.pids() == home_pids and _registered_ports(bg_host) == home_ports
+    assert bg_host.active_release() == first and not _slot_running(bg_host) and _record(bg_host) is None
+    report = bg_host.report()
+    assert report["verdict"] == "rolled_back", report
+
+
+def test_controller_killed_mid_switch_back_is_finished_by_the_next_rollback(bg_host: SimHost) -> None:
+    first = bg_host.active_release()
+    home_pids, home_ports = bg_host.pids(), _registered_ports(bg_host)
+    proc, _ = _deploy_under_load(bg_host, *KEEP, *_env(5))
+    assert proc.returncode == 0 and _record(bg_host), (proc.stdout + proc.stderr)[-5000:]
+    killed = kill_at(bg_host, start(bg_host, "rollback.yml"), "rollback: switch back")
+    assert killed["target"] == first and _slot_running(bg_host), killed
+    # The next rollback takes the dead run's lock over and finishes the switch back: the same warm processes.
+    with DowntimeClient(bg_host.endpoint, "deepseek-v4-flash", api_key=bg_host.api_key, concurrency=2) as client:
+        again = bg_host.playbook("rollback.yml")
+    out = again.stdout + again.stderr
+    assert again.returncode == 0 and "died during phase 'rollback: switch back'" in out, out[-5000:]
+    assert "ROLLED BACK by a switch" in out, out[-5000:]
+    print(f"rollback after a controller killed mid switch back: {client.figures.line()}")
+    assert client.figures.failed == 0, client.figures.line()
+    assert bg_host.pids() == home_pids and _registered_ports(bg_host) == home_ports
+    assert bg_host.active_release() == first and not _slot_running(bg_host) and _record(bg_host) is None
+
+
+def test_after_the_window_the_next_run_moves_home_and_rollback_is_recreate(bg_host: SimHost) -> None:
+    first = bg_host.active_release()
+    proc, figures = _deploy_under_load(bg_host, "-e", "dsv4_rollout_keep_previous_s=1", *_env(3))
+    assert proc.returncode == 0 and figures.failed == 0, (proc.stdout + proc.stderr)[-5000:]
+    new = (_record(bg_host) or {}).get("release")
+    assert new and new != first
+    time.sleep(1.5)  # the window is over
+    # verify.yml moves the new release home first (its workers restarted at home), then verifies it.
+    with DowntimeClient(bg_host.endpoint, "deepseek-v4-flash", api_key=bg_host.api_key, concurrency=2) as client:
+        verify = bg_host.playbook("verify.yml", *FAST)  # every gate, small: the move home is the subject
+    out = verify.stdout + verify.stderr
+    assert verify.returncode == 0 and "move_home" in out, out[-5000:]
+    print(f"the move home after the window under the continuous client: {client.figures.line()}")
+    assert client.figures.failed == 0, client.figures.line()
+    assert bg_host.active_release() == new and _record(bg_host) is None and not _slot_running(bg_host)
+    assert all(p < bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host))
+    # From here on a rollback is a recreate (the restore), to the release verified before.
+    back = bg_host.playbook("rollback.yml")
+    out = back.stdout + back.stderr
+    assert back.returncode == 0 and "ROLLED BACK by hand" in out and "by a switch" not in out, out[-5000:]
+    assert bg_host.active_release() != new
+
+
+# Last in this module: it stops the deployment.
+def test_stop_inside_the_window_stops_both_slots_and_leaves_the_new_release_active(bg_host: SimHost) -> None:
+    proc, _ = _deploy_under_load(bg_host, *KEEP, *_env(4))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    new = _record(bg_host)["release"]
+    assert _slot_running(bg_host), "the slot runs the new release while the previous one runs at home"
     bg_host.playbook("stop.yml", check=True)
-    assert bg_host.pids() == {}
+    # Nothing runs in either slot: no program, no slot supervisord, no port of either slot listening...
+    assert bg_host.pids() == {} and not _slot_running(bg_host) and _record(bg_host) is None
     assert not any(_listening(bg_host.base_port + i) for i in range(2 * PORT_OFFSET))
+    # ...and the new release is the active one at home.
+    assert bg_host.active_release() == new

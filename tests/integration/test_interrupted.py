@@ -133,7 +133,10 @@ def test_controller_killed_during_a_rollback_then_rollback_yml_finishes_it(deplo
     before = releases(host)
     # The new decode dies at start: the deploy rolls back to `good`, and dies while doing so.
     crash = '{"sim_faults_by_role": {"decode": "crash_on_start"}}'
-    record = kill_at(host, start(host, "deploy.yml", "-e", crash, *GRID), "rollback: stopped")
+    # Its readiness waits out its deadline on the crashed decode: 10 s of it shows the failure as well as
+    # GRID's 60 (the run is killed before its rollback's own readiness, which would use it too).
+    record = kill_at(host, start(host, "deploy.yml", "-e", crash, *GRID, "-e", "readiness_deadline_s=10"),
+                     "rollback: stopped")
     assert record["target"] == good
     proc = host.playbook("rollback.yml", *GRID)
     assert proc.returncode == 0, proc.stdout[-5000:]
@@ -146,14 +149,18 @@ def test_controller_killed_during_a_rollback_then_rollback_yml_finishes_it(deplo
 
 def test_a_second_run_fails_fast_naming_the_live_holder(deployed: SimHost) -> None:
     host = deployed
-    # The first deploy must still hold the lock while three more runs are refused: its servers load
-    # for 60 s (the start no longer waits supervisord's startsecs, so a short load ended it too soon).
-    first = start(host, "deploy.yml", *GRID, "-e", "sim_faults=warmup_s=60", "-e", "readiness_deadline_s=150")
+    # A new variant (a release to switch to); long deadlines, should the hold fall inside a gate.
+    first = start(host, "deploy.yml", *GRID, "-e", "sim_faults=warmup_s=0.5", "-e", "readiness_deadline_s=600",
+                  "-e", "smoke_deadline_s=600", "-e", "needle_deadline_s=600")
     try:
         deadline = time.monotonic() + 300
         while not lock_record(host).get("phase", "").startswith(("release-written", "switch", "gates")):
             assert time.monotonic() < deadline and first.poll() is None, "the first deploy never took the lock"
             time.sleep(0.05)
+        # The first deploy must still hold the lock while three more runs are refused: its controller is
+        # held (SIGSTOP: alive, as a slow one is) for as long as they take, then let go to finish. Before,
+        # a 60 s simulated load held it, a minute of every CI run spent waiting.
+        os.killpg(first.pid, signal.SIGSTOP)
         holder = lock_record(host)
         for playbook in ("deploy.yml", "verify.yml", "stop.yml"):
             t0 = time.monotonic()
@@ -163,6 +170,7 @@ def test_a_second_run_fails_fast_naming_the_live_holder(deployed: SimHost) -> No
             assert "that run is alive" in second.stdout
             assert first.poll() is None, f"{playbook} outlived the deploy it should have refused fast"
             assert time.monotonic() - t0 < 120
+        os.killpg(first.pid, signal.SIGCONT)
         out, _ = first.communicate(timeout=600)
     finally:
         if first.poll() is None:

@@ -29,6 +29,10 @@ def _perf(report: dict) -> dict:
     return next(g for g in report["gates"] if g["name"] == "perf")
 
 
+def _bake(report: dict) -> dict:
+    return next(g for g in report["gates"] if g["name"] == "bake")
+
+
 def _state(host: SimHost) -> dict:
     return json.loads((host.install_root / "state.json").read_text())
 
@@ -61,14 +65,39 @@ def test_the_first_release_is_recorded_not_judged(sim_host: SimHost) -> None:
     assert recorded["release"] == release and recorded["client"] == client
 
 
-def test_a_clean_release_is_judged_against_the_last_good_one_and_passes(sim_host: SimHost) -> None:
+def test_a_clean_release_is_judged_against_the_last_good_one_and_passes_perf_and_the_bake(
+        sim_host: SimHost) -> None:
+    # One deploy for two promises (they were two cases, a deploy each): the perf gate judges the clean
+    # release against the first one's figures and passes, and its short bake passes after it.
     first = sim_host.active_release()
-    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("2"))
+    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("2"), "-e",
+                             json.dumps({"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1}))
     assert proc.returncode == 0, proc.stdout[-5000:]
-    perf = _perf(sim_host.report())
+    report = sim_host.report()
+    assert report["verdict"] == "promoted"
+    perf = _perf(report)
     assert perf["status"] == "passed" and perf["evidence"]["judged"] is True, perf["summary"]
     assert perf["summary"].startswith(f"within 100% of release {first}"), perf["summary"]
     assert perf["evidence"]["regressions"] == []
+    bake = _bake(report)
+    assert bake["status"] == "passed", bake["summary"]
+    assert bake["summary"].startswith("baked 3 s: 3 successful, 0 failed, 0 inconclusive"), bake["summary"]
+    intervals = bake["evidence"]["intervals"]
+    # What a bake interval costs (shown with -s): the probes' time, the rest of the interval is a wait.
+    print(f"bake: {bake['seconds']:.2f} s; intervals of 1 s took {[i['seconds'] for i in intervals]} s")
+    # Every analysis of every interval judged something: the router and the servers counted the probes.
+    analyses = {a["name"]: a for a in intervals[-1]["analyses"]}
+    assert set(analyses) == {"error rate", "abort rate", "transfer failures", "canary needle", "tool-call probe"}
+    assert all(a["phase"] == "successful" for i in intervals for a in i["analyses"]), intervals
+    assert analyses["error rate"]["value"] == 0 and analyses["abort rate"]["value"] == 0
+    release = sim_host.active_release()
+    assert release in _state(sim_host)["good"]
+    # Recorded baked: state.json and `dsv4deploy releases` say so, and the next perf gate judges against it.
+    assert _state(sim_host)["baked"][release] == "passed"
+    listed = subprocess.run([str(VENV_BIN / "dsv4deploy"), "releases", "-i", str(sim_host.inventory), "--json"],
+                            capture_output=True, text=True, timeout=300, cwd="/")
+    rows = {r["id"]: r["status"] for r in json.loads(listed.stdout)["local"]["releases"]}
+    assert rows[release] == "baked", listed.stdout + listed.stderr
 
 
 def test_a_three_times_slower_decode_is_refused_with_its_figures(sim_host: SimHost) -> None:
@@ -121,37 +150,6 @@ def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) ->
 # 200th generation a few intervals into the bake (the gates above stay well below it).
 BAKE = ["-e", json.dumps({"dsv4_bake_s": 30, "dsv4_bake_interval_s": 1, "dsv4_bake_probe_sessions": 40,
                           "dsv4_bake_canary_tokens": 500})]
-
-
-def _bake(report: dict) -> dict:
-    return next(g for g in report["gates"] if g["name"] == "bake")
-
-
-def test_a_clean_release_passes_perf_and_the_bake(sim_host: SimHost) -> None:
-    proc = sim_host.playbook("deploy.yml", *GATES, *_release_with("4"), "-e",
-                             json.dumps({"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1}))
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    report = sim_host.report()
-    assert report["verdict"] == "promoted" and _perf(report)["status"] == "passed"
-    bake = _bake(report)
-    assert bake["status"] == "passed", bake["summary"]
-    assert bake["summary"].startswith("baked 3 s: 3 successful, 0 failed, 0 inconclusive"), bake["summary"]
-    intervals = bake["evidence"]["intervals"]
-    # What a bake interval costs (shown with -s): the probes' time, the rest of the interval is a wait.
-    print(f"bake: {bake['seconds']:.2f} s; intervals of 1 s took {[i['seconds'] for i in intervals]} s")
-    # Every analysis of every interval judged something: the router and the servers counted the probes.
-    analyses = {a["name"]: a for a in intervals[-1]["analyses"]}
-    assert set(analyses) == {"error rate", "abort rate", "transfer failures", "canary needle", "tool-call probe"}
-    assert all(a["phase"] == "successful" for i in intervals for a in i["analyses"]), intervals
-    assert analyses["error rate"]["value"] == 0 and analyses["abort rate"]["value"] == 0
-    release = sim_host.active_release()
-    assert release in _state(sim_host)["good"]
-    # Recorded baked: state.json and `dsv4deploy releases` say so, and the next perf gate judges against it.
-    assert _state(sim_host)["baked"][release] == "passed"
-    listed = subprocess.run([str(VENV_BIN / "dsv4deploy"), "releases", "-i", str(sim_host.inventory), "--json"],
-                            capture_output=True, text=True, timeout=300, cwd="/")
-    rows = {r["id"]: r["status"] for r in json.loads(listed.stdout)["local"]["releases"]}
-    assert rows[release] == "baked", listed.stdout + listed.stderr
 
 
 def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_back_in_the_bake(

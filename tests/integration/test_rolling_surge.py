@@ -25,7 +25,7 @@ import yaml
 
 from dsv4deploy.downtime import DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
-from tests.integration.test_blue_green import FAST, _listening, _registered_ports
+from tests.integration.test_blue_green import FAST, READINESS, _listening, _registered_ports
 from tests.integration.test_interrupted import kill_when, start
 from tests.integration.test_rolling import _worker, assert_active, roll_under_load
 from tests.ports import free_port_block
@@ -55,7 +55,7 @@ def surge_host(sim_host: SimHost) -> Iterator[SimHost]:
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
     try:
         # Nothing serves yet: the first release starts as recreate starts it (readiness alone: not the subject).
-        sim_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)
+        sim_host.playbook("deploy.yml", *FAST, *READINESS, check=True)
         yield sim_host
     finally:
         # The slot's supervisord, should a failed run have left it (the module's teardown stops the rest).
@@ -101,9 +101,9 @@ def test_a_surge_worker_that_fails_its_gate_leaves_the_old_decode_serving(surge_
 
 def _killed_once_the_surge_decode_joined(host: SimHost, *extra: str) -> dict:
     """Start a roll and SIGKILL its controller once the production router lists the surge decode; the
-    roll's record it left."""
+    roll's record it left. Step 1's gates are readiness alone: the kill after them is the subject."""
     surge_port = host.base_port + 2 + PORT_OFFSET
-    kill_when(start(host, "deploy.yml", *FAST, *extra), lambda: surge_port in _registered_ports(host),
+    kill_when(start(host, "deploy.yml", *FAST, *READINESS, *extra), lambda: surge_port in _registered_ports(host),
               "the surge decode joined the production router")
     return json.loads((host.install_root / "rolling.json").read_text())
 
@@ -131,7 +131,7 @@ def test_a_controller_killed_mid_surge_is_undone_by_the_next_deploy(surge_host: 
     assert record["old"] == serving and record["at"] == 1, {k: record[k] for k in ("old", "new", "at", "left")}
     # The next run deploys the serving release again: the roll is undone first, with no failed request.
     with DowntimeClient(surge_host.endpoint, "deepseek-v4-flash", api_key=surge_host.api_key, concurrency=2) as client:
-        again = surge_host.playbook("deploy.yml", *FAST, *_deployed_with(surge_host, serving))
+        again = surge_host.playbook("deploy.yml", *FAST, *READINESS, *_deployed_with(surge_host, serving))
     out = again.stdout + again.stderr
     flat = " ".join(out.split())  # the callback wraps long lines
     assert again.returncode == 0 and f"a roll from {serving} to {record['new']} died at step 1" in flat, out[-6000:]
