@@ -27,6 +27,10 @@ VENV_BIN = Path(os.environ.get("DSV4_VENV_BIN", REPO / ".venv" / "bin"))
 # power to catch corruption is test_gate_promises' and test_fault_matrix's): 6 sessions of 2 turns
 # instead of the default 50 of 4, about 1 s of a deploy instead of ~16 s.
 SMALL_SOAK = ["-e", json.dumps({"soak_sessions": 6, "soak_turns": 2})]
+# The needle grid at two cells, for tests whose subject is not the needle (the inventory's 18 cells up to
+# 12K tokens, ~6 s of a deploy, are test_gate_promises' and test_fault_matrix's): the required 5.5K row
+# stays, so index_topk 512 still fails it. A grid given after it replaces it (the last -e wins).
+SMALL_NEEDLE = ["-e", json.dumps({"needle_lengths": [1000, 5500], "needle_depths": [0.5]})]
 
 
 @dataclass

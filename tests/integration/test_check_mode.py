@@ -9,11 +9,12 @@ import os
 
 import pytest
 
-from tests.integration.simhost import SMALL_SOAK, SimHost
+from tests.integration.simhost import SMALL_NEEDLE, SMALL_SOAK, SimHost
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
+        *SMALL_NEEDLE]
 
 
 def snapshot(host: SimHost) -> dict[str, object]:

@@ -17,11 +17,16 @@ import urllib.request
 import httpx
 import pytest
 
-from tests.integration.simhost import REPO, SMALL_SOAK, VENV_BIN, SimHost
+from tests.integration.simhost import REPO, SMALL_NEEDLE, SMALL_SOAK, VENV_BIN, SimHost
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
+# Grids given after FAST replace its SMALL_NEEDLE (the last -e wins).
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
+        *SMALL_NEEDLE]
+
+
+RELEASES: dict[str, str] = {}  # releases later tests of this module go back to
 
 
 def chat(host: SimHost, text: str = "Say OK") -> str:
@@ -98,7 +103,7 @@ def test_ignored_override_is_logged_but_caught_by_recall_and_rolled_back(sim_hos
     # The servers log index_topk 1024 and report it in /server_info, but compute with 512: only a
     # functional gate can see it. The config gate passes; the needle gate fails; the deploy rolls back.
     good = sim_host.active_release()
-    proc = sim_host.playbook("deploy.yml", "-e", "sim_faults=ignore_override", *NEEDLE_5K5, *FAST)
+    proc = sim_host.playbook("deploy.yml", "-e", "sim_faults=ignore_override", *FAST, *NEEDLE_5K5)
     assert proc.returncode != 0
     report = sim_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle")
@@ -167,27 +172,22 @@ def test_server_crashing_after_supervisords_start_window_fails_readiness_at_once
     assert_serving(sim_host, good)
 
 
-def test_needle_below_the_required_length_rolls_back(sim_host: SimHost) -> None:
+def test_needle_below_the_required_length_rolls_back_and_extra_vars_gates_keep_the_rollback_proof(
+        sim_host: SimHost) -> None:
+    # One deploy for two behaviours (the default gate list failing at the needle is
+    # test_ignored_override's): a needle below the required length rolls back, and -e beats every role
+    # variable: the operator's gate list picks the deploy's gates, while the rollback still proves the
+    # old release with readiness and smoke, not with the needle that just failed.
     good = sim_host.active_release()
-    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", *NEEDLE_5K5, *FAST)
-    assert proc.returncode != 0
-    report = sim_host.report()
-    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle")
-    assert any(not c["recalled"] for c in report["needle"]["cells"])
-    assert_serving(sim_host, good)
-
-
-def test_gates_chosen_with_extra_vars_do_not_replace_what_the_rollback_proves(sim_host: SimHost) -> None:
-    # -e beats every role variable: the operator's gate list picks the deploy's gates, and the rollback
-    # still proves the old release with readiness and smoke, not with the needle that just failed.
-    good = sim_host.active_release()
-    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", *NEEDLE_5K5, *FAST,
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", *FAST, *NEEDLE_5K5,
                              "-e", '{"dsv4_gates_names": ["readiness", "needle"]}')
     assert proc.returncode != 0
     report = sim_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle"), proc.stdout[-4000:]
+    assert any(not c["recalled"] for c in report["needle"]["cells"]), "a needle beyond index_topk 512 is lost"
     # The deploy's two gates, then the rollback's proof of the old release.
-    assert [g["name"] for g in report["gates"]] == ["readiness", "needle", "readiness", "smoke"]
+    assert [g["name"] for g in report["gates"]] == ["readiness", "needle", "readiness", "smoke"], \
+        "the -e gate list replaced the deploy's gates, not the rollback's proof"
     assert_serving(sim_host, good)
 
 
@@ -216,59 +216,33 @@ def test_a_second_deploy_fails_fast_on_the_lock(sim_host: SimHost) -> None:
     assert "another run holds" in proc.stdout and "alice@ops" in proc.stdout
 
 
-def test_switch_to_combined_and_back(sim_host: SimHost) -> None:
-    proc = sim_host.playbook("deploy.yml", "-e", "topology=combined", *FAST)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    assert sim_host.report()["topology"] == "combined"
-    assert set(sim_host.pids()) == {"sglang-dsv4"}
-    assert "OK" in chat(sim_host)
-    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *FAST)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    assert set(sim_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
-    assert "OK" in chat(sim_host)
-
-
-def test_rollback_playbook_to_a_named_release_and_verify(sim_host: SimHost) -> None:
-    releases = sorted(os.listdir(sim_host.install_root / "releases"))
-    active = sim_host.active_release()
-    target = next(r for r in reversed(releases) if r != active)
-    proc = sim_host.playbook("rollback.yml", "-e", f"release={target}", *FAST)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    assert f"release {target} is serving and verified" in proc.stdout
-    assert_serving(sim_host, target)
-    proc = sim_host.playbook("verify.yml", *FAST)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    assert "gate needle: passed" in proc.stdout
-    assert sim_host.active_release() == target
-
-
-def test_rollback_to_a_release_that_does_not_exist_is_refused(sim_host: SimHost) -> None:
-    active = sim_host.active_release()
-    proc = sim_host.playbook("rollback.yml", "-e", "release=20000101T000000Z-nope")
-    assert proc.returncode != 0
-    assert "release 20000101T000000Z-nope is not installed on local" in proc.stdout
-    assert sim_host.active_release() == active
-
-
 def test_pd_only_transfer_fault_fails_in_pd_and_passes_in_combined(sim_host: SimHost) -> None:
-    # The seeds' isolation experiment as two deploys: the same fault, two topologies.
+    # The seeds' isolation experiment as two deploys: the same fault, two topologies. The combined
+    # deploy is also the switch to combined (a rollback target later: test_rollback_playbook...).
     good = sim_host.active_release()
     faults = ["-e", "sim_faults=pd_transfer_truncate", "-e", "needle_required_tokens=2000",
               "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}']
-    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *faults, *FAST)
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *FAST, *faults)
     assert proc.returncode != 0
     assert (sim_host.report()["verdict"], sim_host.report()["failed_gate"]) == ("rolled_back", "needle")
     assert_serving(sim_host, good)
-    proc = sim_host.playbook("deploy.yml", "-e", "topology=combined", *faults, *FAST)
+    proc = sim_host.playbook("deploy.yml", "-e", "topology=combined", *FAST, *faults)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert sim_host.report()["verdict"] == "promoted"
+    assert sim_host.report()["topology"] == "combined", "the switch to combined"
+    assert set(sim_host.pids()) == {"sglang-dsv4"}
+    assert "OK" in chat(sim_host)
+    RELEASES["combined"] = sim_host.active_release() or ""
 
 
-def test_switchover_waits_for_gpu_memory_released_late(sim_host: SimHost) -> None:
-    # The old servers keep their GPU memory for 4 s after exit. Starting the new ones at once would
-    # run out of memory on those GPUs; the switchover waits on nvidia-smi instead, and promotes.
+def test_switch_back_to_pd_and_a_switchover_waits_for_gpu_memory_released_late(sim_host: SimHost) -> None:
     proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "sim_faults=slow_release=4", *FAST)
     assert proc.returncode == 0, proc.stdout[-5000:]
+    assert sim_host.report()["topology"] == "pd", "the switch back to PD"
+    assert set(sim_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
+    assert "OK" in chat(sim_host)
+    # Those servers keep their GPU memory for 4 s after exit. Starting the new ones at once would run out
+    # of memory on those GPUs; the switchover waits on nvidia-smi instead, and promotes.
     proc = sim_host.playbook("deploy.yml", "-e", "topology=pd", *FAST)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert sim_host.report()["verdict"] == "promoted"
@@ -322,6 +296,28 @@ def test_router_starts_early_and_routes_as_soon_as_its_workers_are_healthy(sim_h
     assert router is not None and decode_spawn is not None and router - decode_spawn < 2, (router, decode_spawn)
     assert decode_up <= ready < decode_up + 3, ([x for x in seen if any(x[1:])][:60], decode_up, ready)
     assert "OK" in chat(sim_host)
+
+
+def test_rollback_playbook_to_a_named_release_and_verify(sim_host: SimHost) -> None:
+    # From the PD release the router test promoted to the combined one of test_pd_only_transfer...
+    target = RELEASES["combined"]
+    assert target and target != sim_host.active_release()
+    proc = sim_host.playbook("rollback.yml", "-e", f"release={target}", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert f"release {target} is serving and verified" in proc.stdout
+    assert_serving(sim_host, target)
+    proc = sim_host.playbook("verify.yml", *FAST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "gate needle: passed" in proc.stdout
+    assert sim_host.active_release() == target
+
+
+def test_rollback_to_a_release_that_does_not_exist_is_refused(sim_host: SimHost) -> None:
+    active = sim_host.active_release()
+    proc = sim_host.playbook("rollback.yml", "-e", "release=20000101T000000Z-nope")
+    assert proc.returncode != 0
+    assert "release 20000101T000000Z-nope is not installed on local" in proc.stdout
+    assert sim_host.active_release() == active
 
 
 def test_stop_playbook_stops_everything_and_keeps_the_releases(sim_host: SimHost) -> None:

@@ -13,12 +13,14 @@ import json
 
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import SMALL_NEEDLE, SimHost
 from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120"]
+# The soak at its defaults (50 sessions of 4 turns: the subject here); the needle at two cells (a grid
+# given after FAST replaces it).
+FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_NEEDLE]
 
 
 def decode_env(host: SimHost, **env: str) -> list[str]:
@@ -53,8 +55,8 @@ def test_clean_pd_deploy_passes_the_soak_gate(sim_host: SimHost) -> None:
 
 def test_a_needle_grid_too_short_for_its_requirement_is_refused_before_any_change(sim_host: SimHost) -> None:
     good, pids = sim_host.active_release(), sim_host.pids()
-    proc = sim_host.playbook("deploy.yml", "-e", "needle_required_tokens=5500",
-                             "-e", '{"needle_lengths": [1000, 2000, 4000]}', "-e", "index_topk=512", *FAST)
+    proc = sim_host.playbook("deploy.yml", *FAST, "-e", "needle_required_tokens=5500",
+                             "-e", '{"needle_lengths": [1000, 2000, 4000]}', "-e", "index_topk=512")
     assert proc.returncode != 0
     assert ("needle_lengths [1000, 2000, 4000] cannot reach the required 5500 tokens (needle_required_tokens)"
             in proc.stdout)
@@ -100,8 +102,8 @@ def test_same_fault_without_the_env_switch_is_promoted(sim_host: SimHost) -> Non
 
 
 def test_soak_can_be_switched_off_and_says_so(sim_host: SimHost) -> None:
-    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", "-e", "soak_enabled=false",
-                             "-e", "needle_required_tokens=2000", *FAST)
+    proc = sim_host.playbook("deploy.yml", "-e", "index_topk=512", "-e", "soak_enabled=false", *FAST,
+                             "-e", "needle_required_tokens=2000", "-e", '{"needle_lengths": [1000, 2000]}')
     assert proc.returncode == 0, proc.stdout[-5000:]
     soak = gate(sim_host.report(), "soak")
     assert (soak["status"], soak["summary"]) == ("skipped", "soak_enabled is false")

@@ -60,10 +60,15 @@ def deploy(host: SimHost, *extra: str) -> str:
     return host.active_release() or ""
 
 
-def test_clean_pd_gives_clean_and_is_restored(sim_host: SimHost) -> None:
-    release = deploy(sim_host)
+def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_secret_env(sim_host: SimHost) -> None:
+    # One deploy and one experiment for two behaviours: a clean release gives clean, and (issue #23 item 14)
+    # the combined twin of a release with a secret env gets it from the inventory (spec.json holds a digest;
+    # the twin's 0600 env file is filled) and it never shows.
+    token = "hf_" + os.urandom(12).hex()
+    secret = ["-e", json.dumps({"server_env_extra": {"HF_TOKEN": token}})]
+    release = deploy(sim_host, *secret)
     deploy_report = sim_host.report()
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke,needle", *NEEDLE_2K, *FAST)
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke,needle", *NEEDLE_2K, *FAST, *secret)
     assert proc.returncode == 0, proc.stdout[-6000:]
     report = isolate_report(sim_host)
     assert report["verdict"] == "clean", report["why"]
@@ -83,19 +88,12 @@ def test_clean_pd_gives_clean_and_is_restored(sim_host: SimHost) -> None:
     md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
     assert "**CLEAN**" in md and "Recall curve" in md and "restored and verified" in md
     assert "ISOLATED: **CLEAN**" in proc.stdout
-
-
-def test_combined_server_that_crashes_on_start_is_inconclusive_and_restored(sim_host: SimHost) -> None:
-    release = sim_host.active_release() or ""
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST,
-                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "crash_on_start"}}')
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    report = isolate_report(sim_host)
-    assert report["verdict"] == "inconclusive"
-    assert "combined side could not be tested" in report["why"] and "did not start" in report["why"]
-    assert report["sides"]["pd"]["ran"] and report["sides"]["combined"]["ran"] is False
-    assert any("DSV4_SIM_FAULTS" in note and "on purpose" in note for note in report["notes"])
-    assert_restored(sim_host, release, report)
+    twin = sim_host.install_root / "secrets" / "sglang-dsv4.env"
+    assert twin.read_text() == f'HF_TOKEN="{token}"\n' and (twin.stat().st_mode & 0o777) == 0o600, \
+        "the combined twin's env file holds the secret, 0600"
+    assert token not in proc.stdout + proc.stderr, "the secret never shows in the experiment's output"
+    assert not [p for p in sim_host.reports.rglob("*") if p.is_file() and token.encode() in p.read_bytes()], \
+        "the secret is in no report"
 
 
 def experiment(host: SimHost, faults: str, needle: list[str]) -> tuple[str, dict]:
@@ -121,6 +119,20 @@ def test_the_same_corruption_on_both_sides_gives_shared_path(sim_host: SimHost) 
     release, report = experiment(sim_host, "ignore_override", NEEDLE_5K)
     assert report["verdict"] == "shared_path", report["why"]
     assert report["sides"]["pd"]["failed_suites"] == report["sides"]["combined"]["failed_suites"] == ["needle"]
+    assert_restored(sim_host, release, report)
+
+
+def test_combined_server_that_crashes_on_start_is_inconclusive_and_restored(sim_host: SimHost) -> None:
+    # After the experiments: the clean release's secret env would have to be passed again.
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST,
+                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "crash_on_start"}}')
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "inconclusive"
+    assert "combined side could not be tested" in report["why"] and "did not start" in report["why"]
+    assert report["sides"]["pd"]["ran"] and report["sides"]["combined"]["ran"] is False
+    assert any("DSV4_SIM_FAULTS" in note and "on purpose" in note for note in report["notes"])
     assert_restored(sim_host, release, report)
 
 
@@ -175,19 +187,3 @@ def test_a_restore_that_fails_is_the_loudest_failure(sim_host: SimHost) -> None:
     back = sim_host.playbook("rollback.yml", "-e", f"release={release}", *FAST)
     assert back.returncode == 0, back.stdout[-5000:]
     assert sim_host.active_release() == release and set(sim_host.pids()) == PD_PROGRAMS
-
-
-def test_the_combined_twin_gets_the_secret_env_and_it_never_shows(sim_host: SimHost) -> None:
-    # Issue #23 item 14: spec.json holds a digest; the twin's 0600 env file is filled from the inventory.
-    token = "hf_" + os.urandom(12).hex()
-    secret = ["-e", json.dumps({"server_env_extra": {"HF_TOKEN": token}})]
-    release = deploy(sim_host, *secret)
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, *secret)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    report = isolate_report(sim_host)
-    assert report["sides"]["combined"]["ran"] and report["sides"]["combined"]["passed"], report["why"]
-    twin = sim_host.install_root / "secrets" / "sglang-dsv4.env"
-    assert twin.read_text() == f'HF_TOKEN="{token}"\n' and (twin.stat().st_mode & 0o777) == 0o600
-    assert token not in proc.stdout + proc.stderr
-    assert not [p for p in sim_host.reports.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
-    assert_restored(sim_host, release, report)
