@@ -59,6 +59,24 @@ def record_phase(path: str, run_id: str, phase: str, target: str = "") -> dict:
     return record
 
 
+def release(path: str, run_id: str, force: bool = False, check: bool = False) -> dict:
+    """Remove the lock at `path` when run `run_id` holds it (or any holder, with `force`); what the module
+    returns (C(changed); C(msg) and C(holder) when another run holds it and it stays; C(would) in check mode).
+    No lock there changes nothing, so a second release of the same run is a no-op."""
+    held = read(path)
+    if held is None:
+        return {"changed": False}
+    if held.get("run_id") != run_id and not force:
+        return {"changed": False, "msg": "lock held by another run; left in place", "holder": held}
+    if check:
+        return {"changed": True, "would": [f"remove the lock {path}"]}
+    try:
+        os.unlink(path)
+    except FileNotFoundError:  # removed between the read and here: released all the same
+        return {"changed": False}
+    return {"changed": True}
+
+
 class Refused(Exception):
     """The lock cannot be taken; `extra` (the holder, its age, whether it is stale) goes into the failed result."""
 

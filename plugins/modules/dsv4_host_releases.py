@@ -90,6 +90,14 @@ options:
       - The deploy lock this run holds, to record the phase in after O(state=present) wrote the release (C(path),
         C(run_id), C(phase)); the target recorded is the release installed (or reused). {} records nothing. As
         M(dsv4.deploy.dsv4_lock) O(state=phase), in the same module run.
+  release_lock:
+    type: dict
+    default: {}
+    description:
+      - The deploy lock this run holds (C(path), C(run_id)), to release once O(state=verified) recorded the release.
+        The record is the end of a successful run, so the lock goes in the same module run, as
+        M(dsv4.deploy.dsv4_lock) O(state=absent) would remove it (a lock another run holds stays, with a warning).
+        RV(lock_released) says whether it went. {} releases nothing; a check run holds no lock and releases none.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -123,6 +131,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lock_released:
+  description: Whether O(release_lock) removed the deploy lock (false when there was none or another run holds it).
+  returned: O(state=verified) with O(release_lock), in a real run
+  type: bool
 would:
   description: In check mode, what a real run would do, in words.
   returned: check mode, when something would change (O(state=present), O(state=active), O(state=verified),
@@ -440,6 +452,18 @@ def _record_phase(module: AnsibleModule, lock: dict, release_id: str) -> None:
         module.fail_json(msg=str(exc))
 
 
+def _release_lock(module: AnsibleModule, lock: dict) -> bool:
+    """Release the deploy lock run lock["run_id"] holds at lock["path"]; whether it was removed."""
+    missing = [k for k in ("path", "run_id") if not lock.get(k)]
+    if missing:
+        module.fail_json(msg=f"release_lock: needs {', '.join(missing)} (path and run_id of the deploy lock)")
+    released = deploy_lock.release(lock["path"], lock["run_id"])
+    if released.get("holder"):
+        module.warn(f"the deploy lock {lock['path']} was left in place: another run holds it now, "
+                    f"{deploy_lock.describe(released['holder'])}")
+    return bool(released["changed"])
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -454,6 +478,7 @@ def main() -> None:
             "keep": {"type": "int", "default": 5},
             "perf": {"type": "dict", "default": {}},
             "lock": {"type": "dict", "default": {}},
+            "release_lock": {"type": "dict", "default": {}},
         },
         required_if=[("state", "present", ("release_id", "files")), ("state", "active", ("release_id",)),
                      ("state", "verified", ("release_id",)), ("state", "failed", ("release_id",)),
@@ -479,7 +504,10 @@ def main() -> None:
             _record_phase(module, p["lock"], installed["release_id"])
         module.exit_json(before=before, **installed)
     if p["state"] == "verified":
-        module.exit_json(**_verified(module, root, p["release_id"], p["perf"]))
+        verified = _verified(module, root, p["release_id"], p["perf"])
+        if p["release_lock"] and not module.check_mode:  # a check run takes no lock, so it has none to release
+            verified["lock_released"] = _release_lock(module, p["release_lock"])
+        module.exit_json(**verified)
     if p["state"] == "failed":
         module.exit_json(**_failed(module, root, p["release_id"], p["failed_gate"] or "gates", p["perf"]))
     if p["state"] == "absent":

@@ -152,8 +152,6 @@ stale:
 """
 
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
@@ -180,16 +178,8 @@ def main() -> None:
     )
     p = module.params
     path = p["path"]
-    held = deploy_lock.read(path)
     if p["state"] == "absent":
-        if held is None:
-            module.exit_json(changed=False)
-        if held.get("run_id") != p["run_id"] and not p["force"]:
-            module.exit_json(changed=False, msg="lock held by another run; left in place", holder=held)
-        if module.check_mode:
-            module.exit_json(changed=True, would=[f"remove the lock {path}"])
-        os.unlink(path)
-        module.exit_json(changed=True)
+        module.exit_json(**deploy_lock.release(path, p["run_id"], p["force"], module.check_mode))
 
     if p["state"] == "phase":
         if module.check_mode:  # a check run takes no lock, so it has none to update

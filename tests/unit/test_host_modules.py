@@ -266,6 +266,30 @@ def test_the_install_records_the_lock_phase_in_the_same_run_and_check_mode_write
     assert other["failed"] and f"this run no longer holds {path}" in other["msg"]
 
 
+def test_the_verified_record_releases_the_lock_of_its_own_run_only(tmp_path: Path) -> None:
+    root, path = tmp_path / "root", tmp_path / "root" / "deploy.lock"
+    assert run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="rel-1",
+                      files=release_files())["changed"]
+    assert lock(tmp_path, "r1", phase="gates")["changed"]
+
+    def verified(run_id: str, check_mode: bool = False) -> dict:
+        return run_module(RELEASES, tmp_path, check_mode=check_mode, install_root=str(root), state="verified",
+                          release_id="rel-1", release_lock={"path": str(path), "run_id": run_id})
+
+    # A check run holds no lock: nothing is recorded and the lock stays.
+    assert not verified("r1", check_mode=True).get("failed") and path.exists()
+    # Another run's lock stays, named in a warning; the release is recorded all the same.
+    other = verified("r2")
+    assert other["good"] == ["rel-1"] and not other["lock_released"] and path.exists()
+    assert "left in place: another run holds it now, alice@ops (run r1" in str(other["warnings"])
+    # Its own run's goes in the same module run; the end's release is then a no-op.
+    own = verified("r1")
+    assert own["lock_released"] and not path.exists() and own["good"] == ["rel-1"]
+    assert not lock(tmp_path, "r1", state="absent")["changed"]
+    assert "path and run_id" in run_module(RELEASES, tmp_path, install_root=str(root), state="verified",
+                                           release_id="rel-1", release_lock={"path": str(path)})["msg"]
+
+
 def test_takeover_replaces_only_the_named_dead_run(tmp_path: Path) -> None:
     lock(tmp_path, "r1")
     assert lock(tmp_path, "r3", takeover_from="someone-else")["failed"]
