@@ -63,7 +63,9 @@ def wait_released(cmd: list[str], gpus: list[int], our_pids: list[int], threshol
     while True:
         table = gpu_table(cmd)
         watched = set(gpus)
-        if our_pids:
+        # Only a GPU at the threshold can be busy: with none, which GPUs our processes held does not matter
+        # (one nvidia-smi call fewer in the usual case).
+        if our_pids and any(v["used"] >= threshold_mib for v in table.values()):
             # GPUs our stopped processes held (their memory may be released late) count too.
             uuid_index = {v["uuid"]: k for k, v in table.items() if v["uuid"]}
             ours = set(our_pids)
