@@ -63,5 +63,5 @@ def test_table_and_apps_of_an_old_driver_without_uuids(tmp_path: Path) -> None:
 
 
 def test_a_missing_query_command_is_named(tmp_path: Path) -> None:
-    with pytest.raises(gpus.GpuError, match="GPU query command not found: .*absent-smi"):
+    with pytest.raises(gpus.GpuError, match=r"GPU query command not found: .*absent-smi"):
         gpus.table_and_apps([str(tmp_path / "absent-smi")])
