@@ -34,7 +34,7 @@ def _rows(proc: subprocess.Popen) -> list[list[str]] | None:
     """The CSV rows a query started by _launch printed; None when it failed. Past SMI_TIMEOUT_S it is killed
     and subprocess.TimeoutExpired raised, as subprocess.run does."""
     try:
-        out, _ = proc.communicate(timeout=SMI_TIMEOUT_S)
+        out = proc.communicate(timeout=SMI_TIMEOUT_S)[0]
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
