@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsv4deploy import varnames
+from dsv4deploy import varnames, yaml_fast
 from dsv4deploy.spec import Deployment, Problem
 
 EXTRA_VARS = "-e"
@@ -70,8 +70,8 @@ def _vars_file(sources: Iterable[str], kind: str, entity: str, key: str) -> str:
         for path in candidates:
             if not path.is_file():
                 continue
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            try:  # each file parsed once, however many names are looked up in it
+                data = yaml_fast.load_file(path)
             except (OSError, yaml.YAMLError, UnicodeDecodeError):
                 continue  # a vaulted file: the folder is named instead
             if isinstance(data, dict) and key in data:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from dsv4deploy import yaml_fast
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, Problem
 
 # The inventory's own variables that only look like ours: `dsv4_allow_vars: [index_top_k_note]`.
@@ -56,7 +57,7 @@ def _collection_root() -> Path | None:
 
 def _yaml(path: Path) -> object:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml_fast.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return None
 
@@ -150,8 +151,11 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     for candidate in sorted(known):
         if _normal(candidate) == _normal(name):
             return candidate
+        limit = _allowed_distance(candidate)
+        if abs(len(name) - len(candidate)) > limit:
+            continue  # the distance is at least the difference in length: too far, no need to compute it
         d = distance(name.lower(), candidate)
-        if d <= _allowed_distance(candidate) and (best is None or d < best[0]):
+        if d <= limit and (best is None or d < best[0]):
             best = (d, candidate)
     if best:
         return best[1]

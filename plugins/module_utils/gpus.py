@@ -16,33 +16,79 @@ class GpuError(Exception):
         self.table = table
 
 
-def _smi(cmd: list[str], *args: str) -> list[list[str]] | None:
+GPU_QUERY = ("--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits")
+APPS_QUERY = ("--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
+SMI_TIMEOUT_S = 60
+
+
+def _launch(cmd: list[str], *args: str) -> subprocess.Popen:
+    """Start one nvidia-smi query (GpuError when the command is not there)."""
     try:
-        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
         raise GpuError(f"GPU query command not found: {cmd[0]}; install the NVIDIA driver tools or set "
                        "gpu_query_command") from None
+
+
+def _rows(proc: subprocess.Popen) -> list[list[str]] | None:
+    """The CSV rows a query started by _launch printed; None when it failed. Past SMI_TIMEOUT_S it is killed
+    and subprocess.TimeoutExpired raised, as subprocess.run does."""
+    try:
+        out = proc.communicate(timeout=SMI_TIMEOUT_S)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     if proc.returncode != 0:
         return None
-    return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
+    return [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
 
 
-def gpu_table(cmd: list[str]) -> dict[int, dict]:
-    """index -> {uuid, used, total} in MiB."""
-    rows = _smi(cmd, "--query-gpu=index,uuid,memory.used,memory.total", "--format=csv,noheader,nounits")
-    if rows is None:
+def _smi(cmd: list[str], *args: str) -> list[list[str]] | None:
+    return _rows(_launch(cmd, *args))
+
+
+def _table(cmd: list[str], rows: list[list[str]] | None) -> dict[int, dict]:
+    if rows is None:  # a driver too old for uuid in --query-gpu
         rows = [[r[0], "", r[1], r[2]] for r in
                 (_smi(cmd, "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits") or [])]
     return {int(r[0]): {"uuid": r[1], "used": int(float(r[2])), "total": int(float(r[3]))} for r in rows if r}
 
 
-def compute_apps(cmd: list[str]) -> list[dict]:
-    """Processes holding GPU memory: {pid, used, gpu_uuid (may be empty)}."""
-    rows = _smi(cmd, "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits")
+def _apps(cmd: list[str], rows: list[list[str]] | None) -> list[dict]:
     if rows is not None:
         return [{"gpu_uuid": r[0], "pid": int(r[1]), "used": int(float(r[2]))} for r in rows if len(r) >= 3]
     rows = _smi(cmd, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits") or []
     return [{"gpu_uuid": "", "pid": int(r[0]), "used": int(float(r[1]))} for r in rows if len(r) >= 2]
+
+
+def gpu_table(cmd: list[str]) -> dict[int, dict]:
+    """index -> {uuid, used, total} in MiB."""
+    return _table(cmd, _smi(cmd, *GPU_QUERY))
+
+
+def compute_apps(cmd: list[str]) -> list[dict]:
+    """Processes holding GPU memory: {pid, used, gpu_uuid (may be empty)}."""
+    return _apps(cmd, _smi(cmd, *APPS_QUERY))
+
+
+def table_and_apps(cmd: list[str]) -> tuple[dict[int, dict], list[dict]]:
+    """gpu_table and compute_apps from two queries run at once (the preflight needs both: one nvidia-smi's
+    wall time, not two)."""
+    gpu_proc = _launch(cmd, *GPU_QUERY)
+    try:
+        apps_proc = _launch(cmd, *APPS_QUERY)
+    except BaseException:
+        gpu_proc.kill()
+        gpu_proc.communicate()
+        raise
+    try:
+        gpu_rows = _rows(gpu_proc)
+    except BaseException:
+        apps_proc.kill()
+        apps_proc.communicate()
+        raise
+    return _table(cmd, gpu_rows), _apps(cmd, _rows(apps_proc))
 
 
 def proc_name(pid: int) -> str:
@@ -63,7 +109,9 @@ def wait_released(cmd: list[str], gpus: list[int], our_pids: list[int], threshol
     while True:
         table = gpu_table(cmd)
         watched = set(gpus)
-        if our_pids:
+        # Only a GPU at the threshold can be busy: with none, which GPUs our processes held does not matter
+        # (one nvidia-smi call fewer in the usual case).
+        if our_pids and any(v["used"] >= threshold_mib for v in table.values()):
             # GPUs our stopped processes held (their memory may be released late) count too.
             uuid_index = {v["uuid"]: k for k, v in table.items() if v["uuid"]}
             ours = set(our_pids)

@@ -189,22 +189,14 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
 
 
-def gpu_table(module: AnsibleModule, cmd: list[str]) -> dict[int, dict]:
-    """index -> {uuid, used, total} in MiB (fails the module when the query command is missing)."""
+def gpu_snapshot(module: AnsibleModule, cmd: list[str]) -> tuple[dict[int, dict], list[dict]]:
+    """The GPU table (index -> {uuid, used, total} in MiB) and the processes holding GPU memory ({pid, used,
+    gpu_uuid (may be empty)}), queried at once; fails the module when the query command is missing."""
     try:
-        return gpus.gpu_table(cmd)
+        return gpus.table_and_apps(cmd)
     except gpus.GpuError as exc:
         module.fail_json(msg=str(exc))
-    return {}
-
-
-def compute_apps(module: AnsibleModule, cmd: list[str]) -> list[dict]:
-    """Processes holding GPU memory: {pid, used, gpu_uuid (may be empty)}."""
-    try:
-        return gpus.compute_apps(cmd)
-    except gpus.GpuError as exc:
-        module.fail_json(msg=str(exc))
-    return []
+    return {}, []
 
 
 def listeners() -> dict[int, list[int]]:
@@ -244,7 +236,7 @@ def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
     """GPUs of the new layout that are missing or held by a process that is not ours."""
     p = module.params
     problems = []
-    table = gpu_table(module, p["gpu_query_command"])
+    table, apps = gpu_snapshot(module, p["gpu_query_command"])
     if not table:
         module.fail_json(msg=f"no GPU answered '{' '.join(p['gpu_query_command'])} --query-gpu'; "
                              "check the NVIDIA driver (nvidia-smi) on this host")
@@ -253,7 +245,7 @@ def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
         problems.append(f"GPUs {missing} are not present (the host shows {sorted(table)}): fix the GPU lists "
                         "in the spec or the host's driver")
     uuid_index = {v["uuid"]: k for k, v in table.items() if v["uuid"]}
-    for app in compute_apps(module, p["gpu_query_command"]):
+    for app in apps:
         if app["pid"] in ours:
             continue
         index = uuid_index.get(app["gpu_uuid"])
