@@ -10,9 +10,9 @@ description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
     a failing server - it returns RV(gates), RV(gate) and RV(passed), so the play decides on every host at once.
   - Several gates named together run at the same time (threads), e.g. C([needle, soak]).
-  - O(then) chains further groups in the same task, each started once every gate before it passed, e.g.
-    O(name=[config, smoke]) then C([[needle, soak]]): the needle and the soak start the moment smoke passes,
-    with no task between them. The first group with a failed gate ends the chain (unless O(keep_going)).
+  - "O(then) chains further groups in the same task, each started once every gate before it passed, e.g.
+    O(name=[config, smoke]) then C([[needle, soak]]) - the needle and the soak start the moment smoke passes,
+    with no task between them. The first group with a failed gate ends the chain (unless O(keep_going))."
   - Deadlines and the needle grid come from the play's variables named in C(GateSettings)
     (C(readiness_deadline_s), C(smoke_deadline_s), C(needle_deadline_s), C(needle_required_tokens),
     C(needle_lengths), C(needle_depths), C(needle_concurrency)); O(settings) overrides them for one task.
