@@ -6,7 +6,6 @@ Documented in modules/dsv4_run_gates.py (ansible-doc dsv4.deploy.dsv4_run_gates)
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -16,8 +15,9 @@ from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.gate_runner import (
     GATES,
     GateSettingsError,
-    group_problem,
+    chain_problem,
     retired_warnings,
+    run_chain,
     run_gate,
 )
 from dsv4deploy.gates import GateStatus, skipped
@@ -98,23 +98,11 @@ class ActionModule(ValidatedAction):
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
             return data
 
-        gates: list[dict[str, Any]] = []
-        for names in groups:
-            with ThreadPoolExecutor(len(names)) as pool:
-                ran = list(pool.map(run_one, names))
-            gates += ran
-            if any(g["status"] == "failed" for g in gates) and not args["keep_going"]:
-                break  # what follows needs these gates passed
+        gates = run_chain(groups, run_one, args["keep_going"])
         failed = [g for g in gates if g["status"] == "failed"]
-        result.update(changed=False, gates=gates, gate=(failed or ran)[0], passed=not failed)
+        # None failed: every group ran, and the gate is the last group's first.
+        result.update(changed=False, gates=gates, gate=(failed or gates[-len(groups[-1]):])[0], passed=not failed)
         if warnings:
             result["warnings"] = warnings
         return result
 
-
-def chain_problem(names: list[Any]) -> str:
-    """Why the group `names` cannot run ('' when it can): each a known gate, none needing another."""
-    unknown = [str(n) for n in names if n not in GATES]
-    if unknown:
-        return f"unknown gate {', '.join(unknown)}; choose from {', '.join(GATES)}"
-    return group_problem(names)
