@@ -105,4 +105,3 @@ class ActionModule(ValidatedAction):
         if warnings:
             result["warnings"] = warnings
         return result
-
