@@ -78,6 +78,27 @@ def group_problem(names: list[str]) -> str:
     return ""
 
 
+def chain_problem(names: list[Any]) -> str:
+    """Why the group `names` cannot run ('' when it can): each a known gate, none needing another."""
+    unknown = [str(n) for n in names if n not in GATES]
+    if unknown:
+        return f"unknown gate {', '.join(unknown)}; choose from {', '.join(GATES)}"
+    return group_problem(names)
+
+
+def run_chain(groups: list[list[str]], run_one: Callable[[str], dict[str, Any]],
+              keep_going: bool = False) -> list[dict[str, Any]]:
+    """Run each group's gates at the same time (`run_one(name)` -> the gate's result as a dict), the groups
+    in order, each only once every gate before it passed (unless `keep_going`); the results, in order."""
+    gates: list[dict[str, Any]] = []
+    for names in groups:
+        with ThreadPoolExecutor(len(names)) as pool:
+            gates += list(pool.map(run_one, names))
+        if not keep_going and any(g["status"] == GateStatus.FAILED for g in gates):
+            break  # what follows needs these gates passed
+    return gates
+
+
 class GateSettingsError(ValueError):
     """Gate variables that cannot be used; ``problems`` are one line each, naming the variable."""
 

@@ -6,7 +6,6 @@ Documented in modules/dsv4_run_gates.py (ansible-doc dsv4.deploy.dsv4_run_gates)
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -16,15 +15,19 @@ from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.gate_runner import (
     GATES,
     GateSettingsError,
-    group_problem,
+    chain_problem,
     retired_warnings,
+    run_chain,
     run_gate,
 )
-from dsv4deploy.gates import skipped
+from dsv4deploy.gates import GateStatus, skipped
 from dsv4deploy.gates.bake import BakeSettings
+from dsv4deploy.gates.result import Stopwatch, make_result
 
 ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True, "choices": list(GATES)},
+    "then": {"type": "list", "elements": "raw", "default": []},
+    "keep_going": {"type": "bool", "default": False},
     "plan": {"type": "dict", "required": True},
     "logs": {"type": "dict", "default": {}},
     "api_key": {"type": "str", "default": "", "no_log": True},
@@ -44,15 +47,17 @@ class ActionModule(ValidatedAction):
     argument_spec = ARGUMENT_SPEC
 
     def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
-        """Run the named gates (at once where they do not need each other) and return their evidence."""
-        names = args["name"]
-        problem = group_problem(names)
+        """Run the named gates (at once where they do not need each other), then each group of `then` once
+        every gate before it passed, and return their evidence."""
+        groups = [args["name"], *([g] if isinstance(g, str) else list(g) for g in args["then"])]
+        problem = next((p for p in map(chain_problem, groups) if p), "")
         if problem:
             result.update(failed=True, msg=f"dsv4_run_gates: {problem}")
             return result
         if self._task.check_mode:  # a gate talks to running servers: never in check mode
             why = "check mode: not run (a gate talks to the running servers)"
-            gates = [{"name": n, "status": "skipped", "seconds": 0.0, "summary": why, "evidence": {}} for n in names]
+            gates = [{"name": n, "status": "skipped", "seconds": 0.0, "summary": why, "evidence": {}}
+                     for group in groups for n in group]
             result.update(changed=False, skipped=True, msg=why, gates=gates, gate=gates[0], passed=True)
             return result
         try:
@@ -68,25 +73,35 @@ class ActionModule(ValidatedAction):
         # The retired switch still means what it said: no perf gate.
         perf_off = "perf_enabled" in task_vars and not boolean(self._templar.template(task_vars["perf_enabled"]),
                                                                strict=False)
+        # The config gate's logs: those the readiness wait read on each host, and any collected by a task.
+        logs = {name: text for probe in args["probes"].values() if isinstance(probe, dict)
+                for name, text in (probe.get("logs") or {}).items()}
+        logs.update(args["logs"])
 
         def run_one(name: str) -> dict[str, Any]:
             def progress(done: int, total: int, note: str) -> None:
                 display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
 
-            if name == "perf" and perf_off:
-                gate = skipped("perf", "perf_enabled is false (retired: leave perf out of dsv4_gates_names)")
-            else:
-                gate = run_gate(name, args["plan"], settings, logs=args["logs"], api_key=args["api_key"] or None,
-                                progress=progress, probes=args["probes"], baseline=args["baseline"] or None,
-                                bake=bake)
+            watch = Stopwatch()
+            try:
+                if name == "perf" and perf_off:
+                    gate = skipped("perf", "perf_enabled is false (retired: leave perf out of dsv4_gates_names)")
+                else:
+                    gate = run_gate(name, args["plan"], settings, logs=logs, api_key=args["api_key"] or None,
+                                    progress=progress, probes=args["probes"], baseline=args["baseline"] or None,
+                                    bake=bake)
+            except Exception as exc:  # a gate that cannot run fails by its own name (the stage, the rollback)
+                why = f"the gate could not run: {type(exc).__name__}: {exc}"
+                failure = {"what": name, "status": None, "body": "", "error": str(exc)}
+                gate = make_result(name, GateStatus.FAILED, watch, why, {"failures": [failure]})
             data = gate.model_dump(mode="json")
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
             return data
 
-        with ThreadPoolExecutor(len(names)) as pool:
-            gates = list(pool.map(run_one, names))
+        gates = run_chain(groups, run_one, args["keep_going"])
         failed = [g for g in gates if g["status"] == "failed"]
-        result.update(changed=False, gates=gates, gate=(failed or gates)[0], passed=not failed)
+        # None failed: every group ran, and the gate is the last group's first.
+        result.update(changed=False, gates=gates, gate=(failed or gates[-len(groups[-1]):])[0], passed=not failed)
         if warnings:
             result["warnings"] = warnings
         return result

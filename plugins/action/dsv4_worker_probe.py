@@ -23,7 +23,7 @@ from dsv4deploy.gate_runner import (
 from dsv4deploy.gates.readiness import worker_paths
 
 ARGUMENT_SPEC = {
-    "name": {"type": "str", "required": True},
+    "name": {"type": "list", "elements": "str", "required": True},
     "plan": {"type": "dict", "required": True},
     "settings": {"type": "dict", "default": {}},
     "services": {"type": "dict", "default": {}},
@@ -55,14 +55,16 @@ class ActionModule(ValidatedAction):
     argument_spec = ARGUMENT_SPEC
 
     def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
-        """This host's part of the gate: the readiness wait, then the checks of its workers."""
-        name, plan = args["name"], args["plan"]
+        """This host's part of the gates named: the readiness wait, then the checks of its workers, readiness's
+        then config's (with config named, the wait also returns the workers' logs it reads)."""
+        names, plan = args["name"], args["plan"]
         host = task_vars["inventory_hostname"]
         local = self._connection.transport == "local"
         probe: dict[str, Any] = {"local": local, "seconds": 0.0, "workers": {}}
-        checks = host_checks(plan, host, local) if name in WORKER_GATES else []
+        modes = [n for n in WORKER_GATES if n in names]
+        checks = host_checks(plan, host, local) if modes else []
         services = args["services"]
-        watching = name == "readiness" and bool(services.get("install_root"))
+        watching = "readiness" in names and bool(services.get("install_root"))
         if not checks and not watching:
             result.update(changed=False, probe=probe)
             return result
@@ -73,41 +75,53 @@ class ActionModule(ValidatedAction):
             result.update(changed=False, probe=probe)
             return result
         if watching:
-            died = self._watch(plan, host, services, settings.readiness_deadline_s, task_vars, probe)
-            if died or not checks:
-                result.update(changed=False, probe=probe)
-                return result
+            died = self._watch(plan, host, services, settings.readiness_deadline_s, task_vars, probe,
+                               logs="config" in names)
+            # A program that died fails readiness at once: its checks would only wait for the deadline.
+            modes = [m for m in modes if not (died and m == "readiness")]
+        for mode in modes if checks else []:
+            self._check(mode, checks, host, settings.readiness_deadline_s, task_vars, probe)
+        result.update(changed=False, probe=probe)
+        return result
+
+    def _check(self, mode: str, checks: list[dict[str, Any]], host: str, deadline_s: float, task_vars: dict,
+               probe: dict[str, Any]) -> None:
+        """Run gate `mode`'s checks of the workers only `host` reaches, there; their evidence joins probe["workers"]."""
         module_args = {
             "checks": [{"name": w["name"], "url": w["url"], "paths": list(worker_paths(w.get("sglang_version")))}
                        for w in checks],
-            "mode": name,
-            "deadline_s": settings.readiness_deadline_s,
+            "mode": mode,
+            "deadline_s": deadline_s,
         }
         key_file = next((w.get("api_key_file") for w in checks if w.get("api_key_file")), None)
         if key_file:
             module_args["api_key_file"] = key_file
-        display.display(f"  [{name}] on {host}: {', '.join(w['name'] for w in checks)} "
+        display.display(f"  [{mode}] on {host}: {', '.join(w['name'] for w in checks)} "
                         f"(listening where only {host} reaches them)")
         found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args,
                                      task_vars=task_vars)
         if found.get("failed"):
             # The probe itself could not run (no python3, key file unreadable, ...): the gate says so.
             why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]
-            probe["workers"] = {w["name"]: {"url": w["url"], "unreachable": f"the check on {host} could not run: {why}"}
-                                for w in checks}
+            workers = {w["name"]: {"url": w["url"], "unreachable": f"the check on {host} could not run: {why}"}
+                       for w in checks}
         else:
-            probe["workers"] = found.get("workers") or {}
+            workers = found.get("workers") or {}
             probe["seconds"] += float(found.get("seconds") or 0.0)
-        result.update(changed=False, probe=probe)
-        return result
+        # Readiness's answers (checks) and config's (server_info) side by side, per worker.
+        for name, evidence in workers.items():
+            probe["workers"][name] = {**probe["workers"].get(name, {}), **evidence}
 
     def _watch(self, plan: dict[str, Any], host: str, services: dict[str, Any], deadline_s: float,
-               task_vars: dict, probe: dict[str, Any]) -> bool:
+               task_vars: dict, probe: dict[str, Any], logs: bool = False) -> bool:
         """Wait on `host` until its workers answer /health, watching its programs; True when one died
-        (recorded in probe["died"], with the host named: the gate fails on it at once)."""
+        (recorded in probe["died"], with the host named: the gate fails on it at once). With `logs`, the
+        workers' logs since this start come back too (probe["logs"], for the config gate)."""
         checks = [{"name": w["name"], "url": w["url"]} for w in plan["workers"] if w["host"] == host]
         watched = {k: services[k] for k in ("manager", "install_root", "supervisor_bin_dir") if services.get(k)}
         watched.update(since=services.get("since") or {}, log_offsets=services.get("log_offsets") or {})
+        if logs:
+            watched["logs"] = True
         if services.get("lock"):
             watched["lock"] = services["lock"]  # the phase is recorded with this run, not one of its own
         router = plan.get("router_service")
@@ -131,6 +145,8 @@ class ActionModule(ValidatedAction):
             return True
         probe["seconds"] = float(found.get("seconds") or 0.0)
         probe["healthy_on_host"] = found.get("healthy") or {}
+        if "logs" in found:
+            probe["logs"] = found["logs"]
         if found.get("not_started"):
             probe["not_started"] = found["not_started"]
         if found.get("registered") is not None:

@@ -10,6 +10,9 @@ description:
   - Runs the gate O(name) against the servers the plan names, from the controller. The task does not fail for
     a failing server - it returns RV(gates), RV(gate) and RV(passed), so the play decides on every host at once.
   - Several gates named together run at the same time (threads), e.g. C([needle, soak]).
+  - "O(then) chains further groups in the same task, each started once every gate before it passed, e.g.
+    O(name=[config, smoke]) then C([[needle, soak]]) - the needle and the soak start the moment smoke passes,
+    with no task between them. The first group with a failed gate ends the chain (unless O(keep_going))."
   - Deadlines and the needle grid come from the play's variables named in C(GateSettings)
     (C(readiness_deadline_s), C(smoke_deadline_s), C(needle_deadline_s), C(needle_required_tokens),
     C(needle_lengths), C(needle_depths), C(needle_concurrency)); O(settings) overrides them for one task.
@@ -23,6 +26,18 @@ options:
     description:
       - Gate to run, or several to run at the same time; none of them may need another (readiness
         before all, smoke before needle, soak, perf and bake), else the task fails saying so.
+  then:
+    type: list
+    elements: raw
+    default: []
+    description:
+      - Gates to run after O(name), in order - each entry a gate, or a list of gates run at the same time (as
+        O(name) takes them); an entry starts only once every gate before it passed.
+  keep_going:
+    type: bool
+    default: false
+    description:
+      - Run every entry of O(then) even after a gate failed (an experiment's suite, where a failure is data).
   plan:
     type: dict
     required: true
@@ -32,7 +47,8 @@ options:
     type: dict
     default: {}
     description:
-      - Service name to the text its server logged since this start (the config gate reads them).
+      - Service name to the text its server logged since this start (the config gate reads them), besides
+        the logs the readiness wait returned in O(probes) (each probe's C(logs)).
   api_key:
     type: str
     default: ""
@@ -95,12 +111,14 @@ passed:
   returned: always
   type: bool
 gates:
-  description: Each gate's result and evidence, as in the report, in the order named.
+  description: Each gate's result and evidence, as in the report, in the order named (O(name), then O(then)),
+    up to the group in which one failed.
   returned: always
   type: list
   elements: dict
 gate:
-  description: The first gate that failed, else the first named; its result and evidence, as in the report.
+  description: The first gate that failed, else the first of the last group run (of O(name) without O(then)); its
+    result and evidence, as in the report.
   returned: always
   type: dict
   contains:

@@ -77,7 +77,8 @@ options:
         run time (sglang-router 0.2.2 and later, smg) is then started at the wait's start, even when it is in
         C(start_when_healthy), and routes to each worker at once instead of on its own back-off; an older one
         keeps its C(start_when_healthy); C(lock), the deploy lock to record C(before), its phase as the wait begins, in
-        (C(path), C(run_id), C(target)).
+        (C(path), C(run_id), C(target)); C(logs), true to also return what each worker of the active release logged
+        since its start (RV(logs)), as the wait ends - what the config gate reads, without a module run of its own.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.read_only
 attributes:
@@ -145,6 +146,11 @@ not_registered:
   returned: O(mode=watch), with C(register_workers)
   type: list
   elements: str
+logs:
+  description: Worker service name to what it logged since its start (from C(log_offsets), or its running
+    invocation's journal), API keys redacted, read as the wait ended.
+  returned: O(mode=watch), with C(services.logs)
+  type: dict
 not_started:
   description: Programs of C(start_when_healthy) still not started when the wait timed out.
   returned: O(mode=watch), when it timed out
@@ -160,7 +166,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.early_router import Registration, takes_workers_at_run_time
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import release_services, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, release_services, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import Manager, log_since, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.net import get, healthy, local_url, not_here
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import api_for
@@ -312,8 +318,15 @@ def watch_services(module: AnsibleModule) -> dict:
     register = None if module.check_mode else registration(module, svc.get("register_workers") or {})
     if register and register.program in later:
         later[register.program] = {}  # started at once, told of each worker as it answers
-    return watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
-                 p["deadline_s"], svc.get("log_offsets") or {}, later, register)
+    offsets = svc.get("log_offsets") or {}
+    out = watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
+                p["deadline_s"], offsets, later, register)
+    if svc.get("logs"):
+        # The config gate's logs, read here as the wait ends (the running invocation's journal under systemd).
+        workers = chosen(root, None, "workers")
+        lives = mgr.lives(workers)
+        out["logs"] = {n: log_since(mgr, n, int(offsets.get(n, 0)), lives[n].get("invocation")) for n in workers}
+    return out
 
 
 def registration(module: AnsibleModule, spec: dict) -> Registration | None:

@@ -25,10 +25,13 @@ description:
     server; a check that cannot run is reported per worker as unreachable, with the reason.
 options:
   name:
-    type: str
+    type: list
+    elements: str
     required: true
     description:
-      - Gate being run (only C(readiness) and C(config) check workers).
+      - Gates whose host side to run (only C(readiness) and C(config) have one), in this order - the
+        readiness wait and its checks, then config's. With C(config) named after a readiness wait, the wait
+        also returns the host's worker logs since this start (RV(probe.logs)), which the config gate reads.
   plan:
     type: dict
     required: true
@@ -99,6 +102,11 @@ probe:
       description: Seconds into the wait at which each of the host's workers answered C(/health) 200.
       type: dict
       returned: when the readiness wait ran
+    logs:
+      description: Worker service name to what it logged since this start, API keys redacted (the config gate's
+        O(dsv4.deploy.dsv4_run_gates#module:logs)); read on the host as the readiness wait ended.
+      type: dict
+      returned: when O(name) has C(readiness) and C(config) and the wait ran
     died:
       description: The program that exited or was restarted during the wait - C(name), C(host), C(why), C(seconds),
         C(log), C(was_healthy).

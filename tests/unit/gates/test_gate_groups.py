@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dsv4deploy.gate_runner import GATE_NEEDS, GATES, group_problem
+from dsv4deploy.gate_runner import GATE_NEEDS, GATES, chain_problem, group_problem, run_chain
 from tests.integration.simhost import REPO
 
 
@@ -34,3 +34,41 @@ def test_the_default_gate_order_never_runs_a_gate_before_or_beside_what_it_needs
     # Every gate but the opt-in perf gate runs by default (perf: see roles/dsv4_gates/defaults/main.yml), and
     # the bake, which the dsv4_bake role runs after them (dsv4_bake_s).
     assert done == set(GATES) - {"perf", "bake"} | set(opt_in)
+
+
+def _chain_of(statuses: dict[str, str]):
+    """run_one for run_chain: each gate's status as given; the calls in the order they began, grouped."""
+    began: list[str] = []
+
+    def run_one(name: str) -> dict[str, str]:
+        began.append(name)
+        return {"name": name, "status": statuses.get(name, "passed")}
+
+    return run_one, began
+
+
+def test_the_chain_starts_the_needle_and_the_soak_only_after_smoke_passed() -> None:
+    groups = [["config", "smoke"], ["needle", "soak"]]
+    run_one, began = _chain_of({})
+    assert [g["name"] for g in run_chain(groups, run_one)] == ["config", "smoke", "needle", "soak"]
+    assert set(began[:2]) == {"config", "smoke"} and set(began[2:]) == {"needle", "soak"}
+    # A failed first request is smoke's: what needs it never starts, and the failure is the last result.
+    run_one, began = _chain_of({"smoke": "failed"})
+    assert [(g["name"], g["status"]) for g in run_chain(groups, run_one)] == [("config", "passed"),
+                                                                               ("smoke", "failed")]
+    assert "needle" not in began and "soak" not in began
+
+
+def test_a_failed_config_gate_ends_the_chain_by_its_name_unless_told_to_keep_going() -> None:
+    groups = [["config", "smoke"], ["needle", "soak"]]
+    run_one, _ = _chain_of({"config": "failed"})
+    assert [g["name"] for g in run_chain(groups, run_one) if g["status"] == "failed"] == ["config"]
+    assert len(run_chain(groups, run_one)) == 2
+    # An experiment's suite: every gate runs, a failure is data.
+    assert [g["name"] for g in run_chain(groups, run_one, keep_going=True)] == ["config", "smoke", "needle", "soak"]
+
+
+def test_a_chain_names_an_unknown_gate_or_one_beside_what_it_needs() -> None:
+    assert "unknown gate smok" in chain_problem(["smok"])
+    assert "needle needs smoke" in chain_problem(["smoke", "needle"])
+    assert chain_problem(["needle", "soak"]) == ""

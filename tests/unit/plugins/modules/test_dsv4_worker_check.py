@@ -4,6 +4,7 @@ secrets masked on the host, and the readiness wait's check mode."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact_body
@@ -80,3 +81,31 @@ def test_the_wait_records_its_lock_phase_and_sees_a_program_die(tmp_path: Path, 
     assert out["died"]["name"] == PROGRAM and "stopped" in out["died"]["why"], out
     assert KEY not in out["died"]["log"]
     assert json.loads(path.read_text())["phase"] == "gates"
+
+
+def test_the_wait_returns_the_config_gates_logs_as_the_logs_module_reads_them(tmp_path: Path, install_root: Path,
+                                                                              stub) -> None:
+    # The config gate's logs come back with the readiness wait (no module run of their own): the same text,
+    # from the start's offsets, the key redacted on the host.
+    server = stub({"GET /health": always((200, ""))})
+    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
+                         supervisor_bin_dir=BIN_DIR, state="started")
+    services = {"manager": "supervisor", "install_root": str(install_root), "supervisor_bin_dir": BIN_DIR}
+    deadline = time.monotonic() + 10
+    while "server_args" not in (expected := run_module(
+            "dsv4_service_state_info", tmp_path, **services, logs=True, only="workers",
+            log_offsets=started["log_offsets"])["logs"][PROGRAM]):
+        assert time.monotonic() < deadline, expected
+        time.sleep(0.1)
+    out = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=10,
+                     checks=[{"name": PROGRAM, "url": server.url}],
+                     services={**services, "since": started["programs"], "log_offsets": started["log_offsets"],
+                               "logs": True})
+    assert "died" not in out and out["healthy"].keys() == {PROGRAM}, out
+    assert out["logs"] == {PROGRAM: expected}
+    assert KEY not in json.dumps(out) and "api_key='***'" in out["logs"][PROGRAM]
+    # Without asking, the wait reads no log.
+    again = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=10,
+                       checks=[{"name": PROGRAM, "url": server.url}],
+                       services={**services, "since": started["programs"]})
+    assert "logs" not in again
