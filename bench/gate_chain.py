@@ -11,20 +11,15 @@ machine than the whole deploy's wall: only the orchestration between the gates i
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import statistics
 import sys
-import tempfile
 from itertools import groupby
-from pathlib import Path
 from typing import Any
 
-from bench.world import Run, bench_host, run_playbook, worker_logs
+from bench.world import Run, deploy_series
+from tests.integration.simhost import SimHost
 
 
-def between_gates(run: Run) -> dict[str, Any]:
+def between_gates(run: Run, host: SimHost | None = None, load_s: float = 0.0, label: str = "") -> dict[str, Any]:
     """The figures of one deploy's run (see the module's docstring)."""
     tasks = [t for t in run.tasks if t.get("start")]
     gates = [t for t in tasks if t.get("gate")]
@@ -36,7 +31,7 @@ def between_gates(run: Run) -> dict[str, Any]:
     last_start = max(t["start"] for t in later)
     # Every task between the readiness verdict and the last gate task's start (skipped ones cost too).
     between = {(t["task"], t["start"]) for t in tasks if ready["end"] <= t["start"] < last_start}
-    return {"between_gates_s": round(end - ready["end"] - work, 3),
+    return {"label": label, "between_gates_s": round(end - ready["end"] - work, 3),
             "ready_to_next_gate_s": round(min(t["start"] for t in later) - ready["end"], 3),
             "tasks_between": len(between)}
 
@@ -55,36 +50,9 @@ def _task_work(records: list[dict[str, Any]]) -> float:
     return work + sum(s for g, s in seconds.items() if not any(g in grp for grp in TOGETHER))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gate_chain", description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--load", type=float, default=5.0)
-    parser.add_argument("--label", default="")
-    parser.add_argument("--out", type=Path, help="append the rows (JSON lines) here")
-    args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="dsv4-bench-chain-"))
-    host = bench_host(root, args.load)
-    rows = []
-    try:
-        prime = run_playbook(host, "deploy.yml", "-e", "sim_faults=warmup_s=0.001")
-        if prime.rc != 0:
-            raise RuntimeError(prime.stdout[-3000:])
-        for n in range(2, args.repeat + 2):
-            run = run_playbook(host, "deploy.yml", "-e", f"sim_faults=warmup_s={0.001 * n:.3f}",
-                               watch=worker_logs(host))
-            if run.rc != 0:
-                raise RuntimeError(f"deploy {n} failed (rc {run.rc}):\n{run.stdout[-3000:]}")
-            rows.append({"label": args.label, **between_gates(run)})
-            print(json.dumps(rows[-1]), flush=True)
-            if args.out:
-                with args.out.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(rows[-1]) + "\n")
-    finally:
-        host.teardown()
-        shutil.rmtree(root, ignore_errors=True)
-    for key in ("between_gates_s", "ready_to_next_gate_s", "tasks_between"):
-        print(f"median {key}: {statistics.median(r[key] for r in rows)}")
-    return 0
+def main() -> int:
+    return deploy_series("python -m bench.gate_chain", __doc__, between_gates,
+                         medians=("between_gates_s", "ready_to_next_gate_s", "tasks_between"))
 
 
 if __name__ == "__main__":

@@ -11,24 +11,16 @@ works: PYTHONPATH picks the tree's dsv4deploy) to compare them; it prints the ro
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import statistics
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from bench import metrics
-from bench.world import bench_host, run_playbook, worker_logs
+from bench.world import Run, deploy_series
+from tests.integration.simhost import SimHost
 
 
-def one(host: Any, n: int, load_s: float, label: str) -> dict[str, Any]:
-    """Deploy the `n`th distinct release; its row."""
-    run = run_playbook(host, "deploy.yml", "-e", f"sim_faults=warmup_s={0.001 * n:.3f}", watch=worker_logs(host))
-    if run.rc != 0:
-        raise RuntimeError(f"deploy {n} failed (rc {run.rc}):\n{run.stdout[-3000:]}")
+def one(run: Run, host: SimHost, load_s: float, label: str) -> dict[str, Any]:
+    """One deploy's row."""
     spent, ratio = metrics.overhead(run, load_s)
     parts = metrics.router_start(run, host.last_spawn("sglang-dsv4-router"))
     return {"label": label, "wall_s": round(run.wall_s, 2), "overhead_s": round(spent, 2),
@@ -44,33 +36,9 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.recreate", description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--load", type=float, default=5.0)
-    parser.add_argument("--label", default="")
-    parser.add_argument("--out", type=Path, help="append the rows (JSON lines) here")
-    args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="dsv4-bench-recreate-"))
-    host = bench_host(root, args.load)
-    rows = []
-    try:
-        prime = run_playbook(host, "deploy.yml", "-e", "sim_faults=warmup_s=0.001")
-        if prime.rc != 0:
-            raise RuntimeError(prime.stdout[-3000:])
-        for i in range(args.repeat):
-            rows.append(one(host, i + 2, args.load, args.label))
-            print(json.dumps(rows[-1]), flush=True)
-            if args.out:
-                with args.out.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(rows[-1]) + "\n")
-    finally:
-        host.teardown()
-        shutil.rmtree(root, ignore_errors=True)
-    for key in ("wall_s", "overhead_vs_limit", "module_runs", "controller_cpu_s", "readiness_latency_s"):
-        values = [r[key] for r in rows if r[key] is not None]
-        print(f"median {key}: {statistics.median(values) if values else None}")
-    return 0
+def main() -> int:
+    return deploy_series("python -m bench.recreate", __doc__, one, default_repeat=3, medians=(
+        "wall_s", "overhead_vs_limit", "module_runs", "controller_cpu_s", "readiness_latency_s"))
 
 
 if __name__ == "__main__":

@@ -11,22 +11,17 @@ among them, the module runs, and the controller's and the whole tree's CPU secon
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import statistics
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from bench import metrics
-from bench.world import Run, bench_host, run_playbook
+from bench.world import Run, deploy_series
+from tests.integration.simhost import SimHost
 
 VALIDATE = "ansible.builtin.validate_argument_spec"
 
 
-def row(run: Run, label: str) -> dict[str, Any]:
+def row(run: Run, host: SimHost, load_s: float, label: str) -> dict[str, Any]:
     """The tail figures of one deploy."""
     ran = [t for t in run.tasks if t["status"] != "skipped"]
     starts = [t["start"] for t in run.tasks if t.get("start")]
@@ -40,34 +35,9 @@ def row(run: Run, label: str) -> dict[str, Any]:
             "all_cpu_s": round(run.cpu_tree_s, 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tail_tasks", description=__doc__.splitlines()[0])
-    for flag, kind, default in (("--repeat", int, 2), ("--load", float, 5.0), ("--label", str, "")):
-        parser.add_argument(flag, type=kind, default=default)
-    parser.add_argument("--out", type=Path, help="append the rows (JSON lines) here")
-    args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="dsv4-bench-tail-"))
-    host = bench_host(root, args.load)
-    try:
-        # Release A off the clock, then one new release per repetition (a distinct warmup makes it distinct).
-        runs = [run_playbook(host, "deploy.yml", "-e", f"sim_faults=warmup_s={0.001 * n:.3f}")
-                for n in range(1, args.repeat + 2)]
-    finally:
-        host.teardown()
-        shutil.rmtree(root, ignore_errors=True)
-    failed = [r for r in runs if r.rc != 0]
-    if failed:
-        raise RuntimeError(f"a deploy failed (rc {failed[0].rc}):\n{failed[0].stdout[-3000:]}")
-    rows = [row(r, args.label) for r in runs[1:]]
-    lines = [json.dumps(r) for r in rows]
-    print("\n".join(lines))
-    if args.out:
-        with args.out.open("a", encoding="utf-8") as fh:
-            fh.write("".join(line + "\n" for line in lines))
-    for key in ("first_task_s", "after_gates_s", "tasks_ran", "module_runs", "controller_cpu_s", "all_cpu_s"):
-        values = [r[key] for r in rows if r[key] is not None]
-        print(f"median {key}: {statistics.median(values) if values else None}")
-    return 0
+def main() -> int:
+    return deploy_series("python -m bench.tail_tasks", __doc__, row, medians=(
+        "first_task_s", "after_gates_s", "tasks_ran", "module_runs", "controller_cpu_s", "all_cpu_s"))
 
 
 if __name__ == "__main__":

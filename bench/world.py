@@ -8,12 +8,17 @@ started and ended, and a watcher notes when each server logs that it is ready.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,3 +146,40 @@ def _children_cpu() -> float:
     """CPU seconds (user + system) of this process's reaped descendants so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def deploy_series(prog: str, doc: str, row: Callable[[Run, SimHost, float, str], dict[str, Any]],
+                  medians: tuple[str, ...], default_repeat: int = 2) -> int:
+    """The command line of a before/after bench (`--repeat`, `--load`, `--label`, `--out`): one private simulated
+    host, release A primed off the clock, then one new release per repetition; prints each deploy's `row` as a
+    JSON line (appended to `--out` too) and the medians of the keys in `medians`."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=default_repeat)
+    parser.add_argument("--load", type=float, default=5.0)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--out", type=Path, help="append the rows (JSON lines) here")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="dsv4-bench-series-"))
+    host = bench_host(root, args.load)
+    rows = []
+    try:
+        # A distinct warmup makes each deploy a new release.
+        for n in range(1, args.repeat + 2):
+            run = run_playbook(host, "deploy.yml", "-e", f"sim_faults=warmup_s={0.001 * n:.3f}",
+                               watch=worker_logs(host) if n > 1 else None)
+            if run.rc != 0:
+                raise RuntimeError(f"deploy {n} failed (rc {run.rc}):\n{run.stdout[-3000:]}")
+            if n == 1:
+                continue  # release A, off the clock
+            rows.append(row(run, host, args.load, args.label))
+            print(json.dumps(rows[-1]), flush=True)
+            if args.out:
+                with args.out.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(rows[-1]) + "\n")
+    finally:
+        host.teardown()
+        shutil.rmtree(root, ignore_errors=True)
+    for key in medians:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        print(f"median {key}: {statistics.median(values) if values else None}")
+    return 0
