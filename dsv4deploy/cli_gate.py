@@ -224,7 +224,7 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
                              "(default: 5500 with --index-topk 1024, 2000 with 512)")
     parser.add_argument("--index-topk", type=int, metavar="N", help="needle: the server's index_topk, for the "
                         "default requirement (default 512, DeepSeek-V4's own)")
-    parser.add_argument("--concurrency", type=int, metavar="N", help="needle cells / soak sessions at a time")
+    parser.add_argument("--concurrency", type=int, metavar="N", help="needle cells / soak requests at a time")
     parser.add_argument("--sessions", type=int, metavar="N", help="soak: conversations to run")
     parser.add_argument("--turns", type=int, metavar="N", help="soak: tool-call turns per conversation")
     parser.add_argument("--max-corruption-rate", type=float, metavar="RATE",

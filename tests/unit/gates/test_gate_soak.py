@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
+import time
 
 import pytest
 
@@ -151,3 +153,88 @@ def test_sessions_that_cannot_finish_fail_the_gate(stub):
 def test_sessions_are_the_same_for_the_same_seed():
     assert session_script(1, 4, 3) == session_script(1, 4, 3)
     assert session_script(1, 4, 3) != session_script(2, 4, 3)
+
+
+class EveryLaneBusy:
+    """A stub model that answers a round of requests only once every lane is busy: ``lanes`` requests in
+    flight, or all the sessions that have not ended yet. Counts the rounds; keeps each session's requests."""
+
+    def __init__(self, sessions: int, turns: int, lanes: int, seed: int = 0) -> None:
+        self.first = {session_script(seed, i, turns)[0].instruction: i for i in range(sessions)}
+        self.last_length = 4 * turns  # messages in a session's last request
+        self.lanes, self.open = lanes, sessions
+        self.cond = threading.Condition()
+        self.waiting = self.ending = self.rounds = self.short_rounds = 0
+        self.seen: dict[int, list[list[dict]]] = {i: [] for i in range(sessions)}
+        self.started: dict[int, int] = {}  # session -> the round of its first request
+        self.in_flight = self.max_in_flight = 0
+        self.answer = model()
+
+    def __call__(self, request: Request):
+        messages = request.body["messages"]
+        session = self.first[messages[1]["content"]]
+        with self.cond:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.seen[session].append(messages)
+            self.started.setdefault(session, self.rounds + 1)
+            self.waiting += 1
+            self.ending += len(messages) == self.last_length
+            this_round = self.rounds
+            if self.waiting >= min(self.lanes, self.open):
+                self._release()
+            elif not self.cond.wait_for(lambda: self.rounds != this_round, timeout=20):
+                self.short_rounds += 1  # a lane stayed idle while a session had work left
+                self._release()
+            self.in_flight -= 1
+        return self.answer(request)
+
+    def _release(self) -> None:
+        self.rounds += 1
+        self.open -= self.ending
+        self.waiting = self.ending = 0
+        self.cond.notify_all()
+
+
+@pytest.mark.parametrize(("sessions", "turns", "lanes", "rounds"), [(5, 2, 4, 6), (9, 2, 4, 10), (3, 3, 8, 6)])
+def test_requests_keep_every_lane_busy_to_the_end_in_each_sessions_order(stub, sessions, turns, lanes, rounds):
+    # A whole session per lane ran 5 sessions of 4 requests on 4 lanes in 8 rounds (4, then 1 session alone
+    # for 4 more); request by request it takes 5 (6 with the lanes' races).
+    model = EveryLaneBusy(sessions, turns, lanes)
+    server = stub({CHAT: model})
+    ended = []
+    result = soak(server, sessions=sessions, turns=turns, concurrency=lanes,
+                  progress=lambda done, total, note: ended.append(model.rounds))
+    assert result.status is GateStatus.PASSED, result.summary
+    assert model.max_in_flight == min(lanes, sessions) and server.max_in_flight <= lanes
+    assert model.short_rounds == 0  # never a lane idle while a session had a request to send
+    assert model.rounds <= rounds
+    if sessions >= 2 * lanes:  # sessions end along the way, not all at the end
+        assert min(ended) < max(model.started.values())
+    for i, requests in model.seen.items():
+        script = session_script(0, i, turns)
+        assert len(requests) == 2 * turns
+        for before, after in itertools.pairwise(requests):
+            assert after[:len(before)] == before  # each request carries the session's own history
+        users = [m["content"] for m in requests[-1] if m["role"] == "user"]
+        assert users == [t.instruction for t in script]  # its turns in the script's order
+    records = result.evidence["session_results"]
+    assert [r["session"] for r in records] == list(range(sessions))
+    assert all(r["turns_done"] == turns and r["requests"] == 2 * turns for r in records)
+
+
+def test_the_deadline_stops_sessions_between_requests_and_counts_the_unrun(stub):
+    # One lane; the first request meets a 503 and the back-off before its retry outlasts the deadline.
+    def busy_once(request: Request):
+        return (503, {"object": "error", "message": "busy"}) if request.n == 0 else model()(request)
+
+    server = stub({CHAT: busy_once})
+    result = soak(server, sessions=5, turns=2, concurrency=1, deadline_s=1.0, sleep=lambda _s: time.sleep(1.2))
+    assert result.status is GateStatus.FAILED
+    # Session 0's retry was answered, its next request never sent; the others never started.
+    assert result.summary.startswith("5 of 5 sessions did not finish; first: session 0: turn 1: not run: gate "
+                                     "deadline reached; 0 of 0 sessions corrupted")
+    records = result.evidence["session_results"]
+    assert [(r["requests"], r["tool_calls"]) for r in records] == [(1, 1)] + [(0, 0)] * 4
+    assert [r["error"] for r in records[1:]] == ["not run: gate deadline reached"] * 4
+    assert server.count(CHAT) == 2
