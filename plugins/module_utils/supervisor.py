@@ -154,6 +154,8 @@ class Supervisor:
         try:
             added, changed, removed = rpc.supervisor.reloadConfig()[0]
             changed = [group for group in changed if group not in keep]
+            # A group still stopping cannot be removed (STILL_RUNNING): its stop is finished first.
+            self.finish_stops([*removed, *changed])
             for group in [*removed, *changed]:
                 with contextlib.suppress(xmlrpc.client.Fault):  # nothing of it running
                     rpc.supervisor.stopProcessGroup(group)
@@ -219,6 +221,8 @@ class Supervisor:
     def start_all(self, names: list[str]) -> dict[str, str]:
         """Ask supervisord to start every program without waiting; name -> error text for a refused start."""
         errors = {}
+        # Any stop under way first: the old process may hold the port a new one binds (a router's).
+        self.finish_stops()
         for name in names:
             try:
                 self.rpc().supervisor.startProcess(name, False)
@@ -247,13 +251,34 @@ class Supervisor:
             pass
         return os.path.join(self.root, "logs", f"{name}.log")
 
-    def stop(self, name: str) -> tuple[bool, str]:
-        """Stop `name` and wait until it has exited (a router: until its requests in flight are done)."""
+    def stop(self, name: str, wait: bool = True) -> tuple[bool, str]:
+        """Stop `name` and wait until it has exited (a router: until its requests in flight are done); with
+        `wait` false only ask supervisord to (it sends the TERM, and the KILL after stopwaitsecs). A stop
+        already under way is waited for (supervisorctl stop would answer NOT_RUNNING at once)."""
         try:
-            self.rpc(timeout=STOP_RPC_TIMEOUT_S).supervisor.stopProcess(name, True)
+            self.rpc(timeout=STOP_RPC_TIMEOUT_S).supervisor.stopProcess(name, wait)
         except xmlrpc.client.Fault as exc:
             # Not running, or not known to supervisord: nothing of it to stop.
-            return "NOT_RUNNING" in exc.faultString or "BAD_NAME" in exc.faultString, f"{name}: {exc.faultString}"
+            ok = "NOT_RUNNING" in exc.faultString or "BAD_NAME" in exc.faultString
+            if ok and wait:
+                return self.finish_stops([name]), f"{name}: stopped"
+            return ok, f"{name}: {exc.faultString}"
         except OSError as exc:
             return False, f"supervisord at {self.dir} did not answer: {exc}"
         return True, f"{name}: stopped"
+
+    def finish_stops(self, names: list[str] | None = None) -> bool:
+        """Wait until no program of `names` (default all) is STOPPING: a stop asked for without waiting is
+        over before the program is started again, reloaded or removed (its old process holds its port).
+        supervisord ends it by itself (KILL after stopwaitsecs); False if it never did."""
+        deadline = time.monotonic() + STOP_RPC_TIMEOUT_S
+        while True:
+            try:
+                infos = self.rpc().supervisor.getAllProcessInfo()
+            except (OSError, xmlrpc.client.Error):
+                return True  # no supervisord: nothing of it runs
+            if not [i for i in infos if i["statename"] == "STOPPING" and (names is None or i["name"] in names)]:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)

@@ -158,6 +158,7 @@ class Systemd:
         name -> error text for each unit that did not start."""
         if not names:
             return {}
+        self.finish_stops()
         # A deliberate start clears the start limit: a release that crash-looped (StartLimitBurst) would
         # otherwise keep the same unit names refusing to start, the rollback's restored release included.
         self.run("reset-failed", *[f"{n}.service" for n in names])
@@ -167,10 +168,21 @@ class Systemd:
         text = (proc.stdout + proc.stderr).strip()
         return {n: text for n in names if not self.status(n)["running"]} or dict.fromkeys(names, text)
 
-    def stop(self, name: str) -> tuple[bool, str]:
-        proc = self.run("stop", f"{name}.service")
+    def stop(self, name: str, wait: bool = True) -> tuple[bool, str]:
+        """`systemctl stop`: returns once the unit is stopped (a stop already under way is joined, not
+        repeated); with `wait` false only queue the stop job (--no-block): systemd sends the TERM, and the
+        KILL after TimeoutStopSec."""
+        proc = self.run("stop", *([] if wait else ["--no-block"]), f"{name}.service")
         ok = proc.returncode == 0 or "not loaded" in proc.stderr
         return ok, (proc.stdout + proc.stderr).strip()
+
+    def finish_stops(self, names: list[str] | None = None) -> bool:
+        """Wait until no unit of `names` (default all of ours) is still stopping (a stop queued without
+        waiting), so an old process is gone before anything starts (it may hold the port a new one binds):
+        `systemctl stop` joins the stop job under way."""
+        names = [u[:-len(".service")] for u in self.removable()] if names is None else names
+        lives = self.lives(names)
+        return all(self.stop(n)[0] for n in names if lives[n]["state"] == "deactivating")
 
     def cursor(self) -> str:
         """The journal's position now, so a failed start can show everything logged since."""

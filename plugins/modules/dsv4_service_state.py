@@ -20,7 +20,10 @@ description:
   - O(state=stopped) stops O(names) (default all of ours) in the order given, else in drain order -
     routers first (a router stops taking new requests and lets those in flight finish within its stop
     timeout, the drain deadline), then decode workers, then prefill workers and the combined server (a
-    decode still reading KV from a prefill that goes away fails its request). Returns how long each stop took.
+    decode still reading KV from a prefill that goes away fails its request). A router's stop returns once
+    it has drained (no listener, no connection it accepted still open - every request it held answered),
+    without waiting out the end of its process; anything started or reloaded next waits for that end.
+    Returns how long each stop took.
   - O(state=removed) stops everything and takes our units out of systemd, or shuts down our
     supervisord; the releases stay.
   - Our units are those run from O(install_root) (their C(WorkingDirectory)); another deployment's
@@ -154,13 +157,19 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import gpus, release_store
+from ansible_collections.dsv4.deploy.plugins.module_utils import drain, gpus, release_store
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_from
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, release_services, root_problem
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import (
+    chosen,
+    kind_of,
+    recorded_kinds,
+    release_services,
+    root_problem,
+)
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, Manager, open_manager
-from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, started
-from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError, children, started
+from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import STOP_RPC_TIMEOUT_S, Supervisor
 from ansible_collections.dsv4.deploy.plugins.module_utils.systemd import start_failure_reason
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact, tail
 
@@ -204,10 +213,11 @@ def stop(mgr: Manager, names: list[str], state: str, enabled: bool | None, check
                 would += [f"disable and remove {mgr.unit_dir}/{u}" for u in mgr.removable()]
         return {"changed": bool(would), "would": would, "stopped": active, "stop_seconds": {}}
     stopped, seconds = [], {}
+    kinds = recorded_kinds(mgr.root)
     for name in active:
-        # Blocks until the process has exited: for a router, until its in-flight requests are done.
+        # A worker's stop blocks until its process has exited; a router's until it has drained.
         t0 = time.monotonic()
-        ok, text = mgr.stop(name)
+        ok, text = drain_router(mgr, name) if (kinds.get(name) or kind_of(name)) == "router" else mgr.stop(name)
         seconds[name] = round(time.monotonic() - t0, 2)
         if not ok:
             raise Refused(f"could not stop {name}: {text}", stopped=stopped)
@@ -218,6 +228,23 @@ def stop(mgr: Manager, names: list[str], state: str, enabled: bool | None, check
     if state == "removed":
         changed = (mgr.running() and mgr.shutdown()) if is_sup else mgr.remove()
     return {"changed": bool(stopped) or changed, "stopped": stopped, "stop_seconds": seconds}
+
+
+def drain_router(mgr: Manager, name: str) -> tuple[bool, str]:
+    """Stop a router and return once it has drained: its listener closed and every request it held answered
+    (module_utils.drain), without waiting out the end of its process (0.2-1 s more of sglang-router's own).
+    The service manager ends it (its TERM, and the KILL at the drain deadline); whatever starts or reloads a
+    program next waits for that end first (finish_stops). Where its sockets cannot be seen, the stop waits
+    for its process to end, as a worker's does."""
+    pid = mgr.status(name)["pid"]
+    pids = [pid, *children(pid)] if pid else []
+    ports = drain.listening(pids) if pids else frozenset()
+    if not ports:
+        return mgr.stop(name)
+    ok, text = mgr.stop(name, wait=False)
+    if ok and not drain.wait_drained(pids, ports, time.monotonic() + STOP_RPC_TIMEOUT_S):
+        return mgr.stop(name)
+    return ok, text
 
 
 def _no_supervisord(mgr: Manager) -> bool:
