@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,15 +72,46 @@ def needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
     }
 
 
-def write_report(directory: Path | str, data: dict[str, Any]) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and, with matplotlib, the heatmap; return their paths."""
+def heatmap_name(needle: dict[str, Any]) -> str:
+    """The file name of the heatmap of needle section `needle`, by what it shows (each cell's place and
+    colour, the requirement): the same drawing has the same name wherever its cells came from."""
+    shown = sorted((int(c["context_tokens"]), float(c["depth"]), 2 if c.get("recalled") else 0 if c.get("error") else 1)
+                   for c in needle.get("cells") or [])
+    digest = hashlib.sha256(json.dumps([shown, needle.get("required_tokens")]).encode()).hexdigest()[:24]
+    return f"needle-heatmap-{digest}.png"
+
+
+def predraw_heatmap(directory: Path | str, gates: Sequence[GateResult]) -> Path | None:
+    """Draw the heatmap of the needle gate among `gates` into `directory` ahead of the report (the needle
+    finishes while the soak still runs), under `heatmap_name`; None with no cells or no matplotlib.
+
+    `write_report` given the same `directory` as `drawn` takes it instead of drawing it again."""
+    needle = needle_section(gates)
+    if not needle or not needle["cells"]:
+        return None
+    path = Path(directory) / heatmap_name(needle)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}-partial.png")  # savefig's format is by the suffix
+    if not write_heatmap(tmp, needle["cells"], needle.get("required_tokens")):
+        return None
+    os.replace(tmp, path)  # whole or absent: a report never copies half a drawing
+    return path
+
+
+def write_report(directory: Path | str, data: dict[str, Any], drawn: Path | str | None = None) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and, with matplotlib, the heatmap; return their paths.
+
+    With `drawn`, a folder where `predraw_heatmap` may have drawn this report's heatmap already: it is
+    copied from there instead of being drawn (and matplotlib imported) now."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     needle = data.get("needle") or {}
     heatmap_note: str | None = None
     if needle.get("cells"):
-        if write_heatmap(out / HEATMAP_NAME, needle["cells"], needle.get("required_tokens")):
+        ready = Path(drawn) / heatmap_name(needle) if drawn else None
+        if ready is not None and ready.is_file():
+            paths["heatmap"] = Path(shutil.copyfile(ready, out / HEATMAP_NAME))
+        elif write_heatmap(out / HEATMAP_NAME, needle["cells"], needle.get("required_tokens")):
             paths["heatmap"] = out / HEATMAP_NAME
         else:
             heatmap_note = "Heatmap skipped: matplotlib is not installed (install the `plot` extra)."

@@ -6,8 +6,10 @@ Documented in modules/dsv4_run_gates.py (ansible-doc dsv4.deploy.dsv4_run_gates)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from ansible import constants as C
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.utils.display import Display
 
@@ -23,6 +25,7 @@ from dsv4deploy.gate_runner import (
 from dsv4deploy.gates import GateStatus, skipped
 from dsv4deploy.gates.bake import BakeSettings
 from dsv4deploy.gates.result import Stopwatch, make_result
+from dsv4deploy.report import predraw_heatmap
 
 ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True, "choices": list(GATES)},
@@ -96,6 +99,8 @@ class ActionModule(ValidatedAction):
                 gate = make_result(name, GateStatus.FAILED, watch, why, {"failures": [failure]})
             data = gate.model_dump(mode="json")
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
+            if name == "needle":
+                _predraw(gate)
             return data
 
         gates = run_chain(groups, run_one, args["keep_going"])
@@ -105,3 +110,12 @@ class ActionModule(ValidatedAction):
         if warnings:
             result["warnings"] = warnings
         return result
+
+
+def _predraw(gate: Any) -> None:
+    """The report's needle heatmap, drawn now (the soak beside it still runs) into this run's private
+    local temp folder, where the report takes it (dsv4_write_report); it draws it itself when it is not there."""
+    try:
+        predraw_heatmap(Path(C.DEFAULT_LOCAL_TMP), [gate])
+    except Exception as exc:  # only a head start: the report draws it, or says why not
+        display.vvv(f"  needle heatmap not drawn ahead of the report: {type(exc).__name__}: {exc}")

@@ -27,6 +27,7 @@ ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
     "settings": {"type": "dict", "default": {}},
     "services": {"type": "dict", "default": {}},
+    "api_key_file": {"type": "str", "default": ""},
 }
 
 
@@ -76,7 +77,7 @@ class ActionModule(ValidatedAction):
             return result
         if watching:
             died = self._watch(plan, host, services, settings.readiness_deadline_s, task_vars, probe,
-                               logs="config" in names)
+                               logs="config" in names, key_file=args["api_key_file"], result=result)
             # A program that died fails readiness at once: its checks would only wait for the deadline.
             modes = [m for m in modes if not (died and m == "readiness")]
         for mode in modes if checks else []:
@@ -113,10 +114,12 @@ class ActionModule(ValidatedAction):
             probe["workers"][name] = {**probe["workers"].get(name, {}), **evidence}
 
     def _watch(self, plan: dict[str, Any], host: str, services: dict[str, Any], deadline_s: float,
-               task_vars: dict, probe: dict[str, Any], logs: bool = False) -> bool:
+               task_vars: dict, probe: dict[str, Any], logs: bool = False, key_file: str = "",
+               result: dict | None = None) -> bool:
         """Wait on `host` until its workers answer /health, watching its programs; True when one died
         (recorded in probe["died"], with the host named: the gate fails on it at once). With `logs`, the
-        workers' logs since this start come back too (probe["logs"], for the config gate)."""
+        workers' logs since this start come back too (probe["logs"], for the config gate). With `key_file`,
+        the API key read there goes into `result` (api_key, or api_key_problem), outside the probe."""
         checks = [{"name": w["name"], "url": w["url"]} for w in plan["workers"] if w["host"] == host]
         watched = {k: services[k] for k in ("manager", "install_root", "supervisor_bin_dir") if services.get(k)}
         watched.update(since=services.get("since") or {}, log_offsets=services.get("log_offsets") or {})
@@ -136,7 +139,15 @@ class ActionModule(ValidatedAction):
             if alone:
                 watched["register_workers"] = register_workers(plan, host)
         module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched}
+        if key_file:
+            module_args["key_for_controller"] = key_file
         found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)
+        if result is not None and "api_key" in found:
+            # The gates' key, read by the wait instead of a module run of its own: this result is hidden
+            # whatever the task says, and the key stays out of the probe the gates get.
+            result.update(api_key=found.pop("api_key"), _ansible_no_log=True)
+        if result is not None and found.get("api_key_problem"):
+            result["api_key_problem"] = found.pop("api_key_problem")
         if found.get("failed"):
             # The wait itself could not run (service manager unreachable, ...): the gate says so.
             why = " ".join(str(found.get("msg") or found.get("module_stderr") or "failed").split())[:500]

@@ -8,13 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ansible import constants as C
 from ansible.utils.display import Display
 
 from dsv4deploy.controller_action import ReportAction
 from dsv4deploy.gates import GateResult
 from dsv4deploy.hardening import score_plan
 from dsv4deploy.plan import env_switches
-from dsv4deploy.report import build_report, free_name, update_latest, write_report
+from dsv4deploy.report import MD_NAME, build_report, free_name, update_latest, write_report
 from dsv4deploy.report_rollout import rollout_section
 
 ARGUMENT_SPEC = {
@@ -74,10 +75,13 @@ class ActionModule(ReportAction):
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
         root = Path(args["reports_dir"]).expanduser().absolute()
         name = free_name(root, data["release"])
-        paths = list(write_report(root / name, data).values())
+        # The needle heatmap, drawn while the soak ran (dsv4_run_gates), is in this run's local temp folder.
+        paths = list(write_report(root / name, data, drawn=C.DEFAULT_LOCAL_TMP).values())
         update_latest(root, name)
         for path in paths:
             display.display(f"  report: {path}")
+        # The report itself, for whoever reads the play's output (no task of its own to show it).
+        display.display(next(p for p in paths if p.name == MD_NAME).read_text(encoding="utf-8"))
         # The report is a controller-side record, not a change to any host.
         result.update(changed=False, report=data, paths=[str(p) for p in paths])
         return result

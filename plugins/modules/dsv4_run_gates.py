@@ -16,6 +16,8 @@ description:
   - Deadlines and the needle grid come from the play's variables named in C(GateSettings)
     (C(readiness_deadline_s), C(smoke_deadline_s), C(needle_deadline_s), C(needle_required_tokens),
     C(needle_lengths), C(needle_depths), C(needle_concurrency)); O(settings) overrides them for one task.
+  - Once the needle gate is done (while the gates beside it, e.g. the soak, still run), its heatmap is drawn for
+    the report into this run's local temp folder, where M(dsv4.deploy.dsv4_write_report) takes it.
   - Run it with C(run_once).
 options:
   name:

@@ -59,6 +59,13 @@ options:
     type: str
     description:
       - File on this host holding the API key, sent as a Bearer token (O(mode=config)).
+  key_for_controller:
+    type: str
+    description:
+      - O(mode=watch) - a file on this host holding the deployment's API key, read as the wait begins and
+        returned in RV(api_key) for the gates the controller runs (what a task of its own would otherwise read),
+        or, unreadable, why in RV(api_key_problem), the wait going on. The task that runs this must hide its
+        result (no_log; M(dsv4.deploy.dsv4_worker_probe) does).
   services:
     type: dict
     default: {}
@@ -151,6 +158,14 @@ logs:
     invocation's journal), API keys redacted, read as the wait ended.
   returned: O(mode=watch), with C(services.logs)
   type: dict
+api_key:
+  description: The content of O(key_for_controller), stripped (empty for an empty file).
+  returned: O(mode=watch), with O(key_for_controller) readable
+  type: str
+api_key_problem:
+  description: Why O(key_for_controller) could not be read (the path and the error, not its content).
+  returned: O(mode=watch), with O(key_for_controller) unreadable
+  type: str
 not_started:
   description: Programs of C(start_when_healthy) still not started when the wait timed out.
   returned: O(mode=watch), when it timed out
@@ -319,6 +334,8 @@ def watch_services(module: AnsibleModule) -> dict:
     if register and register.program in later:
         later[register.program] = {}  # started at once, told of each worker as it answers
     offsets = svc.get("log_offsets") or {}
+    # Read first: the key is for the gates after the wait, and a file that cannot be read is said at once.
+    handed = controller_key(p.get("key_for_controller"))
     out = watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
                 p["deadline_s"], offsets, later, register)
     if svc.get("logs"):
@@ -326,7 +343,18 @@ def watch_services(module: AnsibleModule) -> dict:
         workers = chosen(root, None, "workers")
         lives = mgr.lives(workers)
         out["logs"] = {n: log_since(mgr, n, int(offsets.get(n, 0)), lives[n].get("invocation")) for n in workers}
-    return out
+    return {**out, **handed}
+
+
+def controller_key(path: str | None) -> dict:
+    """`key_for_controller`'s content as RV(api_key), or why it cannot be read as RV(api_key_problem)."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return {"api_key": fh.read().strip()}
+    except OSError as exc:
+        return {"api_key_problem": f"cannot read the API key file {path} on this host: {exc.strerror}"}
 
 
 def registration(module: AnsibleModule, spec: dict) -> Registration | None:
@@ -366,6 +394,7 @@ def main() -> None:
             "poll_interval_s": {"type": "float", "default": 0.25},
             "request_timeout_s": {"type": "float", "default": 5},
             "api_key_file": {"type": "str"},
+            "key_for_controller": {"type": "str"},
             "services": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,

@@ -53,6 +53,14 @@ options:
         (true when the start left the router for this wait to start: on the router's host it is started as soon
         as every worker of the plan answers C(/health) at the URL the router uses when they all run on that
         host, else at once). Without C(install_root) there is no wait."
+  api_key_file:
+    type: str
+    default: ""
+    description:
+      - A file on this host holding the deployment's API key, for the gates the controller runs next. The
+        readiness wait reads it (no module run of its own) and returns it in RV(api_key), and this task's
+        result is then hidden (no_log) whatever the task says; unreadable, RV(api_key_problem) says why.
+        Without a wait on this host it is not read (neither is returned).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.read_only
@@ -81,6 +89,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+api_key:
+  description: The content of O(api_key_file), stripped; the result holding it is hidden (no_log).
+  returned: with O(api_key_file) read by the wait
+  type: str
+api_key_problem:
+  description: Why O(api_key_file) could not be read (its path and the error, never its content).
+  returned: with O(api_key_file) unreadable
+  type: str
 probe:
   description: What was found on this host.
   returned: always

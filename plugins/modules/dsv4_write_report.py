@@ -9,6 +9,10 @@ short_description: Write a dsv4deploy deploy report on the controller and point 
 description:
   - Writes C(REPORTS_DIR/RELEASE/report.json) and C(report.md) (and C(heatmap.png) with the C(plot) extra)
     and points C(REPORTS_DIR/latest) at them. A release that already has a report gets C(RELEASE-2), ...
+  - Shows C(report.md) in the play's output as it writes it.
+  - The needle heatmap drawn ahead by M(dsv4.deploy.dsv4_run_gates) (once the needle gate is done, while the gates
+    beside it still run) into this run's local temp folder is copied from there; one for other cells is not
+    used, and the heatmap is drawn here then.
 options:
   verdict:
     type: str

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from dsv4deploy.gates import GateResult, GateStatus, run_needle, run_smoke
-from dsv4deploy.report import build_report, render_markdown, update_latest, write_report
+from dsv4deploy.report import build_report, predraw_heatmap, render_markdown, update_latest, write_report
 
 from .stubs import always, model
 
@@ -87,6 +87,32 @@ def test_heatmap_is_drawn_with_matplotlib(stub, tmp_path):
     paths = write_report(tmp_path, rolled_back(stub))
     assert paths["heatmap"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "![needle recall heatmap](needle-heatmap.png)" in paths["md"].read_text()
+
+
+def test_a_heatmap_drawn_ahead_is_taken_only_for_the_same_cells(stub, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = rolled_back(stub)
+    ahead = tmp_path / "ahead"
+    ahead.mkdir()
+    # As the gates hand them on: the report gets them back through the play's variables, as JSON.
+    drawn = predraw_heatmap(ahead, [GateResult.model_validate(g) for g in data["gates"]])
+    assert drawn is not None and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    same = write_report(tmp_path / "same", json.loads(json.dumps(data)), drawn=ahead)
+    assert same["heatmap"].read_bytes() == drawn.read_bytes()
+    assert "![needle recall heatmap](needle-heatmap.png)" in same["md"].read_text()
+    # A cell that came out otherwise (another run's drawing in the folder) is drawn anew, not copied.
+    data["needle"]["cells"][0]["recalled"] = not data["needle"]["cells"][0]["recalled"]
+    other = write_report(tmp_path / "other", data, drawn=ahead)
+    assert other["heatmap"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert other["heatmap"].read_bytes() != drawn.read_bytes()
+
+
+def test_nothing_is_drawn_ahead_without_a_needle_or_matplotlib(stub, tmp_path, monkeypatch):
+    assert predraw_heatmap(tmp_path, [gate("smoke", "passed")]) is None
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.colors", None)
+    assert predraw_heatmap(tmp_path, [needle_gate(stub)]) is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_promoted_report_without_needle(tmp_path):

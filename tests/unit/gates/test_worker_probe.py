@@ -48,3 +48,13 @@ def test_an_address_this_host_does_not_have_is_said_at_once():
     assert probe.not_here("http://127.0.0.1:30001") == ""
     # 192.0.2.0/24 is TEST-NET-1: never an address of this machine. Binding tells, without any traffic.
     assert "192.0.2.7 is not an address of this host" in probe.not_here("http://192.0.2.7:30001")
+
+
+def test_the_wait_hands_the_controller_the_key_file_or_says_why_not(tmp_path):
+    key = tmp_path / "api_key"
+    key.write_text("sk-test-123\n")
+    assert probe.controller_key(str(key)) == {"api_key": "sk-test-123"}
+    assert probe.controller_key(None) == {}
+    missing = probe.controller_key(str(tmp_path / "nope"))
+    assert missing == {"api_key_problem": f"cannot read the API key file {tmp_path / 'nope'} on this host: "
+                                          "No such file or directory"}
