@@ -31,6 +31,9 @@ SMALL_SOAK = ["-e", json.dumps({"soak_sessions": 6, "soak_turns": 2})]
 # 12K tokens, ~6 s of a deploy, are test_gate_promises' and test_fault_matrix's): the required 5.5K row
 # stays, so index_topk 512 still fails it. A grid given after it replaces it (the last -e wins).
 SMALL_NEEDLE = ["-e", json.dumps({"needle_lengths": [1000, 5500], "needle_depths": [0.5]})]
+# Readiness alone, for a deploy whose gates are not its test's subject at all (one that only puts a release
+# in place, a settle, a repair): gate names are not part of a release, so its release id is the same.
+READINESS = ["-e", json.dumps({"dsv4_gates_names": ["readiness"]})]
 
 
 @dataclass

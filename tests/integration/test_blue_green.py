@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from dsv4deploy.downtime import DowntimeClient
-from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports, stop_supervisord
+from tests.integration.simhost import READINESS, SMALL_SOAK, SimHost, assign_ports, stop_supervisord
 from tests.integration.test_interrupted import kill_at, kill_when, lock_record, start
 from tests.ports import free_port_block
 
@@ -40,8 +40,6 @@ pytestmark = pytest.mark.integration
 # subject (test_gate_promises' and test_fault_matrix's).
 FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
         "-e", json.dumps({"needle_lengths": [1000, 5500], "needle_depths": [0.5]})]
-# Readiness alone, where the gates are not the subject at all (the first release, the settles).
-READINESS = ["-e", '{"dsv4_gates_names": ["readiness"]}']
 PORT_OFFSET = 5
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.simhost import REPO, VENV_BIN, SimHost
+from tests.integration.simhost import READINESS, REPO, VENV_BIN, SimHost
 
 pytestmark = pytest.mark.integration
 # Small gates (the soak is off): what is under test is the run's state on the host, not the gates.
@@ -99,7 +99,7 @@ def serves(host: SimHost) -> bool:
 
 @pytest.fixture(scope="module")
 def deployed(sim_host: SimHost) -> SimHost:
-    proc = sim_host.playbook("deploy.yml", *GRID)
+    proc = sim_host.playbook("deploy.yml", *GRID, *READINESS)
     assert proc.returncode == 0, proc.stdout[-4000:]
     return sim_host
 
@@ -116,7 +116,7 @@ def test_controller_killed_then_the_next_deploy_repairs(deployed: SimHost, phase
     args = ["-e", f"sim_faults={variant}", *GRID]
     record = kill_at(host, start(host, "deploy.yml", *args), phase)
     assert record["phase"] == phase and record["controller_pid"]
-    proc = host.playbook("deploy.yml", *args)
+    proc = host.playbook("deploy.yml", *args, *READINESS)
     assert proc.returncode == 0, proc.stdout[-5000:]
     explained = [ln for ln in proc.stdout.splitlines() if "died during phase" in ln]
     assert explained and f"previous run {record['run_id']}" in explained[0] and f"'{phase}'" in explained[0]

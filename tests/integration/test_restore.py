@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.simhost import SMALL_SOAK, SimHost, assign_ports
+from tests.integration.simhost import READINESS, SMALL_SOAK, SimHost, assign_ports
 from tests.integration.test_check_mode import one_line, snapshot
 from tests.ports import free_port_block
 
@@ -82,7 +82,7 @@ def test_isolate_in_check_mode_runs_no_suite_and_changes_nothing(sim_host: SimHo
 
 
 def test_rollback_to_a_release_that_failed_its_gates_is_refused_unless_asked(sim_host: SimHost) -> None:
-    RELEASES["c"] = deploy(sim_host, "-e", "topology=combined", *WEAK_NEEDLE)
+    RELEASES["c"] = deploy(sim_host, "-e", "topology=combined", *WEAK_NEEDLE, *READINESS)
     before = snapshot(sim_host)
     proc = sim_host.playbook("rollback.yml", "-e", f"dsv4_rollback_release={RELEASES['b']}", *FAST)
     assert proc.returncode != 0
@@ -149,7 +149,7 @@ def test_an_invalid_inventory_blocks_neither_verify_nor_rollback_nor_stop(sim_ho
 
 
 def test_a_rollback_gates_the_restored_release_at_its_own_endpoints(sim_host: SimHost) -> None:
-    assert deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE) == RELEASES["a"]
+    assert deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE, *READINESS) == RELEASES["a"]
     other = free_port_block(5)
     assign_ports(sim_host.inventory, other)
     try:
@@ -174,8 +174,8 @@ def test_an_experiment_prunes_no_release(sim_host: SimHost) -> None:
     # Five releases installed (A, B, C and two more), A the oldest and serving: the experiment's temporary
     # release makes six, and a pruning switch would delete the oldest one that is not protected.
     for warmup in ("0.1", "0.2"):
-        deploy(sim_host, "-e", "topology=pd", "-e", f"sim_faults=warmup_s={warmup}", *WEAK_NEEDLE)
-    serving = deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE)
+        deploy(sim_host, "-e", "topology=pd", "-e", f"sim_faults=warmup_s={warmup}", *WEAK_NEEDLE, *READINESS)
+    serving = deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE, *READINESS)
     assert serving == RELEASES["a"]
     installed = releases(sim_host)
     assert len(installed) == 5 and RELEASES["b"] in installed
