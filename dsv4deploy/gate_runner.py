@@ -86,6 +86,29 @@ def chain_problem(names: list[Any]) -> str:
     return group_problem(names)
 
 
+def names_problems(value: Any) -> list[str]:
+    """Why ``dsv4_gates_names`` cannot be run ([] when it can): a list whose entries are gate names or lists of
+    gate names that may run together. Checked by the plan, so a bad list fails before anything changes."""
+    if isinstance(value, str):
+        # As Ansible's list option reads text: `-e dsv4_gates_names=readiness,smoke` is two gates, while
+        # `-e dsv4_gates_names=[a,b]` stays text, named below with the JSON fix.
+        value = [value] if value.lstrip().startswith("[") else [v.strip() for v in value.split(",")]
+    if not isinstance(value, list) or not value:
+        example = "['readiness', ['config', 'smoke'], ['needle', 'soak']]"
+        return [f"dsv4_gates_names: a list of gates is needed (got {value!r}); e.g. {example}"]
+    problems = []
+    for entry in value:
+        if isinstance(entry, str) and entry.lstrip().startswith("["):
+            problems.append(f"dsv4_gates_names: {entry!r} is text, not a list of gates; fix: pass it as JSON, "
+                            f"e.g. -e '{{\"dsv4_gates_names\": [\"readiness\", [\"config\", \"smoke\"]]}}'")
+            continue
+        group = entry if isinstance(entry, list) else [entry]
+        problem = chain_problem(group)
+        if problem:
+            problems.append(f"dsv4_gates_names: {problem} (entry {entry!r})")
+    return problems
+
+
 def run_chain(groups: list[list[str]], run_one: Callable[[str], dict[str, Any]],
               keep_going: bool = False) -> list[dict[str, Any]]:
     """Run each group's gates at the same time (`run_one(name)` -> the gate's result as a dict), the groups
@@ -167,6 +190,8 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
                and k not in RETIRED_GATE_VARS]
     unknown += [k for k in (overrides or {}) if k not in fields]
     problems = [_unknown(k) for k in sorted(set(unknown))]
+    if "dsv4_gates_names" in variables:
+        problems += names_problems(template(variables["dsv4_gates_names"]))
     data = {k: template(v) for k, v in variables.items() if k in fields}
     data.update({k: v for k, v in (overrides or {}).items() if k in fields})
     try:

@@ -75,6 +75,16 @@ def test_a_misspelt_gate_variable_is_refused_naming_it(sim_host: SimHost) -> Non
     assert (sim_host.active_release(), sim_host.pids()) == (good, pids)
 
 
+def test_a_gate_list_given_as_text_is_refused_before_any_change(sim_host: SimHost) -> None:
+    # -e key=[a,b] is text to ansible-playbook: found at the plan, not once the serving release is stopped.
+    good, pids = sim_host.active_release(), sim_host.pids()
+    proc = sim_host.playbook("deploy.yml", "-e", "dsv4_gates_names=[readiness,smoke]", "-e", "index_topk=512", *FAST)
+    assert proc.returncode != 0
+    assert "dsv4_gates_names: '[readiness,smoke]' is text, not a list of gates; fix: pass it as JSON" in proc.stdout
+    assert "nothing was changed" in proc.stdout
+    assert (sim_host.active_release(), sim_host.pids()) == (good, pids)
+
+
 def test_bf16_index_k_on_the_decode_corrupts_tool_calls_and_rolls_back(sim_host: SimHost) -> None:
     good = sim_host.active_release()
     proc = sim_host.playbook("deploy.yml", *decode_env(sim_host, SGLANG_DSV4_BF16_INDEX_K="1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dsv4deploy.gate_runner import GATE_NEEDS, GATES, chain_problem, group_problem, run_chain
+from dsv4deploy.gate_runner import GATE_NEEDS, GATES, chain_problem, group_problem, names_problems, run_chain
 from tests.integration.simhost import REPO
 
 
@@ -72,3 +72,22 @@ def test_a_chain_names_an_unknown_gate_or_one_beside_what_it_needs() -> None:
     assert "unknown gate smok" in chain_problem(["smok"])
     assert "needle needs smoke" in chain_problem(["smoke", "needle"])
     assert chain_problem(["needle", "soak"]) == ""
+
+
+@pytest.mark.parametrize(("names", "named"), [
+    ("[readiness,smoke]", "'[readiness,smoke]' is text, not a list of gates; fix: pass it as JSON"),
+    (["readiness", "[config,smoke]"], "'[config,smoke]' is text"),
+    (["readiness", "smok"], "unknown gate smok; choose from readiness"),
+    (["readiness", ["smoke", "soak"]], "gate soak needs smoke passed first"),
+    ([], "a list of gates is needed (got [])"),
+    ({"readiness": True}, "a list of gates is needed"),
+])
+def test_a_gate_list_that_cannot_run_is_named_with_its_fix(names: object, named: str) -> None:
+    problems = names_problems(names)
+    assert len(problems) == 1 and problems[0].startswith("dsv4_gates_names: ") and named in problems[0]
+
+
+@pytest.mark.parametrize("names", [["readiness", ["config", "smoke"], ["needle", "soak"], "perf"], ["readiness"],
+                                   "readiness,smoke", ["readiness", "needle"]])
+def test_a_gate_list_that_can_run_passes(names: object) -> None:
+    assert names_problems(names) == []
