@@ -394,7 +394,7 @@ def main() -> None:
             "poll_interval_s": {"type": "float", "default": 0.25},
             "request_timeout_s": {"type": "float", "default": 5},
             "api_key_file": {"type": "str"},
-            "key_for_controller": {"type": "str"},
+            "key_for_controller": {"type": "str", "no_log": False},  # a path, not the key
             "services": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
