@@ -34,6 +34,7 @@ ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
     "logs": {"type": "dict", "default": {}},
     "api_key": {"type": "str", "default": "", "no_log": True},
+    "api_key_problem": {"type": "str", "default": ""},
     "settings": {"type": "dict", "default": {}},
     "probes": {"type": "dict", "default": {}},
     "baseline": {"type": "dict", "default": {}},
@@ -56,6 +57,9 @@ class ActionModule(ValidatedAction):
         problem = next((p for p in map(chain_problem, groups) if p), "")
         if problem:
             result.update(failed=True, msg=f"dsv4_run_gates: {problem}")
+            return result
+        if args["api_key_problem"]:  # the key file the readiness wait could not read: no gate runs without it
+            result.update(failed=True, msg=args["api_key_problem"])
             return result
         if self._task.check_mode:  # a gate talks to running servers: never in check mode
             why = "check mode: not run (a gate talks to the running servers)"

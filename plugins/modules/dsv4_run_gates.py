@@ -56,6 +56,12 @@ options:
     default: ""
     description:
       - API key the servers require, sent as a Bearer token. Never logged.
+  api_key_problem:
+    type: str
+    default: ""
+    description:
+      - Why the API key could not be read (M(dsv4.deploy.dsv4_worker_check)'s RV(api_key_problem)); when
+        set, the task fails with it and runs no gate.
   settings:
     type: dict
     default: {}
