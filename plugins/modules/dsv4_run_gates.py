@@ -60,7 +60,7 @@ options:
     type: str
     default: ""
     description:
-      - Why the API key could not be read (M(dsv4.deploy.dsv4_worker_check)'s RV(api_key_problem)); when
+      - Why the API key could not be read (the C(api_key_problem) that M(dsv4.deploy.dsv4_worker_check) returns); when
         set, the task fails with it and runs no gate.
   settings:
     type: dict
