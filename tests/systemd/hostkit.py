@@ -17,6 +17,7 @@ See tests/systemd/README.md for the fixtures built on it.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import secrets
@@ -56,6 +57,9 @@ class KitError(RuntimeError):
     """A lab could not be built or torn down."""
 
 
+APT_LOCK = "/run/lock/dsv4deploy-apt.lock"  # as scripts/setup.sh's apt_get
+
+
 def missing_prerequisites() -> str | None:
     """Why this machine cannot run labs, or None when it can (tries apt-get for missing tools as root)."""
     if os.geteuid() != 0:
@@ -67,8 +71,12 @@ def missing_prerequisites() -> str | None:
     missing = sorted({pkg for tool, pkg in tools.items() if not shutil.which(tool)})
     if missing and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env, timeout=600)
-        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], capture_output=True, env=env, timeout=900)
+        # scripts/setup.sh's parts may run apt-get beside this (CI builds them in the background), and a
+        # second `apt-get update` fails at once on apt's lock: both take this lock file first.
+        with open(APT_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env, timeout=600)
+            subprocess.run(["apt-get", "install", "-y", "-qq", *missing], capture_output=True, env=env, timeout=900)
         missing = sorted({pkg for tool, pkg in tools.items() if not shutil.which(tool)})
     if missing:
         return f"the systemd tier needs {', '.join(missing)} (apt-get install {' '.join(missing)})"
