@@ -19,7 +19,7 @@ import pytest
 from tests.integration.simhost import REPO, VENV_BIN, SimHost
 from tests.real_engine import netns
 from tests.real_engine.enginehost import engine_python, make_engine_host
-from tests.real_engine.sidebyside import observe
+from tests.real_engine.sidebyside import FIRST_DEPLOY_GATES, observe
 
 
 def _missing() -> str | None:
@@ -65,16 +65,17 @@ def engine_host(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="session")
 def combined_first_deploy(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimHost, dict]]:
-    """A host and its first deploy (combined, the inventory's gates), watched from its first second.
+    """A host and its first deploy (combined, gated by FIRST_DEPLOY_GATES), watched from its first second.
 
-    One real server start serves two modules: test_combined goes on from this promoted release, and
+    One real server start serves two modules: test_combined goes on from this promoted release (its perf
+    figures recorded, then judged by verify), and
     test_side_by_side compares what was seen here (taken before test_combined changes anything) with
     the simulator. The host is stopped and removed at the end of the session.
     """
     root = tmp_path_factory.mktemp("enginehost-combined")
     host = make_engine_host(root, tiny_model)
     try:
-        yield host, observe(host, "tiny-llama")
+        yield host, observe(host, "tiny-llama", *FIRST_DEPLOY_GATES)
     finally:
         host.teardown()
         shutil.rmtree(root, ignore_errors=True)

@@ -3,6 +3,7 @@ simulator and the real sglang, so the side-by-side test can compare them."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,15 @@ import httpx
 
 from tests.integration.simhost import SimHost
 
+# The gates of the tier's first combined deploy, and of the simulator's beside it: readiness, config and
+# smoke, then the perf gate on a small streamed load (2 cores, shared): 4 requests, 2 at once, 8 output
+# tokens each. Its tolerances are generous: the judgement (verify against the recorded figures), not the
+# machine's load, is under test, and a loaded CI machine varies a lot. One real server start serves the
+# perf tests, test_combined's and test_side_by_side's.
+FIRST_DEPLOY_GATES = ["-e", json.dumps({
+    "dsv4_gates_names": ["readiness", ["config", "smoke"], "perf"],
+    "perf_requests": 4, "perf_concurrency": 2, "perf_prompt_tokens": 32, "perf_output_tokens": 8,
+    "perf_tolerance": 4.0, "perf_p99_tolerance": 8.0, "perf_noise_floor_s": 0.5, "perf_deadline_s": 120})]
 # What the gates and operators ask a server (GET), during warm-up and once up.
 PATHS = ("/health", "/health_generate", "/ready", "/model_info", "/v1/models", "/server_info")
 # Bad requests and what each is: (name, method, path, JSON body).

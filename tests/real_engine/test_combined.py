@@ -1,6 +1,9 @@
 """The combined topology on the real sglang 0.5.23 (CPU, tiny random Llama), deployed by the tool.
 
-In order on one host: a release is promoted by readiness, config and smoke; servers that cannot
+In order on one host: a release is promoted by readiness, config and smoke, its perf figures measured
+from the client and from the real server's own ``/metrics`` histograms (``--enable-metrics`` as
+rendered) and recorded, not judged (the first release); verify judges what serves against them with
+the same gate; servers that cannot
 start fail readiness at once with the real traceback and the good release comes back; the needle
 gate fails on the random model as a true recall failure and every host is rolled back; stop ends
 every process of ours, the server's scheduler and detokenizer children included, after the request
@@ -19,6 +22,7 @@ import yaml
 
 from tests.integration.simhost import SimHost
 from tests.real_engine.enginehost import alive, descendants, process_name, usage
+from tests.real_engine.sidebyside import FIRST_DEPLOY_GATES
 
 pytestmark = pytest.mark.real_engine
 
@@ -62,7 +66,7 @@ def promoted(combined_first_deploy: tuple[SimHost, dict]) -> dict:
 def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost, promoted: dict) -> None:
     assert promoted["verdict"] == "promoted"
     assert [(g["name"], g["status"]) for g in promoted["gates"]] == [
-        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed")]
+        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("perf", "passed")]
     assert engine_host.active_release() == promoted["release"]
     assert set(engine_host.pids()) == {SERVER}
     # The override is in the real start log and effective per the real /server_info.
@@ -76,6 +80,31 @@ def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost
     smoke = gate(promoted, "smoke")["evidence"]
     assert smoke["expect_ok"] is False and smoke["content"].strip()
     print(f"combined: promoted in {promoted['_wall_s']} s (playbook wall time)")
+
+
+def test_the_perf_gate_measured_the_real_server_and_recorded_its_figures(promoted: dict) -> None:
+    perf = gate(promoted, "perf")
+    assert perf["evidence"]["judged"] is False, perf["summary"]
+    assert perf["summary"].startswith("recorded, not judged (no earlier figures"), perf["summary"]
+    figures = perf["evidence"]["figures"]
+    client = figures["client"]
+    assert all(client[k] and client[k] > 0 for k in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "output_tokens_per_s"))
+    # The real server's histograms saw exactly the load (the warm-up request is before the first scrape).
+    server = figures["servers"][SERVER]
+    assert server["requests"] == 4, server
+    assert server["ttft_p50_s"] and server["ttft_p50_s"] > 0 and server["itl_p50_s"] and server["itl_p50_s"] > 0
+    # A decode step, not a stall: the tiny model on CPU measured 4-8 ms a token (idle and loaded machine);
+    # no lower bound, since speed is bench's to judge, not a test's.
+    assert client["itl_p50_s"] < 5, client
+    print(f"real engine perf: {perf['seconds']:.1f} s; {perf['summary']}")
+
+
+def test_verify_judges_the_real_server_against_its_recorded_figures(engine_host: SimHost, promoted: dict) -> None:
+    assert engine_host.active_release() == promoted["release"]
+    proc = engine_host.playbook("verify.yml", *FIRST_DEPLOY_GATES, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert "gate perf: passed in" in proc.stdout, proc.stdout[-4000:]
+    assert f"within 400% of release {promoted['release']}" in proc.stdout, proc.stdout[-4000:]
 
 
 def combined_with(host: SimHost, **changes: object) -> list[str]:

@@ -18,11 +18,10 @@ import yaml
 
 from dsv4deploy.gates.config import AGREEMENT_KEYS, parse_logged_overrides
 from tests.integration.simhost import SimHost, make_sim_host
-from tests.real_engine.sidebyside import BAD_REQUESTS, PATHS, observe, shape, warm_up_statuses
+from tests.real_engine.sidebyside import BAD_REQUESTS, FIRST_DEPLOY_GATES, PATHS, observe, shape, warm_up_statuses
 
 pytestmark = pytest.mark.real_engine
 
-ONLY_FIRST_GATES = json.dumps({"dsv4_gates_names": ["readiness", ["config", "smoke"]]})
 # What the gates and the report read from /server_info.
 READ_BY_THE_TOOL = ("json_model_override_args", "version", *AGREEMENT_KEYS, "served_model_name",
                     "disaggregation_mode", "tp_size", "mem_fraction_static", "port")
@@ -41,7 +40,7 @@ def sides(combined_first_deploy: tuple[SimHost, dict], tmp_path_factory: pytest.
     try:
         # A simulated warm-up of some seconds, so the poller sees it as it sees the real one.
         sim_env = yaml.safe_load((sim.inventory / "group_vars" / "all" / "sim.yml").read_text())["server_env"]
-        yield {"sim": observe(sim, "deepseek-v4-flash", "-e", "topology=combined", "-e", ONLY_FIRST_GATES, "-e",
+        yield {"sim": observe(sim, "deepseek-v4-flash", "-e", "topology=combined", *FIRST_DEPLOY_GATES, "-e",
                               json.dumps({"server_env": {**sim_env, "DSV4_SIM_STARTUP_S": "8"}})),
                "real": combined_first_deploy[1]}
     finally:
