@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.integration.simhost import REPO, SimHost
+from tests.integration.simhost import READINESS, REPO, SimHost
 from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,8 @@ def test_failed_first_deploy_says_there_is_no_previous_release(sim_host: SimHost
 
 
 def test_a_rollback_that_fails_is_a_loud_distinct_failure(sim_host: SimHost) -> None:
-    proc = sim_host.playbook("deploy.yml", "-e", "readiness_deadline_s=60")
+    # A good release to fall back to; its gates are not the subject (readiness alone).
+    proc = sim_host.playbook("deploy.yml", "-e", "readiness_deadline_s=60", *READINESS)
     assert proc.returncode == 0, proc.stdout[-5000:]
     good = sim_host.active_release()
     # Someone broke the good release on the host: it can no longer start, so the rollback must fail.

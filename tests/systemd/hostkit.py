@@ -259,12 +259,20 @@ class Host:
         path = self.dir / f"console-{self.boots - 1}.log"
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
-    def poweroff(self, timeout: float = 60) -> None:
-        """Shut the host down cleanly (systemctl poweroff inside) and wait for its launcher to end."""
+    def request_poweroff(self) -> None:
+        """Ask the host's systemd to shut down (systemctl poweroff inside), without waiting for it."""
         if self.launcher is None or self.launcher.poll() is not None:
             return
         with suppress(KitError, subprocess.TimeoutExpired):
             self.exec(["systemctl", "poweroff", "--no-block"], check=False, timeout=30)
+
+    def poweroff(self, timeout: float = 60, *, requested: bool = False) -> None:
+        """Shut the host down cleanly and wait for its launcher to end (`requested`: request_poweroff was
+        called already)."""
+        if self.launcher is None or self.launcher.poll() is not None:
+            return
+        if not requested:
+            self.request_poweroff()
         try:
             self.launcher.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -379,6 +387,16 @@ class Lab:
             self.close()
             raise
         return self
+
+    def reboot(self) -> None:
+        """Reboot every host, their disks kept: all shut down side by side (a rack's power cycle), then each
+        boots again (one by one, as start does: each launcher moves itself into its own cgroup)."""
+        for host in self.hosts.values():
+            host.request_poweroff()
+        for host in self.hosts.values():
+            host.poweroff(requested=True)
+        for host in self.hosts.values():
+            host.boot()
 
     def close(self) -> None:
         """Power every host off and remove everything the lab made."""

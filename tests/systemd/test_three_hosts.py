@@ -19,6 +19,8 @@ from tests.systemd import checks
 from tests.systemd.checks import GATES, INSTALL_ROOT, output
 from tests.systemd.hostkit import REPO, VENV_BIN, Lab
 
+READINESS = ("-e", '{"dsv4_gates_names": ["readiness"]}')  # for a deploy whose gates are not the subject
+
 UNITS = {"prefill1": ["sglang-dsv4-prefill"], "decode1": ["sglang-dsv4-decode"], "router1": ["sglang-dsv4-router"]}
 API_KEY = "sk-three-hosts-" + "5f1e0c2a9b7d"
 KEY_FILE = f"{INSTALL_ROOT}/secrets/api_key"
@@ -107,7 +109,9 @@ def run_testinfra(lab: Lab, *hosts_args: str) -> subprocess.CompletedProcess:
 
 def test_testinfra_over_ssh_and_ansible_passes_then_names_the_broken_check(lab: Lab, inventory: Path) -> None:
     over_ssh = ["--hosts=" + ",".join(f"ssh://{name}" for name in UNITS), f"--ssh-config={lab.ssh_config()}"]
-    via_ansible = ["--hosts=ansible://all", f"--ansible-inventory={inventory}"]
+    # The ansible backend on one host of the inventory: it runs an ansible module per command (a run over all
+    # three was ~2/3 of this test's 220 s under CI's load); the three hosts' states are checked over ssh.
+    via_ansible = ["--hosts=ansible://prefill1", f"--ansible-inventory={inventory}"]
     for args in (over_ssh, via_ansible):
         proc = run_testinfra(lab, *args)
         assert proc.returncode == 0, output(proc)
@@ -161,7 +165,8 @@ def test_server_dying_after_start_rolls_back_all_three_hosts(lab: Lab, inventory
 
 def test_rollback_playbook_returns_to_the_previous_release(lab: Lab, inventory: Path, tmp_path: Path,
                                                            state: dict[str, str]) -> None:
-    proc = lab.playbook("deploy.yml", inventory, "-e", "context_length=262144", reports=tmp_path / "second")
+    # The second release only needs to be in place: readiness alone (gate names are not part of a release).
+    proc = lab.playbook("deploy.yml", inventory, "-e", "context_length=262144", *READINESS, reports=tmp_path / "second")
     assert proc.returncode == 0, output(proc)
     second = checks.report(tmp_path / "second")["release"]
     assert second != state["good"]
@@ -173,8 +178,7 @@ def test_rollback_playbook_returns_to_the_previous_release(lab: Lab, inventory: 
 
 def test_reboot_of_every_host_serves_the_active_release(lab: Lab, inventory: Path, tmp_path: Path,
                                                          state: dict[str, str]) -> None:
-    for host in lab.hosts.values():
-        host.reboot()
+    lab.reboot()
     for name, units in UNITS.items():
         checks.wait_active(lab.hosts[name], units)
     assert_serving(lab, state["good"])
@@ -218,7 +222,7 @@ def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp
             assert checks.unit_state(lab.hosts[name], unit) == ("active", "enabled"), f"{name} {unit}"
     # Back on the network, a deploy of the good release puts decode1 back in line (the dead run's
     # lock there is taken over).
-    proc = lab.playbook("deploy.yml", inventory, reports=tmp_path / "again")
+    proc = lab.playbook("deploy.yml", inventory, *READINESS, reports=tmp_path / "again")
     assert proc.returncode == 0, output(proc)
     assert_serving(lab, state["good"])
 
