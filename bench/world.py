@@ -49,8 +49,29 @@ class Run:
     cpu_tree_s: float = 0.0  # CPU seconds of ansible-playbook and everything it ran and reaped (modules too)
 
     def gates(self) -> list[dict[str, Any]]:
-        """Gate task records in order (name, passed, seconds, start, end)."""
-        return [t for t in self.tasks if t.get("gate")]
+        """Gate task records in order (name, passed, seconds, start, end). Where one host waits, the readiness
+        wait's own task judges readiness (dsv4_worker_probe verdict) and its result is hidden (no_log): that
+        task's record stands for the gate, with the report's readiness entry (in order) for its outcome."""
+        reported = iter([g for g in (self.report or {}).get("gates", []) if g.get("name") == "readiness"])
+        out: list[dict[str, Any]] = []
+        for i, t in enumerate(self.tasks):
+            if t.get("gate"):
+                if t["gate"] == "readiness":
+                    next(reported, None)
+                out.append(t)
+                continue
+            if not (str(t.get("action", "")).endswith("dsv4_worker_probe") and t["status"] == "ok"
+                    and "readiness" in t.get("task", "").partition(":")[2]):
+                continue
+            after = next((n for n in self.tasks[i + 1:] if n.get("gate")
+                          or str(n.get("action", "")).endswith("dsv4_worker_probe")), None)
+            if after is not None and after.get("gate") == "readiness":
+                continue  # a gate task of its own judged it
+            gate = next(reported, None)
+            if gate is not None:
+                out.append({**t, "gate": "readiness", "passed": gate.get("status") != "failed",
+                            "seconds": gate.get("seconds")})
+        return out
 
     def gate_seconds(self, name: str) -> float:
         """Seconds of the report's gate `name` (promote phase)."""

@@ -4,7 +4,8 @@ cannot reach.
 
 Documented in modules/dsv4_worker_probe.py (ansible-doc dsv4.deploy.dsv4_worker_probe); ARGUMENT_SPEC
 follows it. The wait and the checks are the module dsv4.deploy.dsv4_worker_check (mode=watch, then
-readiness or config); a worker is asked what the controller's readiness gate asks (worker_paths).
+readiness or config); a worker is asked what the controller's readiness gate asks (worker_paths). With
+`verdict`, the readiness gate itself then runs here, on the controller (dsv4deploy.gate_task, as dsv4_run_gates).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 from ansible.utils.display import Display
 
 from dsv4deploy import routers
-from dsv4deploy.controller_action import ValidatedAction
 from dsv4deploy.gate_runner import (
     WORKER_GATES,
     GateSettingsError,
     host_checks,
 )
+from dsv4deploy.gate_task import GateTaskAction
 from dsv4deploy.gates.readiness import worker_paths
 
 ARGUMENT_SPEC = {
@@ -28,6 +29,8 @@ ARGUMENT_SPEC = {
     "settings": {"type": "dict", "default": {}},
     "services": {"type": "dict", "default": {}},
     "api_key_file": {"type": "str", "default": ""},
+    "verdict": {"type": "bool", "default": False},
+    "api_key": {"type": "str", "default": "", "no_log": True},
 }
 
 
@@ -50,7 +53,7 @@ def register_workers(plan: dict[str, Any], host: str) -> dict[str, Any]:
                         for w in plan["workers"]]}
 
 
-class ActionModule(ValidatedAction):
+class ActionModule(GateTaskAction):
     """One task for all hosts; each host checks its own workers."""
 
     argument_spec = ARGUMENT_SPEC
@@ -83,7 +86,25 @@ class ActionModule(ValidatedAction):
         for mode in modes if checks else []:
             self._check(mode, checks, host, settings.readiness_deadline_s, task_vars, probe)
         result.update(changed=False, probe=probe)
+        if args["verdict"] and watching:
+            self._verdict(result, args, task_vars)
         return result
+
+    def _verdict(self, result: dict, args: dict[str, Any], task_vars: dict) -> None:
+        """Judge readiness now, from this host's probe, as the gate task would (the caller makes this host the
+        only one the gates wait on): the gate's result goes into result["verdict"]. When the gate task itself
+        could not run (settings, the key file), no verdict: the gate task then runs and fails saying why."""
+        host = task_vars["inventory_hostname"]
+        gate_args = {"name": ["readiness"], "then": [], "keep_going": False, "plan": args["plan"], "logs": {},
+                     "api_key": result.get("api_key") or args["api_key"],
+                     "api_key_problem": result.get("api_key_problem", ""), "settings": args["settings"],
+                     "probes": {host: result["probe"]}, "baseline": {}, "bake": {}}
+        judged = self.run_gates({}, gate_args, task_vars)
+        if judged.get("failed"):
+            return
+        for warning in judged.pop("warnings", []):  # this result may be hidden (no_log): said now instead
+            display.warning(warning)
+        result["verdict"] = judged
 
     def _check(self, mode: str, checks: list[dict[str, Any]], host: str, deadline_s: float, task_vars: dict,
                probe: dict[str, Any]) -> None:

@@ -46,7 +46,14 @@ options:
   release_id:
     type: str
     description:
-      - Release to install, activate or record as verified.
+      - Release to install, activate or record as verified; with O(state=query) and O(records), the release whose
+        records to read.
+  records:
+    type: bool
+    default: false
+    description:
+      - With O(state=query) and O(release_id), also return RV(records), that release's C(spec.json) and
+        C(services.json) (one module run for both, as a restore reads them).
   files:
     type: dict
     description:
@@ -199,6 +206,12 @@ details:
   returned: O(state=query)
   type: list
   elements: dict
+records:
+  description: >-
+    The files C(spec.json) and C(services.json) of O(release_id), base64-encoded, as C(spec) and C(services); an
+    empty string for one that is not there (the release is not installed here, or predates services.json).
+  returned: O(state=query) with O(records)
+  type: dict
 owner_id:
   description: The id in the install root's ownership marker (null when none).
   returned: O(state=query)
@@ -220,6 +233,7 @@ left_why:
 """
 
 
+import base64
 import json
 import os
 import shutil
@@ -441,6 +455,22 @@ def _query(root: str) -> dict:
     return result
 
 
+def _records(root: str, release_id: str) -> dict:
+    """spec.json and services.json of `release_id` here, base64 ('' where missing or unreadable), as spec and
+    services."""
+    out = {}
+    for name in ("spec", "services"):
+        out[name] = ""
+        if not store.RELEASE_ID.match(release_id) or ".." in release_id:
+            continue  # not a name a release can have: none is installed under it
+        try:
+            with open(os.path.join(store.releases_dir(root), release_id, f"{name}.json"), "rb") as fh:
+                out[name] = base64.b64encode(fh.read()).decode("ascii")
+        except OSError:
+            pass
+    return out
+
+
 def _record_phase(module: AnsibleModule, lock: dict, release_id: str) -> None:
     """Record lock["phase"] with `release_id` as the target in the deploy lock this run holds."""
     missing = [k for k in ("path", "run_id", "phase") if not lock.get(k)]
@@ -473,6 +503,7 @@ def main() -> None:
             "failed_gate": {"type": "str", "default": ""},
             "prune": {"type": "bool", "default": True},
             "release_id": {"type": "str"},
+            "records": {"type": "bool", "default": False},
             "files": {"type": "dict"},
             "bake": {"type": "str", "default": "", "choices": ["", "passed", "inconclusive"]},
             "keep": {"type": "int", "default": 5},
@@ -488,7 +519,10 @@ def main() -> None:
     p = module.params
     root = p["install_root"]
     if p["state"] == "query":
-        module.exit_json(changed=False, **_query(root))
+        found = _query(root)
+        if p["records"] and p["release_id"]:
+            found["records"] = _records(root, p["release_id"])
+        module.exit_json(changed=False, **found)
     if p["state"] == "purged":
         try:
             purged, warning = purge.purge(root, module.check_mode)

@@ -61,6 +61,24 @@ options:
         readiness wait reads it (no module run of its own) and returns it in RV(api_key), and this task's
         result is then hidden (no_log) whatever the task says; unreadable, RV(api_key_problem) says why.
         Without a wait on this host it is not read (neither is returned).
+  verdict:
+    type: bool
+    default: false
+    description:
+      - Also judge C(readiness) here, on the controller, the moment this host's wait ends, as
+        M(dsv4.deploy.dsv4_run_gates) would with this host's probe (the same gate, settings and evidence), and
+        return that task's result in RV(verdict). The gates role sets it where this host is the only one the
+        gates wait on and readiness is the first gate alone, so that no task runs between the servers being
+        ready and the verdict; the gate task for readiness is then left out.
+      - Only with C(readiness) in O(name) and a wait (an C(install_root) in O(services)). When the gate task itself
+        cannot run (invalid gate settings, an unreadable key file), no verdict is returned, and the gate task
+        runs and fails saying why.
+  api_key:
+    type: str
+    default: ""
+    description:
+      - The deployment's API key for the O(verdict), when this wait does not read it (O(api_key_file)). Never
+        logged.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.action
   - dsv4.deploy.dsv4deploy.read_only
@@ -97,6 +115,11 @@ api_key_problem:
   description: Why O(api_key_file) could not be read (its path and the error, never its content).
   returned: with O(api_key_file) unreadable
   type: str
+verdict:
+  description: The readiness gate's task result, as M(dsv4.deploy.dsv4_run_gates) returns it for C(readiness)
+    (C(gates), C(gate), C(passed)).
+  returned: with O(verdict) and a wait, when the gate could run
+  type: dict
 probe:
   description: What was found on this host.
   returned: always

@@ -20,6 +20,31 @@ def test_readiness_latency_is_last_ready_line_to_the_gate_verdict() -> None:
     assert abs(metrics.readiness_latency(run) - 0.4) < 1e-9
 
 
+def _probe(end: float, names: str = "readiness, config") -> dict:
+    return {"event": "task", "task": f"dsv4_gates : Host side of the gates: {names}", "action": "dsv4_worker_probe",
+            "status": "ok", "host": "local", "start": end - 20.0, "end": end}
+
+
+def test_readiness_judged_by_the_wait_counts_its_task_as_the_gate() -> None:
+    # One host waits: the wait's task (no_log) gave the verdict; the report says how it went, in order.
+    report = {"gates": [{"name": "readiness", "status": "passed", "seconds": 0.1},
+                        {"name": "config", "status": "failed", "seconds": 0.2},
+                        {"name": "readiness", "status": "passed", "seconds": 0.1},
+                        {"name": "smoke", "status": "passed", "seconds": 1.0}]}
+    tasks = [_probe(121.0), _gate("config", 122.0, 0.2, passed=False), _probe(150.0, "readiness"),
+             _gate("smoke", 151.5, 1.0)]
+    run = _run(tasks, report, ready_at={"p": 120.5, "d": 120.8})
+    assert [(g["gate"], g["end"], g["passed"]) for g in run.gates()] == [
+        ("readiness", 121.0, True), ("config", 122.0, False), ("readiness", 150.0, True), ("smoke", 151.5, True)]
+    assert abs(metrics.readiness_latency(run) - 0.2) < 1e-9
+    assert metrics.rollback_to_verified(run) == 29.5
+    # A gate task of its own after the wait (several hosts waited): that task is the gate, not the wait.
+    both = _run([_probe(121.0), _gate("readiness", 121.4, 0.1)], {"gates": report["gates"][:1]}, {"p": 120.5})
+    assert [(g["action"], g["end"]) for g in both.gates()] == [("dsv4_run_gates", 121.4)]
+    # A wait without readiness (config's checks only) is no gate.
+    assert _run([_probe(10.0, "config")], {"gates": []}).gates() == []
+
+
 def test_worker_notice_uses_the_gate_evidence_time_to_ready() -> None:
     report = {"gates": [{"name": "readiness", "seconds": 10.0, "evidence": {"endpoints": [
         {"check": "p /health", "seconds_to_ready": 8.2}, {"check": "router /readiness", "seconds_to_ready": 9.9}]}}]}

@@ -3,6 +3,7 @@ edited releases, dead and empty locks, purge guards."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -101,6 +102,22 @@ def test_install_says_what_the_host_had_before_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
+def test_a_query_reads_one_releases_spec_and_services_records_in_the_same_run(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    files = release_files()
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1", files=files)
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="query", release_id="r1", records=True)
+    assert base64.b64decode(out["records"]["spec"]).decode() == files["spec.json"]
+    assert base64.b64decode(out["records"]["services"]).decode() == files["services.json"]
+    assert out["releases"] == ["r1"]  # still the query's answer
+    # A release not installed here, a name no release can have, no install root at all: nothing to read.
+    for release_id, where in [("r9", root), ("../r1", root), ("r1", tmp_path / "nowhere")]:
+        none = run_module(RELEASES, tmp_path, install_root=str(where), state="query", release_id=release_id,
+                          records=True)
+        assert none["records"] == {"spec": "", "services": ""}, (release_id, none)
+    assert "records" not in run_module(RELEASES, tmp_path, install_root=str(root), state="query", release_id="r1")
+
+
 def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir(mode=0o555)
