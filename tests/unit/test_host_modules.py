@@ -101,7 +101,6 @@ def test_install_says_what_the_host_had_before_it(tmp_path: Path) -> None:
     assert again["before"]["active"] == "r1" and again["before"]["active_hash"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
 def test_a_query_reads_one_releases_spec_and_services_records_in_the_same_run(tmp_path: Path) -> None:
     root = tmp_path / "root"
     files = release_files()
@@ -118,6 +117,7 @@ def test_a_query_reads_one_releases_spec_and_services_records_in_the_same_run(tm
     assert "records" not in run_module(RELEASES, tmp_path, install_root=str(root), state="query", release_id="r1")
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
 def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir(mode=0o555)
