@@ -67,6 +67,11 @@ def tampered(root: str, release: str) -> str | None:
     return manifest_problem(hashes, manifest)
 
 
+def plain_release_id(release_id: str) -> bool:
+    """Whether `release_id` is a name a release can have (a single folder name under releases/, no '..')."""
+    return bool(RELEASE_ID.match(release_id)) and ".." not in release_id
+
+
 def releases_dir(root: str) -> str:
     """The folder holding `root`'s releases."""
     return os.path.join(root, "releases")
@@ -141,7 +146,7 @@ def activate(root: str, release_id: str, keep: int, prune: bool = True, check: b
     """Point `root`'s C(current) at `release_id` (installed, and intact against its manifest), record the switch in
     state.json and, with `prune`, remove old releases beyond `keep` (never the active, the previous or the last
     verified one); what the modules return (C(changed), summary(), in check mode C(would)). Raises Refused."""
-    if not RELEASE_ID.match(release_id) or ".." in release_id:
+    if not plain_release_id(release_id):
         raise Refused(f"release id {release_id!r} is not a plain name (letters, digits, . _ -; no '..')")
     if release_id not in list_releases(root):
         raise Refused(f"release {release_id} is not installed under {releases_dir(root)}; "

@@ -247,7 +247,7 @@ from ansible_collections.dsv4.deploy.plugins.module_utils import release_store a
 
 
 def _check_release_id(module: AnsibleModule, release_id: str) -> None:
-    if not store.RELEASE_ID.match(release_id) or ".." in release_id:
+    if not store.plain_release_id(release_id):
         module.fail_json(msg=f"release id {release_id!r} is not a plain name (letters, digits, . _ -; no '..')")
 
 
@@ -458,11 +458,10 @@ def _query(root: str) -> dict:
 def _records(root: str, release_id: str) -> dict:
     """spec.json and services.json of `release_id` here, base64 ('' where missing or unreadable), as spec and
     services."""
-    out = {}
-    for name in ("spec", "services"):
-        out[name] = ""
-        if not store.RELEASE_ID.match(release_id) or ".." in release_id:
-            continue  # not a name a release can have: none is installed under it
+    out = {"spec": "", "services": ""}
+    if not store.plain_release_id(release_id):
+        return out  # not a name a release can have: none is installed under it
+    for name in out:
         try:
             with open(os.path.join(store.releases_dir(root), release_id, f"{name}.json"), "rb") as fh:
                 out[name] = base64.b64encode(fh.read()).decode("ascii")
