@@ -54,6 +54,13 @@ options:
     description:
       - With O(state=query) and O(release_id), also return RV(records), that release's C(spec.json) and
         C(services.json) (one module run for both, as a restore reads them).
+  records_of:
+    type: str
+    default: ''
+    description:
+      - With O(state=failed), also return RV(records) of this release, the one a rollback restores next, and
+        RV(records_of) naming it; the same module run records the failure and reads what the restore needs, one
+        module run fewer between a failed gate and the stop. Empty reads nothing.
   files:
     type: dict
     description:
@@ -210,8 +217,12 @@ records:
   description: >-
     The files C(spec.json) and C(services.json) of O(release_id), base64-encoded, as C(spec) and C(services); an
     empty string for one that is not there (the release is not installed here, or predates services.json).
-  returned: O(state=query) with O(records)
+  returned: O(state=query) with O(records), O(state=failed) with O(records_of)
   type: dict
+records_of:
+  description: The release RV(records) describes (O(records_of)), so a later read of the same release can be skipped.
+  returned: O(state=failed) with O(records_of)
+  type: str
 owner_id:
   description: The id in the install root's ownership marker (null when none).
   returned: O(state=query)
@@ -503,6 +514,7 @@ def main() -> None:
             "prune": {"type": "bool", "default": True},
             "release_id": {"type": "str"},
             "records": {"type": "bool", "default": False},
+            "records_of": {"type": "str", "default": ""},
             "files": {"type": "dict"},
             "bake": {"type": "str", "default": "", "choices": ["", "passed", "inconclusive"]},
             "keep": {"type": "int", "default": 5},
@@ -542,7 +554,10 @@ def main() -> None:
             verified["lock_released"] = _release_lock(module, p["release_lock"])
         module.exit_json(**verified)
     if p["state"] == "failed":
-        module.exit_json(**_failed(module, root, p["release_id"], p["failed_gate"] or "gates", p["perf"]))
+        failed = _failed(module, root, p["release_id"], p["failed_gate"] or "gates", p["perf"])
+        if p["records_of"]:  # read-only, so in check mode too (as the restore's own read would)
+            failed.update(records=_records(root, p["records_of"]), records_of=p["records_of"])
+        module.exit_json(**failed)
     if p["state"] == "absent":
         module.exit_json(**_remove(module, root, p["release_id"]))
     module.exit_json(**_activate(module, root, p["release_id"], p["keep"], p["prune"]))

@@ -117,6 +117,28 @@ def test_a_query_reads_one_releases_spec_and_services_records_in_the_same_run(tm
     assert "records" not in run_module(RELEASES, tmp_path, install_root=str(root), state="query", release_id="r1")
 
 
+def test_a_failed_record_reads_the_rollback_targets_records_in_the_same_run(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first, _ = _releases(root, tmp_path, 2)
+    files = release_files()
+    files["bin/serve-extra.sh"] = "#!/bin/sh\n# failing\n"
+    files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
+    run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="bad", files=files)
+    spec = (root / "releases" / first / "spec.json").read_bytes()
+    for check in (True, False):  # a read changes nothing: check mode returns the records too
+        out = run_module(RELEASES, tmp_path, install_root=str(root), state="failed", release_id="bad",
+                         failed_gate="needle", records_of=first, check_mode=check)
+        assert out["records_of"] == first and base64.b64decode(out["records"]["spec"]) == spec, out
+        assert out["records"]["services"] and out["changed"]
+    assert out["failed_gates"] == {"bad": "needle"}
+    # A target that is not installed here reads as nothing, and the failure is still recorded.
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="failed", release_id="bad",
+                     failed_gate="smoke", records_of="gone")
+    assert out["records"] == {"spec": "", "services": ""} and out["failed_gates"] == {"bad": "smoke"}
+    assert "records" not in run_module(RELEASES, tmp_path, install_root=str(root), state="failed", release_id="bad",
+                                       failed_gate="smoke")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
 def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "root"
