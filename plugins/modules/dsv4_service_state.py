@@ -73,6 +73,32 @@ options:
         the same module run, right after the lock's C(before) phase is recorded; the services started are then that
         release's. A release that is missing or was edited fails the call before anything is switched or started.
         In check mode it says it would switch (RV(would)).
+  then_start:
+    type: dict
+    description:
+      - With O(state=stopped), once the services are stopped (and their GPUs released, with O(gpus_released)),
+        switch and start as O(state=started) does, in the same module run - a host's whole switch-over in one
+        module run, not two. Nothing is switched or started when the stop or the GPU wait fails.
+      - Returns what O(state=started) returns beside what the stop returns.
+    suboptions:
+      activate:
+        type: dict
+        description:
+          - As O(activate), the pointer switched right before the start (its C(before) phase recorded first).
+      only:
+        type: str
+        choices: [all, router, workers, decode, prefill]
+        default: all
+        description:
+          - The services of the (newly) active release to start, narrowed by kind as O(only).
+      lock_before:
+        type: str
+        description:
+          - The phase recorded in O(lock) before the switch (O(lock)'s C(before) is the stop's).
+      lock_after:
+        type: str
+        description:
+          - The phase recorded in O(lock) once started (O(lock)'s C(after) is the stop's).
   enabled:
     type: bool
     description:
@@ -101,6 +127,18 @@ EXAMPLES = r"""
     state: stopped
     only: router
 
+- name: Stop everything, wait for its GPUs, then switch to a release and start it (one module run)
+  dsv4.deploy.dsv4_service_state:
+    manager: supervisord
+    install_root: /opt/dsv4deploy
+    state: stopped
+    gpus_released:
+      gpu_query_command: [nvidia-smi]
+      gpus: [0, 1, 2, 3]
+    then_start:
+      activate:
+        release_id: 20261203T120000Z-0123456789
+
 - name: Start the workers of the active release
   dsv4.deploy.dsv4_service_state:
     manager: systemd
@@ -118,7 +156,7 @@ would:
   elements: str
 started:
   description: Services started, in order (in check mode, those that would be).
-  returned: O(state=started)
+  returned: O(state=started), and O(state=stopped) with O(then_start)
   type: list
   elements: str
 stopped:
@@ -138,16 +176,16 @@ stop_seconds:
 log_offsets:
   description: Byte offset of each started service's log at its start (supervisord), for
     M(dsv4.deploy.dsv4_service_state_info) O(dsv4.deploy.dsv4_service_state_info#module:log_offsets).
-  returned: O(state=started)
+  returned: O(state=started), and O(state=stopped) with O(then_start)
   type: dict
 invocations:
   description: systemd invocation id of each started service, for M(dsv4.deploy.dsv4_service_state_info).
-  returned: O(state=started)
+  returned: O(state=started), and O(state=stopped) with O(then_start)
   type: dict
 programs:
   description: Each service's life right after the start (state, pid, start time or invocation, restarts),
     for the readiness wait's O(dsv4.deploy.dsv4_worker_check#module:services) C(since).
-  returned: O(state=started)
+  returned: O(state=started), and O(state=stopped) with O(then_start)
   type: dict
 """
 
@@ -315,13 +353,11 @@ def wait_gpus(spec: dict) -> dict:
                               float(spec.get("timeout_s", 120)), float(spec.get("poll_s", 0.25)))
 
 
-def _switch(module: AnsibleModule, root: str, state: str, check: bool) -> dict:
-    """O(activate): the active pointer switched before the start ({} when not asked); fails when it cannot be."""
-    want = module.params["activate"]
+def _switch(module: AnsibleModule, root: str, want: dict | None, check: bool) -> dict:
+    """O(activate) (or then_start's): the active pointer switched before the start ({} when not asked); fails
+    when it cannot be."""
     if not want:
         return {}
-    if state != "started":
-        module.fail_json(msg="activate goes with state=started (the pointer switches right before the start)")
     try:
         return release_store.activate(root, str(want.get("release_id") or ""), int(want.get("keep", 5)),
                                       bool(want.get("prune", True)), check)
@@ -330,10 +366,27 @@ def _switch(module: AnsibleModule, root: str, state: str, check: bool) -> dict:
     return {}
 
 
-def _record(lock: dict | None, key: str) -> None:
-    """Record the lock's `before` or `after` phase, when the task gave one."""
-    if lock and lock.get(key):
-        deploy_lock.record_phase(lock["path"], lock["run_id"], lock[key], lock.get("target", ""))
+def _record(lock: dict | None, key: str, phase: str | None = None) -> None:
+    """Record the lock's `before` or `after` phase (or `phase`, in its place), when the task gave one."""
+    phase = lock.get(key) if lock and phase is None else phase
+    if lock and phase:
+        deploy_lock.record_phase(lock["path"], lock["run_id"], phase, lock.get("target", ""))
+
+
+def then_start(module: AnsibleModule, lock: dict | None, stopped: dict, check: bool) -> dict:
+    """O(then_start): after the stop (and its GPU wait), switch and start in this module run; the result is the
+    stop's with the start's added (their `would` in order in check mode)."""
+    p, want = module.params, module.params["then_start"]
+    _record(lock, "", want.get("lock_before"))
+    switched = _switch(module, p["install_root"], want.get("activate"), check)
+    # The manager is opened anew: it is the switched release's units or programs that start.
+    mgr = open_manager(p["manager"], p["install_root"], p["supervisor_bin_dir"], p["unit_dir"])
+    result = start(mgr, chosen(p["install_root"], None, want.get("only") or "all"), check)
+    _record(lock, "", want.get("lock_after"))
+    merged = {**stopped, **result, "changed": bool(stopped["changed"] or result["changed"] or switched.get("changed"))}
+    if check:
+        merged["would"] = stopped.get("would", []) + switched.get("would", []) + result.get("would", [])
+    return merged
 
 
 def main() -> None:
@@ -347,6 +400,12 @@ def main() -> None:
             "lock": {"type": "dict"},
             "gpus_released": {"type": "dict"},
             "activate": {"type": "dict"},
+            "then_start": {"type": "dict", "options": {
+                "activate": {"type": "dict"},
+                "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
+                "lock_before": {"type": "str"},
+                "lock_after": {"type": "str"},
+            }},
         },
         supports_check_mode=True,
     )
@@ -358,8 +417,12 @@ def main() -> None:
     try:
         # A run that no longer holds the lock stops here; then the pointer, so that the service manager sees
         # the release to start (its units or programs) and the names are that release's.
+        if p["activate"] and state != "started":
+            module.fail_json(msg="activate goes with state=started (the pointer switches right before the start)")
+        if p["then_start"] and state != "stopped":
+            module.fail_json(msg="then_start goes with state=stopped (the start follows the stop)")
         _record(lock, "before")
-        switched = _switch(module, root, state, check)
+        switched = _switch(module, root, p["activate"], check)
         mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
         names = chosen(root, p["names"], p["only"])
         if state == "installed":
@@ -376,6 +439,8 @@ def main() -> None:
                 result["would"] = switched.get("would", []) + result.get("would", [])
         if state == "stopped" and p["gpus_released"] and not check:
             result["gpus_released"] = wait_gpus(p["gpus_released"])
+        if p["then_start"]:
+            result = then_start(module, lock, result, check)
     except gpus.GpuError as exc:
         module.fail_json(msg=str(exc), **({"gpus": exc.table} if exc.table is not None else {}))
     except Refused as exc:

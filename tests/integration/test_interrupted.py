@@ -1,7 +1,10 @@
 """Interrupted and concurrent runs against the simulated host, with the real playbooks and processes.
 
-The controller (ansible-playbook and its workers) is SIGKILLed at each phase of a deploy: the test reads
-the phase from the host's lock record, as an operator would, and kills the real process group. The next
+The controller (ansible-playbook, its workers and the modules they run) is SIGKILLed at each phase of a
+deploy: the test reads the phase from the host's lock record, as an operator would, and kills the real
+processes - the controller's machine dying with everything it ran, as a dropped ssh session ends the modules
+on a host. Ansible detaches each worker into a session of its own, so the process group alone would leave a
+module running on; one module run can carry several phases (a host's stop, GPU wait, switch and start). The next
 deploy.yml (or rollback.yml) must say in one line which run died in which phase, repair, and end with a
 verified release serving and every earlier release still on disk. Two runs at once: the second (deploy,
 verify or stop) fails fast naming the live holder, and the first finishes.
@@ -9,6 +12,7 @@ verify or stop) fails fast naming the live holder, and the first finishes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,19 +52,56 @@ def lock_record(host: SimHost) -> dict:
         return {}
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process descended from `pid` (from /proc: each process's parent)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def kill_controller(proc: subprocess.Popen) -> None:
+    """SIGKILL the controller and everything it runs, by PID: each is stopped first (SIGSTOP, until no new one
+    appears), so none can start another or record one more phase, then killed."""
+    frozen: set[int] = set()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGSTOP)
+    while new := descendants(proc.pid) - frozen:
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= new
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 def kill_at(host: SimHost, proc: subprocess.Popen, phase: str, timeout: float = 400) -> dict:
-    """SIGKILL the controller's process group once the lock records `phase`; the record at that moment."""
+    """SIGKILL the controller and what it runs once the lock records `phase`; the record at that moment."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         record = lock_record(host)
         if record.get("phase", "").startswith(phase):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            kill_controller(proc)
             return lock_record(host)
         if proc.poll() is not None:
             pytest.fail(f"the run ended (rc {proc.returncode}) before phase {phase}:\n{proc.stdout.read()[-3000:]}")
         time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
+    kill_controller(proc)
     pytest.fail(f"phase {phase} never recorded")
 
 

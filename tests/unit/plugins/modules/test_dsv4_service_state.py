@@ -4,8 +4,16 @@ honest check mode and the deploy lock's phases recorded by explicit calls."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from dsv4deploy import render
 from tests.unit.plugins.conftest import BIN_DIR, PROGRAM, supervisord_runs
 from tests.unit.plugins.runner import run_module
 
@@ -115,3 +123,79 @@ def test_a_start_that_switches_the_pointer_refuses_a_missing_or_edited_release_a
         assert out["failed"] and why in out["msg"], out
         assert not (install_root / "supervisor").exists() and not supervisord_runs(install_root)
     assert services(tmp_path, install_root, "stopped", activate={"release_id": "r1"})["failed"]
+
+
+def _release(root: Path, script: str) -> dict[str, str]:
+    """The files of a release with one program running `script`, with its manifest."""
+    conf = (f"[program:{PROGRAM}]\ncommand={root}/current/bin/serve-{PROGRAM}.sh\nautostart=false\n"
+            f"autorestart=false\nstartsecs=0\nstopwaitsecs=5\nstdout_logfile={root}/logs/{PROGRAM}.log\n"
+            "redirect_stderr=true\n")
+    files = {f"bin/serve-{PROGRAM}.sh": f"#!/bin/sh\n{script}\n", f"supervisor/{PROGRAM}.conf": conf}
+    return {**files, "manifest.json": render.manifest_json(files)}
+
+
+@pytest.fixture
+def two_releases(tmp_path: Path) -> Iterator[Path]:
+    """An install root made by dsv4_host_releases: r1 active, r2 installed beside it (each one program that
+    logs its name, then sleeps); its supervisord shut down at the end."""
+    base = Path(tempfile.mkdtemp(prefix="dsv4u-", dir="/tmp"))  # short: supervisord's AF_UNIX socket path
+    root = base / "root"
+    try:
+        for release in ("r1", "r2"):
+            out = run_module("dsv4_host_releases", tmp_path, install_root=str(root), state="present",
+                             release_id=release, files=_release(root, f"echo release-{release}\nexec sleep 300"))
+            assert not out.get("failed"), out
+        assert not run_module("dsv4_host_releases", tmp_path, install_root=str(root), state="active",
+                              release_id="r1").get("failed")
+        yield root
+    finally:
+        services(tmp_path, root, "removed")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_stop_then_start_switches_and_starts_the_new_release_in_the_same_run(tmp_path: Path,
+                                                                              two_releases: Path) -> None:
+    root = two_releases
+    smi, used = _fake_smi(tmp_path)
+    used.write_text("12")
+    wait = {"gpu_query_command": [str(smi)], "gpus": [0], "timeout_s": 0.5, "poll_s": 0.05}
+    old_pid = services(tmp_path, root, "started")["programs"][PROGRAM]["pid"]
+    path = root / "deploy.lock"
+    path.write_text(json.dumps({"run_id": "run1", "phase": "preflight"}))
+    lock = {"path": str(path), "run_id": "run1", "target": "r2", "before": "switch: stopping",
+            "after": "switch: stopped"}
+    then = {"activate": {"release_id": "r2", "prune": False}, "lock_before": "switch: switched",
+            "lock_after": "switch: started"}
+    # Check mode says it would stop, then switch to r2, and changes nothing.
+    planned = services(tmp_path, root, "stopped", check=True, lock=lock, gpus_released=wait, then_start=then)
+    assert planned["changed"] and planned["would"][0] == f"stop {PROGRAM}", planned
+    assert any("r2" in step for step in planned["would"][1:]), planned
+    assert os.readlink(root / "current").endswith("r1") and json.loads(path.read_text())["phase"] == "preflight"
+    out = services(tmp_path, root, "stopped", lock=lock, gpus_released=wait, then_start=then)
+    assert not out.get("failed") and out["stopped"] == [PROGRAM] and out["started"] == [PROGRAM], out
+    assert out["gpus_released"]["gpus"]["0"]["used"] == 12 and PROGRAM in out["stop_seconds"]
+    assert os.readlink(root / "current").endswith("r2")
+    assert out["programs"][PROGRAM]["pid"] not in (None, old_pid)
+    assert json.loads(path.read_text())["phase"] == "switch: started"
+    log = (root / "logs" / f"{PROGRAM}.log").read_text()
+    deadline = time.monotonic() + 10
+    while "release-r2" not in log[out["log_offsets"][PROGRAM]:] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        log = (root / "logs" / f"{PROGRAM}.log").read_text()
+    assert "release-r2" in log[out["log_offsets"][PROGRAM]:], log
+
+
+def test_a_stop_whose_gpus_stay_held_neither_switches_nor_starts(tmp_path: Path, two_releases: Path) -> None:
+    root = two_releases
+    smi, used = _fake_smi(tmp_path)
+    used.write_text("40000")
+    services(tmp_path, root, "started")
+    out = services(tmp_path, root, "stopped", then_start={"activate": {"release_id": "r2"}},
+                   gpus_released={"gpu_query_command": [str(smi)], "gpus": [0], "timeout_s": 0.3, "poll_s": 0.05})
+    assert out.get("failed") and "GPU 0 uses 40000 MiB" in out["msg"], out
+    assert os.readlink(root / "current").endswith("r1")
+    assert not info(tmp_path, root)["services"][PROGRAM]["running"]
+    # then_start belongs to a stop, as activate belongs to a start.
+    wrong = services(tmp_path, root, "started", then_start={"only": "all"})
+    assert wrong.get("failed") and "then_start goes with state=stopped" in wrong["msg"], wrong
+    assert not info(tmp_path, root)["services"][PROGRAM]["running"]
