@@ -366,27 +366,29 @@ def _switch(module: AnsibleModule, root: str, want: dict | None, check: bool) ->
     return {}
 
 
-def _record(lock: dict | None, key: str, phase: str | None = None) -> None:
-    """Record the lock's `before` or `after` phase (or `phase`, in its place), when the task gave one."""
-    phase = lock.get(key) if lock and phase is None else phase
+def _record(lock: dict | None, phase: str | None) -> None:
+    """Record `phase` in the deploy lock this run holds, when the task gave both."""
     if lock and phase:
         deploy_lock.record_phase(lock["path"], lock["run_id"], phase, lock.get("target", ""))
 
 
-def then_start(module: AnsibleModule, lock: dict | None, stopped: dict, check: bool) -> dict:
-    """O(then_start): after the stop (and its GPU wait), switch and start in this module run; the result is the
-    stop's with the start's added (their `would` in order in check mode)."""
-    p, want = module.params, module.params["then_start"]
-    _record(lock, "", want.get("lock_before"))
-    switched = _switch(module, p["install_root"], want.get("activate"), check)
-    # The manager is opened anew: it is the switched release's units or programs that start.
-    mgr = open_manager(p["manager"], p["install_root"], p["supervisor_bin_dir"], p["unit_dir"])
-    result = start(mgr, chosen(p["install_root"], None, want.get("only") or "all"), check)
-    _record(lock, "", want.get("lock_after"))
-    merged = {**stopped, **result, "changed": bool(stopped["changed"] or result["changed"] or switched.get("changed"))}
-    if check:
-        merged["would"] = stopped.get("would", []) + switched.get("would", []) + result.get("would", [])
-    return merged
+def switch_and_start(module: AnsibleModule, lock: dict | None, phases: tuple[str | None, str | None],
+                     activate: dict | None, names: list[str] | None, only: str, check: bool) -> dict:
+    """O(state=started), and O(then_start) after a stop: record `phases[0]`, switch the pointer (`activate`), start
+    `names` (default the switched release's) narrowed by `only`, record `phases[1]`; the switch's change and
+    steps are the result's too."""
+    root = module.params["install_root"]
+    _record(lock, phases[0])
+    switched = _switch(module, root, activate, check)
+    # Opened after the switch: it is the switched release's units or programs that start.
+    mgr = open_manager(module.params["manager"], root, module.params["supervisor_bin_dir"], module.params["unit_dir"])
+    result = start(mgr, chosen(root, names, only), check)
+    _record(lock, phases[1])
+    if switched.get("changed"):
+        result["changed"] = True
+        if check:
+            result["would"] = switched.get("would", []) + result.get("would", [])
+    return result
 
 
 def main() -> None:
@@ -421,26 +423,29 @@ def main() -> None:
             module.fail_json(msg="activate goes with state=started (the pointer switches right before the start)")
         if p["then_start"] and state != "stopped":
             module.fail_json(msg="then_start goes with state=stopped (the start follows the stop)")
-        _record(lock, "before")
-        switched = _switch(module, root, p["activate"], check)
-        mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
-        names = chosen(root, p["names"], p["only"])
-        if state == "installed":
-            would = pending_install(mgr) if check else []
-            result = {"changed": bool(would), "would": would} if check else {"changed": install(mgr)}
-        elif state == "started":
-            result = start(mgr, names, check)
+        phases = (p["lock"] or {}).get("before"), (p["lock"] or {}).get("after")
+        if state == "started":
+            result = switch_and_start(module, lock, phases, p["activate"], p["names"], p["only"], check)
         else:
-            result = stop(mgr, names, state, p["enabled"], check)
-        _record(lock, "after")
-        if switched.get("changed"):
-            result["changed"] = True
-            if check:
-                result["would"] = switched.get("would", []) + result.get("would", [])
+            _record(lock, phases[0])
+            mgr = open_manager(p["manager"], root, p["supervisor_bin_dir"], p["unit_dir"])
+            names = chosen(root, p["names"], p["only"])
+            if state == "installed":
+                would = pending_install(mgr) if check else []
+                result = {"changed": bool(would), "would": would} if check else {"changed": install(mgr)}
+            else:
+                result = stop(mgr, names, state, p["enabled"], check)
+            _record(lock, phases[1])
         if state == "stopped" and p["gpus_released"] and not check:
             result["gpus_released"] = wait_gpus(p["gpus_released"])
         if p["then_start"]:
-            result = then_start(module, lock, result, check)
+            then = p["then_start"]
+            started = switch_and_start(module, lock, (then["lock_before"], then["lock_after"]), then["activate"], None,
+                                       then["only"], check)
+            merged = {**result, **started, "changed": bool(result["changed"] or started["changed"])}
+            if check:
+                merged["would"] = result.get("would", []) + started.get("would", [])
+            result = merged
     except gpus.GpuError as exc:
         module.fail_json(msg=str(exc), **({"gpus": exc.table} if exc.table is not None else {}))
     except Refused as exc:
