@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.downtime [--load-s 2]
 
 `rollout_downtime`: a simulated host promotes release A off the clock, then the continuous client
-(dsv4deploy/downtime.py) asks the production endpoint while the deploy playbook replaces A with B by
+(dsv4deploy/rollout/downtime.py) asks the production endpoint while the deploy playbook replaces A with B by
 `recreate`, `blue_green` or `rolling` (each on a layout where it runs: tp 2 per role, 1P1D or 2P2D), with
 every default gate; its figures (sent, failed, longest gap between answers) are what clients see. The
 full `python -m bench` runs all three.
@@ -28,7 +28,7 @@ import yaml
 from ansible_collections.dsv4.deploy.plugins.module_utils.drain import wait_idle
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import RouterWorkers, api_for
 from bench.world import bench_host, run_playbook
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports
 from tests.ports import free_port_block
 from tests.sim.simhelpers import PYTHON, REPO, Launcher, free_port, pd_pair, wait_status

@@ -31,7 +31,7 @@ COLLECTION_DIR = Path("ansible_collections") / NAMESPACE / NAME
 # The entries of the repository root that make up the collection, as the wheel and the tarball ship it
 # (tests/sanity: ansible-test's ignore files, each entry with its reason).
 COLLECTION_CONTENT: tuple[str, ...] = (
-    "galaxy.yml", "README.md", "meta", "plugins", "roles", "playbooks", "tests/sanity",
+    "galaxy.yml", "README.md", "CHANGELOG.md", "meta", "plugins", "roles", "playbooks", "tests/sanity",
 )
 # Package data assembled into the installed `dsv4deploy` package (source -> folder in the package).
 PACKAGE_TREES: dict[str, str] = {

@@ -19,9 +19,9 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from dsv4deploy import versions
 from dsv4deploy.gates.http import check_url, describe_error, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
+from dsv4deploy.sglang import versions
 
 GATE = "readiness"
 SUMMARY_BODY_CHARS = 160

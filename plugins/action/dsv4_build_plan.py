@@ -8,18 +8,18 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from dsv4deploy import installed, names, reach
-from dsv4deploy.controller_action import ValidatedAction
-from dsv4deploy.gate_runner import GateSettingsError
-from dsv4deploy.inventory import plain
-from dsv4deploy.inventory_checks import inventory_problems, vault_var_problems, view_of
+from dsv4deploy.controller.action import ValidatedAction
+from dsv4deploy.gates import reach
+from dsv4deploy.gates.runner import GateSettingsError
+from dsv4deploy.inventory import names, plain
+from dsv4deploy.inventory.checks import inventory_problems, vault_var_problems, view_of
+from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
-from dsv4deploy.plan import make_plan, secret_files, targets_from_release_spec
-from dsv4deploy.router_change import router_change
+from dsv4deploy.plan import installed, make_plan, secret_files, targets_from_release_spec
+from dsv4deploy.rollout.router_change import router_change
+from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
+from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
-from dsv4deploy.strategy import VARS as ROLLOUT_VARS
-from dsv4deploy.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
-from dsv4deploy.varnames import ALLOW_VAR
 
 ARGUMENT_SPEC = {
     "release_spec": {"type": "str"},
@@ -35,7 +35,7 @@ ARGUMENT_SPEC = {
     "locate": {"type": "bool", "default": False},
     # installed: the view of an installed release, from its records on the hosts.
     "installed": {"type": "dict"},
-    # secrets=true: only the secret env files per host (dsv4deploy.secret_env), for a no_log task.
+    # secrets=true: only the secret env files per host (dsv4deploy.spec.secret_env), for a no_log task.
     "secrets": {"type": "bool", "default": False},
     # with secrets: the plan being installed, when it is not the inventory's own (the isolation twin).
     "planned_spec": {"type": "raw"},
@@ -45,7 +45,7 @@ ARGUMENT_SPEC = {
     # surge=true: the slot of a roll's surge workers (each lone worker beside its serving one).
     "surge": {"type": "bool", "default": False},
     # serving_spec: the serving release's spec.json text, with planned_spec the new plan's spec: only
-    # the production router's changed settings (dsv4deploy.router_change), as router_change.
+    # the production router's changed settings (dsv4deploy.rollout.router_change), as router_change.
     "serving_spec": {"type": "str"},
 }
 

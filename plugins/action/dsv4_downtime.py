@@ -1,4 +1,4 @@
-"""Action plugin: start or stop the continuous client (dsv4deploy.downtime) on the controller.
+"""Action plugin: start or stop the continuous client (dsv4deploy.rollout.downtime) on the controller.
 
 Documented in modules/dsv4_downtime.py (ansible-doc dsv4.deploy.dsv4_downtime); ARGUMENT_SPEC follows it.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dsv4deploy.controller_action import ValidatedAction
-from dsv4deploy.downtime import collect, spawn
+from dsv4deploy.controller.action import ValidatedAction
+from dsv4deploy.rollout.downtime import collect, spawn
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["started", "stopped"], "required": True},

@@ -11,8 +11,8 @@ from typing import Any
 
 from ansible.utils.display import Display
 
-from dsv4deploy.controller_action import ReportAction
-from dsv4deploy.isolate_report import build_isolate_report, headline, write_isolate_report
+from dsv4deploy.controller.action import ReportAction
+from dsv4deploy.isolate.report import build_isolate_report, headline, write_isolate_report
 from dsv4deploy.report import free_name, update_latest
 
 ARGUMENT_SPEC = {

@@ -1,7 +1,7 @@
 """Action plugin: what a rolling rollout's steps act on, after refusing a change a roll cannot carry.
 
 Documented in modules/dsv4_roll_plan.py (ansible-doc dsv4.deploy.dsv4_roll_plan); ARGUMENT_SPEC follows it.
-The work is dsv4deploy.rolling_run's.
+The work is dsv4deploy.rollout.rolling_plan's.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from dsv4deploy import roll_record
-from dsv4deploy.controller_action import ValidatedAction
-from dsv4deploy.rolling_run import run_plan, table_lines
+from dsv4deploy.controller.action import ValidatedAction
+from dsv4deploy.rollout import rolling_record
+from dsv4deploy.rollout.rolling_plan import run_plan, table_lines
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
     "serving": {"type": "dict", "default": {}},
     # table: only the report's table of which worker runs which release (old, new, done, failed, restored).
     "table": {"type": "dict"},
-    # repair: only what the next run does about a roll that died (dsv4deploy.roll_record): records, mode.
+    # repair: only what the next run does about a roll that died (dsv4deploy.rollout.rolling_record): records, mode.
     "repair": {"type": "dict"},
 }
 
@@ -65,7 +65,7 @@ class ActionModule(ValidatedAction):
         found = {host: base64.b64decode(text).decode() if text else None
                  for host, text in (args.get("records") or {}).items()}
         try:
-            result.update(changed=False, repair=roll_record.repair(found, str(args.get("mode") or "undo")))
+            result.update(changed=False, repair=rolling_record.repair(found, str(args.get("mode") or "undo")))
         except ValueError as exc:
             result.update(failed=True, msg=str(exc))
         return result

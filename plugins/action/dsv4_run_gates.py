@@ -2,15 +2,15 @@
 return their evidence.
 
 Documented in modules/dsv4_run_gates.py (ansible-doc dsv4.deploy.dsv4_run_gates); ARGUMENT_SPEC follows it.
-The work is dsv4deploy.gate_task's, which the readiness wait's action (dsv4_worker_probe) shares.
+The work is dsv4deploy.controller.gate_task's, which the readiness wait's action (dsv4_worker_probe) shares.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dsv4deploy.gate_runner import GATES
-from dsv4deploy.gate_task import GateTaskAction
+from dsv4deploy.controller.gate_task import GateTaskAction
+from dsv4deploy.gates.runner import GATES
 
 ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True, "choices": list(GATES)},

@@ -5,7 +5,7 @@ cannot reach.
 Documented in modules/dsv4_worker_probe.py (ansible-doc dsv4.deploy.dsv4_worker_probe); ARGUMENT_SPEC
 follows it. The wait and the checks are the module dsv4.deploy.dsv4_worker_check (mode=watch, then
 readiness or config); a worker is asked what the controller's readiness gate asks (worker_paths). With
-`verdict`, the readiness gate itself then runs here, on the controller (dsv4deploy.gate_task, as dsv4_run_gates).
+`verdict`, the readiness gate itself then runs here, on the controller (controller/gate_task.py, as dsv4_run_gates).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 
 from ansible.utils.display import Display
 
-from dsv4deploy import routers
-from dsv4deploy.gate_runner import (
+from dsv4deploy.controller.gate_task import GateTaskAction
+from dsv4deploy.gates.readiness import worker_paths
+from dsv4deploy.gates.runner import (
     WORKER_GATES,
     GateSettingsError,
     host_checks,
 )
-from dsv4deploy.gate_task import GateTaskAction
-from dsv4deploy.gates.readiness import worker_paths
+from dsv4deploy.sglang import routers
 
 ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True},

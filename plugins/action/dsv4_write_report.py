@@ -11,12 +11,12 @@ from typing import Any
 from ansible import constants as C
 from ansible.utils.display import Display
 
-from dsv4deploy.controller_action import ReportAction
+from dsv4deploy.controller.action import ReportAction
 from dsv4deploy.gates import GateResult
-from dsv4deploy.hardening import score_plan
 from dsv4deploy.plan import env_switches
 from dsv4deploy.report import MD_NAME, build_report, free_name, update_latest, write_report
-from dsv4deploy.report_rollout import rollout_section
+from dsv4deploy.report.hardening import score_plan
+from dsv4deploy.report.rollout_section import rollout_section
 
 ARGUMENT_SPEC = {
     "reports_dir": {"type": "path", "required": True},

@@ -14,12 +14,12 @@ PREFIX = "serve-"
 # may be called alone).
 SAFE_ROOT = re.compile(r"/[A-Za-z0-9_.+@,=:/-]*\Z")
 DRAIN_ORDER = {"router": 0, "decode": 1, "prefill": 2}
-# The release's record of its services (dsv4deploy.release_record): a recorded role's kind. The combined
+# The release's record of its services (dsv4deploy.plan.release_record): a recorded role's kind. The combined
 # server stops with, and is selected as, the prefills.
 SERVICES_FILE = "services.json"
 # blue_green's record of a previous release kept warm (dsv4_keep_record): every run settles it first.
 KEEP_RECORD = "blue_green.json"
-# The record a roll keeps on every host while it runs (dsv4deploy/roll_record.py); left behind, a roll died.
+# The record a roll keeps on every host while it runs (dsv4deploy/rollout/rolling_record.py); left behind, a roll died.
 ROLL_RECORD = "rolling.json"
 KIND_OF_ROLE = {"router": "router", "decode": "decode", "prefill": "prefill", "combined": "prefill"}
 

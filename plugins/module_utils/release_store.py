@@ -27,7 +27,7 @@ def sha256(data: bytes) -> str:
 
 
 def hash_lines(hashes: dict) -> str:
-    """content_hash as dsv4deploy.render computes it: sha256 over sorted `sha256  path` lines."""
+    """content_hash as dsv4deploy.plan.render computes it: sha256 over sorted `sha256  path` lines."""
     lines = "".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items()))
     return sha256(lines.encode("utf-8"))
 

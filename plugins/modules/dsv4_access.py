@@ -12,7 +12,7 @@ description:
     unit's sandbox (C(PrivateTmp), C(ProtectHome), C(InaccessiblePaths)) or not executable by that
     user, when the install root cannot be reached by it, or when the API key file is not readable by
     it or is readable by anyone else but root.
-  - The needs come from C(dsv4deploy.access) (the plan). A user that does not exist yet but will be
+  - The needs come from C(dsv4deploy.plan.access) (the plan). A user that does not exist yet but will be
     created is judged as a new user with no groups, by the files' "other" permissions.
 options:
   host:

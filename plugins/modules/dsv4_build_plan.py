@@ -107,14 +107,14 @@ options:
     description:
       - The plan of the slot a C(dsv4_rollout_strategy=rolling) roll starts its surge workers in (a role's lone
         worker, such as the decode of a 2P1D) - each lone worker on the spare GPUs and shifted ports
-        C(dsv4deploy.strategy.surge_places) gives, the other workers where they are (never started there),
+        C(dsv4deploy.rollout.strategy.surge_places) gives, the other workers where they are (never started there),
         install root C(INSTALL_ROOT/slot-b).
   serving_spec:
     type: str
     description:
       - The serving release's C(spec.json) text; with O(planned_spec) (the new plan's C(spec)), only compares the
         production router's own settings of the two (policy, flags, port, launcher, env, API key, drain grace,
-        C(dsv4deploy.router_change)) and returns RV(router_change); nothing else is planned. An empty text (no
+        C(dsv4deploy.rollout.router_change)) and returns RV(router_change); nothing else is planned. An empty text (no
         release serves) gives no change.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.controller

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: dsv4_downtime
 short_description: Start or stop the continuous client that measures what clients see during a rollout
 description:
-  - O(state=started) starts C(python -m dsv4deploy.downtime) on the controller, a process of its own that
+  - O(state=started) starts C(python -m dsv4deploy.rollout.downtime) on the controller, a process of its own that
     sends small chat completions to O(endpoint) (the production router) one after another until stopped,
     and returns RV(client). It stops by itself when the C(ansible-playbook) run that started it is gone,
     or after O(max_s).

@@ -8,7 +8,7 @@ module: dsv4_roll_plan
 short_description: Check a rolling rollout against the serving release and hand on what its steps act on
 description:
   - Runs on the controller (use C(run_once)). Refuses, naming field, host and fix, a change a roll cannot
-    carry - C(dsv4deploy.rolling.compatibility_problems) between the serving release's C(spec.json) and
+    carry - C(dsv4deploy.rollout.rolling.compatibility_problems) between the serving release's C(spec.json) and
     the new plan (workers moved, added or removed; model-affecting settings, weights or the router's own
     settings changed), and any program file (supervisord program, systemd unit) that differs between the
     two releases, which would restart the workers still serving the old release.
@@ -33,14 +33,14 @@ options:
     type: dict
     description:
       - Only return RV(table), the report's table of which worker runs which release after each step
-        (C(dsv4deploy.rolling.release_table)) - C(old) and C(new) (release ids), C(done) (steps that
+        (C(dsv4deploy.rollout.rolling.release_table)) - C(old) and C(new) (release ids), C(done) (steps that
         joined), C(failed) (the step that failed, if any) and C(restored) (the old release was put back on
         every worker).
   repair:
     type: dict
     description:
       - Only return RV(repair), what this run does about a roll whose controller died (its record
-        C({install_root}/rolling.json) still on the hosts; C(dsv4deploy.roll_record)) - C(records) (per host,
+        C({install_root}/rolling.json) still on the hosts; C(dsv4deploy.rollout.rolling_record)) - C(records) (per host,
         the record as C(ansible.builtin.slurp) read it, empty where the host has none) and C(mode) (V(undo), a
         deploy - the old release put back step by step behind the production router; V(point), stop and
         rollback - every host pointed at the old release; V(refuse), verify and isolate).

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy import flags
-from dsv4deploy.services import build_services
+from dsv4deploy.plan.services import build_services
+from dsv4deploy.sglang import flags
 from dsv4deploy.sim import _flag_tables
 from dsv4deploy.sim.gen_flag_tables import rows_of
 

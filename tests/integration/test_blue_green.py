@@ -1,6 +1,6 @@
 """blue_green through the playbook on the embedded simulated host (one host for the module).
 
-The continuous client (dsv4deploy.downtime) asks the production router throughout. A release that passes
+The continuous client (dsv4deploy.rollout.downtime) asks the production router throughout. A release that passes
 its gates beside the serving one is promoted with no failed request, and ends exactly where recreate
 would leave it (current, state.json, the router and workers under the install root; the other slot and
 its preview router stopped). A release that fails a gate beside it leaves production serving, untouched,
@@ -28,7 +28,7 @@ import httpx
 import pytest
 import yaml
 
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.integration.simhost import READINESS, SMALL_SOAK, SimHost, assign_ports, stop_supervisord
 from tests.integration.test_interrupted import kill_at, kill_when, lock_record, start
 from tests.ports import free_port_block
@@ -151,14 +151,14 @@ def _registered_ports(host: SimHost) -> list[int]:
 
 
 def _clients_of(endpoint: str) -> list[int]:
-    """PIDs of continuous clients (python -m dsv4deploy.downtime) asking `endpoint`."""
+    """PIDs of continuous clients (python -m dsv4deploy.rollout.downtime) asking `endpoint`."""
     out = []
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"dsv4deploy.downtime" in argv and endpoint.encode() in argv:
+        if b"dsv4deploy.rollout.downtime" in argv and endpoint.encode() in argv:
             out.append(int(proc.name))
     return out
 

@@ -3,7 +3,7 @@ and the router on `rt`, three inventory hosts of the embedded simulator (each it
 supervisord; the simulated GPUs shared, so each host's workers take GPUs of their own), behind the real
 sglang-router 0.3.2.
 
-The continuous client (dsv4deploy.downtime) asks the production router throughout. A release that passes
+The continuous client (dsv4deploy.rollout.downtime) asks the production router throughout. A release that passes
 its gates behind the preview router on `rt` - fronting the slot's workers on `pa` and `db` - is promoted
 with no failed request, every host's slot stopped and the production router never restarted; a release
 whose decode (on `db` alone) fails a gate leaves every host's production processes as they were; with
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dsv4deploy.downtime import Downtime, DowntimeClient
+from dsv4deploy.rollout.downtime import Downtime, DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
 from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening, _registered_ports
 from tests.ports import free_port_block

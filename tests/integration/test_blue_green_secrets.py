@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.integration.simhost import SimHost
 from tests.integration.test_blue_green import (  # noqa: F401  (bg_host is the module's host fixture)
     FAST,

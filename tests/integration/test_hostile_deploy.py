@@ -1,7 +1,7 @@
 """Hostile specs through the real deploy.yml against a host that serves: each ends in a validation error
 naming the field, no traceback, nothing executed, and the install root unchanged byte for byte.
 
-The full corpus and the fuzzing run against the validator directly (tests/unit/test_hostile_spec.py); here a
+The full corpus and the fuzzing run against the validator directly (tests/unit/spec/test_hostile_spec.py); here a
 sample of each kind goes the whole way through Ansible, as a user would run it.
 """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy.render import render_release
+from dsv4deploy.plan.render import render_release
 from tests.integration.simhost import REPO, VENV_BIN
 
 sys.path.insert(0, str(REPO / "tests" / "golden"))

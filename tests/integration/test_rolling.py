@@ -1,7 +1,7 @@
 """rolling through the playbook on the embedded simulated host (one 2P2D host for the module, tp 2 per
 worker on the 8 simulated GPUs, behind the real sglang-router 0.3.2).
 
-The continuous client (dsv4deploy.downtime) asks the production router throughout. A release whose steps
+The continuous client (dsv4deploy.rollout.downtime) asks the production router throughout. A release whose steps
 pass their gates behind each step's preview router is promoted with no failed request; one whose second
 step fails its readiness gate (a simulator fault on prefill[1] only, chosen by an inventory variable) stops
 there and is put back step by step, again with no failed request, the report's table saying which worker

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
 from tests.integration.test_blue_green import FAST, READINESS, _listening, _registered_ports
 from tests.integration.test_interrupted import kill_when, start

@@ -1,5 +1,5 @@
-"""The roll's steps (dsv4deploy.rolling) carried out against the REAL sglang-router 0.3.2 (and smg 1.13) with simulated
-2P2D workers on loopback, under a continuous client (dsv4deploy.downtime): each step takes its workers out
+"""The roll's steps (rollout/rolling.py) carried out against the REAL sglang-router 0.3.2 (and smg 1.13) with simulated
+2P2D workers on loopback, under a continuous client (dsv4deploy.rollout.downtime): each step takes its workers out
 of the production router through the worker API (dsv4_router_workers, drained), stops them (SIGTERM),
 starts their replacements on the same GPUs and ports, gates them behind the step's preview router
 (rolling.preview_router_argv: readiness, then the smoke gate itself) and adds them back. The deploy
@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from simhelpers import PYTHON, REPO, Launcher, Proc, chat, free_port, sim_env, wait_status
 
-from dsv4deploy import rolling, services
-from dsv4deploy.downtime import DowntimeClient
 from dsv4deploy.gates.smoke import run_smoke
+from dsv4deploy.plan import services
+from dsv4deploy.rollout import rolling
+from dsv4deploy.rollout.downtime import DowntimeClient
 from dsv4deploy.spec import Deployment, load_spec
 from tests.unit.plugins.runner import run_module
 
@@ -80,7 +81,7 @@ class Host:
 
 @pytest.fixture
 def host(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Host]:
-    """The old release's 2P2D serving behind the production router (rendered by dsv4deploy.services);
+    """The old release's 2P2D serving behind the production router (rendered by dsv4deploy.plan.services);
     sglang-router unless the test is parametrized with `router`."""
     router_kind = getattr(request, "param", "sglang-router")
     if router_kind == "smg" and not SMG_PYTHON.exists():

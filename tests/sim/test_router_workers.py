@@ -17,7 +17,7 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import 
     RouterWorkersError,
     api_for,
 )
-from dsv4deploy.downtime import DowntimeClient
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.unit.plugins.runner import run_module
 
 pytest.importorskip("sglang_router", reason="needs sglang-router 0.3.2 (extra 'sim')")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dsv4deploy.gates.config import parse_logged_overrides
-from dsv4deploy.services import ServiceDefinition, api_key_file, build_services, prometheus_port
+from dsv4deploy.plan.services import ServiceDefinition, api_key_file, build_services, prometheus_port
 from dsv4deploy.spec import Deployment, WorkerSpec
 
 WILDCARDS = {"0.0.0.0": "0.0.0.0", "::": "::", "[::]": "::"}

@@ -16,7 +16,7 @@ import deployed_checks as checks
 import pytest
 import testinfra
 
-from dsv4deploy.render import file_mode, render_release
+from dsv4deploy.plan.render import file_mode, render_release
 from dsv4deploy.spec import Deployment, load_spec
 
 KEY = "sk-test-0123456789abcdef"

@@ -86,8 +86,8 @@ def test_roles_and_playbooks_use_no_filter_of_our_own() -> None:
 
 
 def test_the_plan_role_declares_every_spec_variable_it_reads() -> None:
+    from dsv4deploy.inventory.varnames import ALLOW_VAR
     from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS
-    from dsv4deploy.varnames import ALLOW_VAR
 
     specs = yaml.safe_load((REPO / "roles" / "dsv4_plan" / "meta" / "argument_specs.yml").read_text())
     # ...and the inventory's allow-list of its own names that only look like ours (misspelt-name check),

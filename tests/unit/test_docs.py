@@ -11,8 +11,8 @@ import yaml
 from pydantic import BaseModel
 
 from dsv4deploy import report, spec
-from dsv4deploy.gate_runner import GateSettings
-from dsv4deploy.services import build_services
+from dsv4deploy.gates.runner import GateSettings
+from dsv4deploy.plan.services import build_services
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from fixture_specs import pd_spec
@@ -78,7 +78,7 @@ def test_every_file_the_docs_name_exists() -> None:
 
 
 def test_the_heatmap_files_the_docs_name_are_the_reports() -> None:
-    from dsv4deploy.isolate_report import HEATMAPS_NAME
+    from dsv4deploy.isolate.report import HEATMAPS_NAME
 
     for doc in DOCS:
         named = set(re.findall(r"[A-Za-z0-9_-]*heatmaps?\.png", doc.read_text()))

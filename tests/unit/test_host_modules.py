@@ -15,8 +15,8 @@ import pytest
 
 from ansible_collections.dsv4.deploy.plugins.action import dsv4_lock as lock_action
 from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import boot_identity, holder_is_dead, process_start
-from dsv4deploy import render
-from dsv4deploy.render import render_release
+from dsv4deploy.plan import render
+from dsv4deploy.plan.render import render_release
 from tests.unit.plugins.runner import run_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dsv4deploy.gate_runner import GATE_NEEDS, GATES, chain_problem, group_problem, names_problems, run_chain
+from dsv4deploy.gates.runner import GATE_NEEDS, GATES, chain_problem, group_problem, names_problems, run_chain
 from tests.integration.simhost import REPO
 
 

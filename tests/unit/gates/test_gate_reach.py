@@ -12,9 +12,8 @@ import socket
 
 import pytest
 
-from dsv4deploy import reach
-from dsv4deploy.gate_runner import GateSettings, host_checks, run_gate
-from dsv4deploy.gates import GateStatus
+from dsv4deploy.gates import GateStatus, reach
+from dsv4deploy.gates.runner import GateSettings, host_checks, run_gate
 
 from .stubs import always
 

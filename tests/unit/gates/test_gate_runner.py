@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dsv4deploy.gate_runner import GateSettings, run_gate
 from dsv4deploy.gates import GateStatus
+from dsv4deploy.gates.runner import GateSettings, run_gate
 
 from .stubs import always, completion
 

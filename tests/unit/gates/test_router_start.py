@@ -9,7 +9,7 @@ from typing import Any
 from ansible_collections.dsv4.deploy.plugins.module_utils.early_router import Registration, takes_workers_at_run_time
 from ansible_collections.dsv4.deploy.plugins.module_utils.router_workers import api_for
 from ansible_collections.dsv4.deploy.plugins.modules import dsv4_worker_check as services
-from dsv4deploy import routers
+from dsv4deploy.sglang import routers
 
 from .stubs import after, always
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy import render
+from dsv4deploy.plan import render
 from tests.unit.plugins.conftest import BIN_DIR, PROGRAM, supervisord_runs
 from tests.unit.plugins.runner import run_module
 

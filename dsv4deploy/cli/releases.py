@@ -1,0 +1,25 @@
+"""`dsv4deploy releases`: each host's releases, read-only."""
+
+from __future__ import annotations
+
+import argparse
+
+from dsv4deploy.cli.common import EXIT_HOST_FAILED, EXIT_OK, CliError, default_inventory, load_deployment
+
+
+def add_releases(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run_releases(args: argparse.Namespace) -> int:
+    from dsv4deploy.plan.releases import ReleasesError, as_json, format_releases, query
+
+    spec, _ = load_deployment(args.inventory, args.extra_vars, check_fit=False)
+    roots = {name: host.install_root for name, host in spec.hosts.items()}
+    try:
+        answers = query(args.inventory or default_inventory(), args.extra_vars, roots)
+    except ReleasesError as exc:
+        raise CliError([str(exc)]) from None
+    print(as_json(answers) if args.json else "\n".join(format_releases(answers)))
+    # Every host must answer: a listing with a host missing is not the whole picture.
+    return EXIT_OK if all(a.error is None for a in answers) else EXIT_HOST_FAILED

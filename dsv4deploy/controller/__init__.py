@@ -1,0 +1,1 @@
+"""What the collection's action plugins share on the controller."""

@@ -1,0 +1,426 @@
+"""Run a named gate against a rollout plan: the bridge between the playbooks and `dsv4deploy.gates`.
+
+Worker checks run where the worker's address is reachable: from the controller, or on the worker's
+own host (``dsv4_worker_probe``), whose answers come in as ``probes``. Whatever the controller
+asks itself is first checked to be reachable from here, so an address that cannot be reached is
+reported within seconds instead of being polled until the deadline.
+
+Gate settings are inventory variables of the names of :class:`GateSettings`' fields. A variable
+that looks like a gate setting (``readiness_``, ``config_``, ``smoke_``, ``needle_``, ``soak_``)
+but is not one is an error naming it, so a typo cannot silently weaken a gate. The needle's
+required length follows the deployment's ``index_topk`` unless set (:data:`REQUIRED_BY_TOPK`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dsv4deploy.gates import (
+    GateResult,
+    GateStatus,
+    Progress,
+    ServerConfigInput,
+    WorkerEndpoint,
+    check_config,
+    check_readiness,
+    reach,
+    run_needle,
+    run_smoke,
+    run_soak,
+    skipped,
+)
+from dsv4deploy.gates.bake import BakeSettings, run_bake
+from dsv4deploy.gates.perf import PerfLoad, run_perf
+from dsv4deploy.gates.result import Stopwatch, make_result
+
+GATES = ("readiness", "config", "smoke", "needle", "soak", "perf", "bake")
+# The bake's settings are the dsv4_bake role's variables (dsv4_bake_*), handed in whole, not gate variables.
+GATE_VAR_PREFIXES = tuple(f"{g}_" for g in GATES if g != "bake")
+# Gate variables no longer read, each with what to do instead; set, they warn and do not fail the plan.
+RETIRED_GATE_VARS = {
+    "perf_enabled": "the perf gate is opt-in: it runs only when 'perf' is in dsv4_gates_names; leave it out "
+                    "instead of setting perf_enabled: false",
+}
+# What the needle must recall per index_topk, as in the seeds: 1024 flipped the 5.5K-token needle
+# from lost to found; 512 (the model's default) is reliable only up to about 2K tokens.
+REQUIRED_BY_TOPK = {512: 2000, 1024: 5500}
+DEFAULT_INDEX_TOPK = 512  # what DeepSeek-V4 runs with when the spec does not set index_topk
+# Gates that ask the workers themselves (the others talk to the client-facing endpoint only).
+WORKER_GATES = ("readiness", "config")
+# What each gate needs passed before it means anything: every gate needs servers that are ready;
+# the needle and the soak need the first real request through the PD path (smoke) behind them.
+# Gates named together (a group in dsv4_gates_names) run at the same time, so none may need another.
+GATE_NEEDS: dict[str, frozenset[str]] = {
+    "readiness": frozenset(),
+    "config": frozenset({"readiness"}),
+    "smoke": frozenset({"readiness"}),
+    "needle": frozenset({"readiness", "smoke"}),
+    "soak": frozenset({"readiness", "smoke"}),
+    "perf": frozenset({"readiness", "smoke"}),
+    "bake": frozenset({"readiness", "smoke"}),
+}
+
+
+def group_problem(names: list[str]) -> str:
+    """Why the gates `names` cannot run at the same time ('' when they can): none may need another."""
+    if not names:
+        return "name a gate to run"
+    for name in names:
+        beside = GATE_NEEDS.get(name, frozenset()) & set(names)
+        if beside:
+            return (f"gate {name} needs {', '.join(sorted(beside))} passed first: run them one after the other "
+                    "(separate entries of dsv4_gates_names), not together")
+    return ""
+
+
+def chain_problem(names: list[Any]) -> str:
+    """Why the group `names` cannot run ('' when it can): each a known gate, none needing another."""
+    unknown = [str(n) for n in names if n not in GATES]
+    if unknown:
+        return f"unknown gate {', '.join(unknown)}; choose from {', '.join(GATES)}"
+    return group_problem(names)
+
+
+def names_problems(value: Any) -> list[str]:
+    """Why ``dsv4_gates_names`` cannot be run ([] when it can): a list whose entries are gate names or lists of
+    gate names that may run together. Checked by the plan, so a bad list fails before anything changes."""
+    if isinstance(value, str):
+        # As Ansible's list option reads text: `-e dsv4_gates_names=readiness,smoke` is two gates, while
+        # `-e dsv4_gates_names=[a,b]` stays text, named below with the JSON fix.
+        value = [value] if value.lstrip().startswith("[") else [v.strip() for v in value.split(",")]
+    if not isinstance(value, list) or not value:
+        example = "['readiness', ['config', 'smoke'], ['needle', 'soak']]"
+        return [f"dsv4_gates_names: a list of gates is needed (got {value!r}); e.g. {example}"]
+    problems = []
+    for entry in value:
+        if isinstance(entry, str) and entry.lstrip().startswith("["):
+            problems.append(f"dsv4_gates_names: {entry!r} is text, not a list of gates; fix: pass it as JSON, "
+                            f"e.g. -e '{{\"dsv4_gates_names\": [\"readiness\", [\"config\", \"smoke\"]]}}'")
+            continue
+        group = entry if isinstance(entry, list) else [entry]
+        problem = chain_problem(group)
+        if problem:
+            problems.append(f"dsv4_gates_names: {problem} (entry {entry!r})")
+    return problems
+
+
+def run_chain(groups: list[list[str]], run_one: Callable[[str], dict[str, Any]],
+              keep_going: bool = False) -> list[dict[str, Any]]:
+    """Run each group's gates at the same time (`run_one(name)` -> the gate's result as a dict), the groups
+    in order, each only once every gate before it passed (unless `keep_going`); the results, in order."""
+    gates: list[dict[str, Any]] = []
+    for names in groups:
+        with ThreadPoolExecutor(len(names)) as pool:
+            gates += list(pool.map(run_one, names))
+        if not keep_going and any(g["status"] == GateStatus.FAILED for g in gates):
+            break  # what follows needs these gates passed
+    return gates
+
+
+class GateSettingsError(ValueError):
+    """Gate variables that cannot be used; ``problems`` are one line each, naming the variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class GateSettings(BaseModel):
+    """Deadlines, the needle grid and the soak load, from inventory variables of the same names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    readiness_deadline_s: float = Field(600, gt=0)
+    config_deadline_s: float = Field(60, gt=0)
+    smoke_deadline_s: float = Field(300, gt=0)
+    # Whether smoke also wants the answer to say OK; None: as the model's profile says
+    # (profiles.yml `smoke_expects_ok`: on for DeepSeek-V4, off for a generic model).
+    smoke_expect_ok: bool | None = None
+    needle_deadline_s: float = Field(1800, gt=0)
+    # None: follow index_topk (REQUIRED_BY_TOPK); 0: report the curve without a requirement.
+    needle_required_tokens: int | None = Field(None, ge=0)
+    needle_lengths: list[int] = [1000, 2000, 4000, 5500, 8000, 12000]
+    needle_depths: list[float] = [0.1, 0.5, 0.9]
+    needle_concurrency: int = Field(4, ge=1)
+    needle_size_tolerance: float = Field(0.02, gt=0, lt=0.5)
+    needle_seed: int = 0
+    soak_enabled: bool = True
+    soak_sessions: int = Field(50, ge=1)
+    soak_turns: int = Field(4, ge=1)
+    soak_concurrency: int = Field(16, ge=1)
+    soak_max_corruption_rate: float = Field(0.02, ge=0, le=1)
+    soak_deadline_s: float = Field(600, gt=0)
+    soak_seed: int = 0
+    # The performance gate's fixed load (a few seconds on the embedded host) and how much worse than
+    # the last good release a figure may be: 1.0 lets a latency double (generous, so that a loaded CI
+    # machine does not refuse a clean release; a 3x slower decode still fails).
+    perf_requests: int = Field(16, ge=1)
+    perf_concurrency: int = Field(4, ge=1)
+    perf_prompt_tokens: int = Field(128, ge=16)
+    perf_output_tokens: int = Field(32, ge=2)
+    perf_tolerance: float = Field(1.0, gt=0)
+    perf_p99_tolerance: float = Field(3.0, gt=0)  # a p99 of 16 requests is one or two of them: judged looser
+    perf_noise_floor_s: float = Field(0.005, ge=0)
+    perf_deadline_s: float = Field(300, gt=0)
+
+    def required_tokens(self, index_topk: int | None) -> int:
+        """The needle requirement: as set, else what ``index_topk`` must recall."""
+        if self.needle_required_tokens is not None:
+            return self.needle_required_tokens
+        topk = index_topk or DEFAULT_INDEX_TOPK
+        return REQUIRED_BY_TOPK.get(topk, round(REQUIRED_BY_TOPK[512] * topk / 512))
+
+
+def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], Any],
+                       overrides: Mapping[str, Any] | None = None, index_topk: int | None = None) -> GateSettings:
+    """GateSettings from play variables with a gate's prefix (templated), then ``overrides``.
+
+    Raises GateSettingsError naming every unknown or invalid one. Checks too that the needle grid
+    can prove the requirement (a length at least the required one), so a deploy is refused before
+    anything changes rather than promoted on a grid too short.
+
+    """
+    fields = GateSettings.model_fields
+    unknown = [k for k in variables if k.startswith(GATE_VAR_PREFIXES) and k not in fields
+               and k not in RETIRED_GATE_VARS]
+    unknown += [k for k in (overrides or {}) if k not in fields]
+    problems = [_unknown(k) for k in sorted(set(unknown))]
+    if "dsv4_gates_names" in variables:
+        problems += names_problems(template(variables["dsv4_gates_names"]))
+    data = {k: template(v) for k, v in variables.items() if k in fields}
+    data.update({k: v for k, v in (overrides or {}).items() if k in fields})
+    try:
+        settings = GateSettings.model_validate(data)
+    except ValidationError as exc:
+        problems += [_invalid(e) for e in exc.errors()]
+        raise GateSettingsError(problems) from None
+    required = settings.required_tokens(index_topk)
+    if required > 0 and max(settings.needle_lengths, default=0) < required:
+        source = "needle_required_tokens" if settings.needle_required_tokens is not None else (
+            f"the default for index_topk {index_topk or DEFAULT_INDEX_TOPK}")
+        problems.append(f"needle_lengths {settings.needle_lengths} cannot reach the required {required} tokens "
+                        f"({source}): add a length of at least {required}, e.g. "
+                        f"{sorted({*settings.needle_lengths, required})}")
+    if problems:
+        raise GateSettingsError(problems)
+    return settings
+
+
+def retired_warnings(variables: Mapping[str, Any]) -> list[str]:
+    """One warning per retired gate variable set in `variables`, saying what to do instead."""
+    return [f"'{name}' is no longer read: {why}" for name, why in RETIRED_GATE_VARS.items() if name in variables]
+
+
+def _invalid(error: Mapping[str, Any]) -> str:
+    where = ".".join(map(str, error["loc"]))
+    line = f"{where}: {error['msg']} (got {error.get('input')!r})"
+    if error["type"] == "list_type" and str(error.get("input", "")).lstrip().startswith("["):
+        # `-e key=[1,2]` is text to ansible-playbook; JSON extra vars keep the list.
+        line += f"; fix: pass a list as JSON, e.g. -e '{{\"{where}\": {error['input']}}}'"
+    return line
+
+
+def _unknown(key: str) -> str:
+    close = difflib.get_close_matches(key, GateSettings.model_fields, n=1)
+    hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(GateSettings.model_fields)}"
+    return f"unknown gate variable {key}{hint}"
+
+
+def plan_index_topk(plan: Mapping[str, Any]) -> int | None:
+    """The smallest index_topk any server of the plan runs with (None when none sets it)."""
+    values = [o["index_topk"] for o in (plan.get("expected_overrides") or {}).values()
+              if isinstance(o, Mapping) and isinstance(o.get("index_topk"), int)]
+    return min(values) if values else None
+
+
+def host_checks(plan: Mapping[str, Any], host: str, host_is_local: bool) -> list[dict[str, Any]]:
+    """The workers of `host` whose checks must run on `host` itself (see dsv4deploy.gates.reach)."""
+    endpoint = plan.get("endpoint")
+    return [w for w in plan["workers"]
+            if w["host"] == host and w["url"] != endpoint
+            and reach.checked_on_host(w["url"], w.get("host_address", ""), host_is_local)]
+
+
+def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs: Mapping[str, str] | None = None,
+             api_key: str | None = None, progress: Progress | None = None,
+             probes: Mapping[str, Any] | None = None, baseline: Mapping[str, Any] | None = None,
+             bake: BakeSettings | None = None) -> GateResult:
+    """Run gate `name` against the servers the plan deployed.
+
+    `probes` maps each host to what ``dsv4_worker_probe`` found there: ``{"local": bool, "seconds":
+    float, "workers": {name: answers}}``. Without it every host counts as reachable from here.
+    `baseline` is the perf figures of the last good release (the perf gate judges against them);
+    `bake` the bake's settings (gate ``bake``; none or 0 seconds: skipped).
+    """
+    if name not in GATES:
+        raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
+    if name == "soak" and not settings.soak_enabled:
+        return skipped("soak", "soak_enabled is false")
+    watch = Stopwatch()
+    probes = probes or {}
+    died = [data["died"] for data in probes.values() if data.get("died")]
+    if name == "readiness" and died:
+        return _died_result(watch, died)
+    on_host = {w: (host, found) for host, data in probes.items() for w, found in (data.get("workers") or {}).items()}
+    here = _asked_here(name, plan, on_host)
+    unreachable = _unreachable(here, probes) + [
+        {"what": f"{w} ({host})", "url": found.get("url", ""), "host": host, "checked_from": host,
+         "reason": found["unreachable"]}
+        for w, (host, found) in on_host.items() if name in WORKER_GATES and "unreachable" in found
+    ]
+    if unreachable:
+        return _unreachable_result(name, watch, unreachable)
+    model = plan["served_model_name"]
+    endpoint = plan["endpoint"]
+    if name == "readiness":
+        workers = [WorkerEndpoint(name=w["name"], role=w["role"], url=w["url"], sglang_version=w.get("sglang_version"))
+                   for w in plan["workers"] if w["name"] not in on_host]
+        settled = [{**entry, "checked_on": host} for host, found in on_host.values() for entry in found["checks"]]
+        # The hosts' checks used part of the deadline already; what remains is the controller's.
+        elapsed = max((float(data.get("seconds") or 0) for data in probes.values()), default=0.0)
+        result = check_readiness(workers, plan.get("router_url"), model,
+                                 max(settings.readiness_deadline_s - elapsed, 0.5), api_key=api_key,
+                                 progress=progress, settled=settled)
+        return _with_unstarted(result, probes)
+    if name == "config":
+        servers = [ServerConfigInput(name=w["name"], role=w["role"], url=w["url"],
+                                     log_text=(logs or {}).get(w["name"], ""),
+                                     server_info=on_host[w["name"]][1]["server_info"] if w["name"] in on_host else None,
+                                     checked_on=on_host[w["name"]][0] if w["name"] in on_host else None)
+                   for w in plan["workers"]]
+        expected = next(iter(plan["expected_overrides"].values()), {})
+        return check_config(expected, servers, expected_settings=plan.get("expected_settings"), api_key=api_key,
+                            deadline_s=settings.config_deadline_s)
+    if name == "smoke":
+        breaker = plan.get("router_breaker_s")
+        expect_ok = settings.smoke_expect_ok
+        if expect_ok is None:
+            expect_ok = bool(plan.get("smoke_expects_ok", True))
+        return run_smoke(endpoint, model, settings.smoke_deadline_s, api_key=api_key, progress=progress,
+                         expect_ok=expect_ok, **({"breaker_cooldown_s": float(breaker)} if breaker else {}))
+    if name == "needle":
+        return run_needle(endpoint, model, context_lengths=settings.needle_lengths, depths=settings.needle_depths,
+                          required_tokens=settings.required_tokens(plan_index_topk(plan)),
+                          deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
+                          size_tolerance=settings.needle_size_tolerance, seed=settings.needle_seed,
+                          api_key=api_key, progress=progress)
+    if name == "perf":
+        load = PerfLoad(settings.perf_requests, settings.perf_concurrency, settings.perf_prompt_tokens,
+                        settings.perf_output_tokens)
+        return run_perf(endpoint, model, workers=_metrics_workers(plan, probes), key=perf_key(plan, load), load=load,
+                        tolerance=settings.perf_tolerance, noise_floor_s=settings.perf_noise_floor_s,
+                        baseline=baseline, deadline_s=settings.perf_deadline_s, api_key=api_key,
+                        progress=progress, tail_tolerance=settings.perf_p99_tolerance)
+    if name == "bake":
+        if bake is None or bake.seconds <= 0:
+            return skipped("bake", "dsv4_bake_s is 0: no bake")
+        return run_bake(endpoint, model, workers=_metrics_workers(plan, probes), settings=bake,
+                        topology=plan.get("topology") or "", router_metrics_url=_router_metrics(plan, probes),
+                        api_key=api_key, progress=progress)
+    return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
+                    concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
+                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
+                    progress=progress)
+
+
+def _metrics_workers(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The workers whose /metrics the controller reads: one bound to an address only its own host reaches
+    is left out (the client-side figures and the probes still judge the release)."""
+    return [{"name": w["name"], "url": w["url"]} for w in plan["workers"]
+            if not reach.checked_on_host(w["url"], w.get("host_address", ""),
+                                         bool((probes.get(w["host"]) or {}).get("local", True)))]
+
+
+def _router_metrics(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> str | None:
+    """The router's metrics URL when the controller reaches it (the default listener, loopback on a remote
+    router host, is not: the bake then judges without the router's error rate and says so)."""
+    url = plan.get("router_metrics_url")
+    host = plan.get("endpoint_host", "")
+    address = next((w.get("host_address", "") for w in plan["workers"] if w["host"] == host), "")
+    if not url or reach.checked_on_host(url, address, bool((probes.get(host) or {}).get("local", True))):
+        return None
+    return url
+
+
+def perf_key(plan: Mapping[str, Any], load: PerfLoad) -> str:
+    """What perf figures are measured on: topology, router, every worker (role, host, URL) and the load.
+
+    Figures are compared only between releases with the same key (the same hosts and topology)."""
+    workers = ",".join(sorted(f"{w['role']}@{w['host']}={w['url']}" for w in plan["workers"]))
+    return f"{plan.get('topology')}|{plan.get('router') or '-'}|{plan['endpoint']}|{workers}|{load.key()}"
+
+
+def _asked_here(name: str, plan: Mapping[str, Any], on_host: Mapping[str, Any]) -> list[dict[str, str]]:
+    """What the controller itself asks for gate `name`: ``{what, url, host}``."""
+    endpoint = plan["endpoint"]
+    endpoint_host = plan.get("endpoint_host", "")
+    asked = [] if name == "config" else [
+        {"what": "router" if plan.get("router_url") else "endpoint", "url": endpoint, "host": endpoint_host}]
+    if name in WORKER_GATES:
+        asked += [{"what": w["name"], "url": w["url"], "host": w["host"]}
+                  for w in plan["workers"] if w["name"] not in on_host and w["url"] != endpoint]
+    return asked
+
+
+def _unreachable(asked: list[dict[str, str]], probes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every address the controller cannot reach, with why; asked in parallel, a few seconds at most."""
+    # A host the probes did not describe is taken as reachable the ordinary way (local runs, the CLI).
+    remote = {host for host, data in probes.items() if not data.get("local", True)}
+    out: list[dict[str, Any]] = []
+    pending = []
+    for item in asked:
+        address, _ = reach.url_address(item["url"])
+        if item["host"] in remote and reach.is_loopback(address):
+            out.append({**item, "checked_from": "controller",
+                        "reason": f"{address} is a loopback address of host {item['host']}, and the controller, "
+                                  "where this check runs, is another machine; fix: listen on 0.0.0.0 or the "
+                                  f"host's own address (with an api_key)"})
+        else:
+            pending.append(item)
+    if pending:
+        with ThreadPoolExecutor(len(pending)) as pool:
+            for item, why in zip(pending, pool.map(lambda i: reach.controller_reach(i["url"]), pending), strict=True):
+                if why:
+                    out.append({**item, "checked_from": "controller",
+                                "reason": f"unreachable from the controller, where this check runs: {why}"})
+    return out
+
+
+def _died_result(watch: Stopwatch, died: list[dict[str, Any]]) -> GateResult:
+    """Readiness failed at once: a program exited or was restarted while the hosts waited for it."""
+    lines = [f"{d['name']} on host {d['host']} {_fate(d)}: "
+             f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait"
+             + (f"\n--- {d.get('log_source') or 'log'} ---\n{d['log']}" if d.get("log") else "")
+             for d in died]
+    failures = [{"what": f"{d['name']} ({d['host']})", "status": None, "body": d.get("log", ""), "error": d["why"]}
+                for d in died]
+    return make_result("readiness", GateStatus.FAILED, watch, "\n".join(lines), {"died": died, "failures": failures})
+
+
+def _with_unstarted(result: GateResult, probes: Mapping[str, Any]) -> GateResult:
+    """A failed readiness names the programs the wait was to start once their workers were healthy (the
+    router) and did not, because they never were: the router's own "not ready" would hide why."""
+    unstarted = [f"{prog} on host {host}" for host, data in probes.items() for prog in data.get("not_started") or []]
+    if result.passed or not unstarted:
+        return result
+    note = f"not started, as its workers never all answered /health: {', '.join(unstarted)}"
+    return result.model_copy(update={"summary": f"{result.summary}; {note}",
+                                     "evidence": {**result.evidence, "not_started": unstarted}})
+
+
+def _fate(died: dict[str, Any]) -> str:
+    if str(died.get("why", "")).startswith("was stopped"):
+        return "is not running"
+    return "stopped serving" if died.get("was_healthy") else "did not start"
+
+
+def _unreachable_result(name: str, watch: Stopwatch, unreachable: list[dict[str, Any]]) -> GateResult:
+    lines = [f"{u['what']} at {u['url']} on host {u['host']}: {u['reason']}" for u in unreachable]
+    failures = [{"what": u["what"], "status": None, "body": "", "error": u["reason"]} for u in unreachable]
+    evidence = {"unreachable": unreachable, "failures": failures}
+    return make_result(name, GateStatus.FAILED, watch, "cannot reach " + "; ".join(lines), evidence)

@@ -1,0 +1,123 @@
+"""Checks on the inventory as written (names, where they are set, what `-e` replaces), before the spec.
+
+The spec model judges the values dsv4deploy reads; these checks judge what it would otherwise never
+see: a misspelt variable name (dsv4deploy.inventory.varnames), an `-e server_env` that silently replaces the
+inventory's switches, an `api_key.vault_var` naming a variable nobody defines. The CLI
+(dsv4deploy.inventory) and the playbooks' plan step (the dsv4_build_plan action) both build an
+`InventoryView` from Ansible's own inventory objects and run `inventory_problems` on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsv4deploy.inventory import varnames, yaml_fast
+from dsv4deploy.spec import Deployment, Problem
+
+EXTRA_VARS = "-e"
+VAR_FILE_SUFFIXES = ("", ".yml", ".yaml", ".json")
+
+
+@dataclass
+class InventoryView:
+    """Every variable the inventory and `-e` set: where (file, group or host) and the raw values."""
+
+    origins: dict[str, list[str]] = field(default_factory=dict)
+    values: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, where: str, value: Any) -> None:
+        """Record that `name` is set in `where` (a file path, a group or host, or -e)."""
+        if where not in self.origins.setdefault(name, []):
+            self.origins[name].append(where)
+        self.values.setdefault(name, []).append((where, value))
+
+
+def view_of(inventory: Any, loader: Any, extra_vars: Mapping[str, Any]) -> InventoryView:
+    """The InventoryView of an Ansible InventoryManager (its groups, hosts, vars files) plus `-e`."""
+    from ansible.vars.plugins import get_vars_from_inventory_sources
+
+    sources = [str(s) for s in getattr(inventory, "_sources", []) or []]
+    view = InventoryView(extra=dict(extra_vars))
+    entities = [("group", g) for g in inventory.groups.values()] + [("host", h) for h in inventory.get_hosts("all")]
+    for kind, entity in entities:
+        inline = entity.vars if kind == "host" else entity.get_vars()
+        for name, value in dict(inline).items():
+            view.add(str(name), f"{kind} {entity.name} in the inventory file", value)
+        # group_vars/ and host_vars/ (the host_group_vars plugin, as ansible-playbook runs it)
+        from_files = get_vars_from_inventory_sources(loader, sources, [entity], "task")
+        for name, value in dict(from_files).items():
+            view.add(str(name), _vars_file(sources, kind, entity.name, str(name)), value)
+    for name, value in extra_vars.items():
+        view.add(str(name), EXTRA_VARS, value)
+    return view
+
+
+def _vars_file(sources: Iterable[str], kind: str, entity: str, key: str) -> str:
+    """The group_vars/host_vars file that sets `key` for `entity`, else the folder it comes from."""
+    import yaml
+
+    folder = "group_vars" if kind == "group" else "host_vars"
+    for source in sources:
+        base = Path(source) if Path(source).is_dir() else Path(source).parent
+        candidates = [base / folder / f"{entity}{suffix}" for suffix in VAR_FILE_SUFFIXES]
+        directory = base / folder / entity
+        if directory.is_dir():
+            candidates += sorted(p for p in directory.rglob("*") if p.is_file())
+        for path in candidates:
+            if not path.is_file():
+                continue
+            try:  # each file parsed once, however many names are looked up in it
+                data = yaml_fast.load_file(path)
+            except (OSError, yaml.YAMLError, UnicodeDecodeError):
+                continue  # a vaulted file: the folder is named instead
+            if isinstance(data, dict) and key in data:
+                return str(path)
+        if directory.is_dir():
+            return f"{directory}/"
+    return f"{folder}/{entity}"
+
+
+def misspelt_problems(view: InventoryView, allowed: Any) -> list[Problem]:
+    """Variables close to one dsv4deploy reads ("did you mean"), unless `dsv4_allow_vars` lists them."""
+    names, problems = varnames.allow_list(allowed)
+    return problems + varnames.misspelt(view.origins, names)
+
+
+def dropped_switches(view: InventoryView) -> list[Problem]:
+    """`-e server_env` replaces the inventory's mapping whole: refuse it when it drops a switch."""
+    if "server_env" not in view.extra or not isinstance(view.extra["server_env"], Mapping):
+        return []
+    given = set(view.extra["server_env"])
+    dropped: dict[str, list[str]] = {}
+    for where, value in view.values.get("server_env", []):
+        if where != EXTRA_VARS and isinstance(value, Mapping):
+            for name in value:
+                if str(name) not in given:
+                    dropped.setdefault(str(name), []).append(where)
+    if not dropped:
+        return []
+    where = ", ".join(sorted({w for ws in dropped.values() for w in ws}))
+    return [Problem(field="server_env", message=f"-e server_env replaces the inventory's server_env (set in {where}) "
+                                                f"and would drop {', '.join(sorted(dropped))}",
+                    fix="add switches on top of the inventory's with server_env_extra (all servers) or "
+                        "server_env_extra_by_role, e.g. -e '{\"server_env_extra\": {\"NAME\": \"1\"}}'; "
+                        "to drop a switch, remove it from the inventory")]
+
+
+def vault_var_problems(spec: Deployment, defined: Iterable[str]) -> list[Problem]:
+    """An `api_key.vault_var` must name a variable that is set, or the deploy fails after writing files."""
+    name = spec.api_key.vault_var if spec.api_key else None
+    if name is None or name in set(defined):
+        return []
+    return [Problem(field="api_key.vault_var", message=f"the variable {name!r} is not defined in the inventory or -e",
+                    fix=f"define {name} (e.g. ansible-vault encrypt_string --name {name}, into group_vars), "
+                        "or use api_key: {file: PATH}")]
+
+
+def inventory_problems(view: InventoryView, allowed: Any) -> list[Problem]:
+    """Every problem of the inventory as written that the spec model cannot see."""
+    return misspelt_problems(view, allowed) + dropped_switches(view)

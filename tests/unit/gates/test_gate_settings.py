@@ -1,0 +1,64 @@
+"""Gate settings from inventory variables: typos are errors, and the needle requirement is a promise."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsv4deploy.gates.runner import (
+    GateSettings,
+    GateSettingsError,
+    plan_index_topk,
+    retired_warnings,
+    settings_from_vars,
+)
+
+
+def same(value):
+    return value
+
+
+def test_a_misspelt_gate_variable_is_named_with_its_likely_meaning():
+    with pytest.raises(GateSettingsError) as exc:
+        settings_from_vars({"needle_lenghts": [1000], "soak_sesions": 3, "topology": "pd"}, same)
+    assert exc.value.problems == ["unknown gate variable needle_lenghts; did you mean needle_lengths?",
+                                  "unknown gate variable soak_sesions; did you mean soak_sessions?"]
+
+
+def test_an_unknown_override_and_a_bad_value_are_both_reported():
+    with pytest.raises(GateSettingsError) as exc:
+        settings_from_vars({"soak_concurrency": 0}, same, {"deadline": 3})
+    text = "; ".join(exc.value.problems)
+    assert "unknown gate variable deadline" in text and "soak_concurrency" in text
+
+
+def test_the_requirement_follows_index_topk_unless_set():
+    assert settings_from_vars({}, same, index_topk=1024).required_tokens(1024) == 5500
+    assert settings_from_vars({}, same, index_topk=512).required_tokens(512) == 2000
+    assert settings_from_vars({}, same).required_tokens(None) == 2000  # DeepSeek-V4's default is 512
+    assert settings_from_vars({"needle_required_tokens": 3000}, same).required_tokens(1024) == 3000
+
+
+def test_a_grid_that_cannot_reach_the_requirement_is_refused_naming_it():
+    with pytest.raises(GateSettingsError) as exc:
+        settings_from_vars({"needle_required_tokens": 5500, "needle_lengths": [1000, 2000, 4000]}, same)
+    assert exc.value.problems == [
+        "needle_lengths [1000, 2000, 4000] cannot reach the required 5500 tokens (needle_required_tokens): "
+        "add a length of at least 5500, e.g. [1000, 2000, 4000, 5500]"]
+    with pytest.raises(GateSettingsError, match="the default for index_topk 1024"):
+        settings_from_vars({"needle_lengths": [1000, 4000]}, same, index_topk=1024)
+    assert settings_from_vars({"needle_lengths": [1000, 4000], "needle_required_tokens": 0}, same)
+
+
+def test_the_plan_index_topk_is_the_smallest_any_server_runs():
+    plan = {"expected_overrides": {"prefill": {"index_topk": 1024}, "decode": {"index_topk": 512}}}
+    assert plan_index_topk(plan) == 512
+    assert plan_index_topk({"expected_overrides": {"combined": {}}}) is None
+
+
+def test_the_retired_perf_enabled_is_accepted_with_a_warning_saying_what_to_do_instead() -> None:
+    settings = settings_from_vars({"perf_enabled": False}, lambda v: v)
+    assert "perf_enabled" not in GateSettings.model_fields and settings.perf_requests == 16
+    (warning,) = retired_warnings({"perf_enabled": False})
+    assert warning.startswith("'perf_enabled' is no longer read: the perf gate is opt-in")
+    assert "dsv4_gates_names" in warning
+    assert retired_warnings({"perf_requests": 4}) == []

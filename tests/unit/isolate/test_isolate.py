@@ -1,0 +1,240 @@
+"""The experiment's pieces: the combined twin of a PD release, the suite, the verdict and the report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from dsv4deploy.isolate import breaks_at, combined_from_pd, decide, isolation_plan, parse_suite, side_summary
+from dsv4deploy.isolate.report import build_isolate_report, write_isolate_report
+from dsv4deploy.plan import render
+from dsv4deploy.plan.services import build_services
+from dsv4deploy.spec import SpecError
+from tests.golden.fixture_specs import combined_spec, pd_spec, xpyd_spec
+
+
+def test_the_combined_twin_keeps_model_overrides_env_and_graphs_on_the_prefill_gpus():
+    pd = pd_spec(model_overrides={"rope_scaling": None}, context_length=524288)
+    spec, notes = combined_from_pd(pd)
+    server = spec.combined
+    assert spec.topology == "combined"
+    assert (server.host, server.gpus, server.tp_size) == ("gpu1", [0, 1, 2, 3], 4)
+    assert server.port == 8000, "clients keep the router's endpoint"
+    assert spec.model_override_args(server) == pd.model_override_args(pd.prefill[0])
+    assert spec.effective(server, "context_length") == 524288
+    assert server.cuda_graph == pd.decode[0].cuda_graph
+    (svc,) = build_services(spec)
+    prefill, decode = build_services(pd)[:2]
+    assert svc.env == {**decode.env, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert "--disaggregation-mode" not in svc.argv
+    assert svc.argv[svc.argv.index("--cuda-graph-max-bs-decode") + 1] == "64"
+    for flag in ("--json-model-override-args", "--chat-template", "--context-length", "--model-path"):
+        assert svc.argv[svc.argv.index(flag) + 1] == prefill.argv[prefill.argv.index(flag) + 1]
+    # The fixture's prefill and decode differ on one switch and on CUDA graphs: both are said.
+    assert any("SGLANG_DSV4_BF16_INDEX_K" in n and "decode's" in n for n in notes)
+    assert any("CUDA graphs differ" in n for n in notes)
+
+
+def test_gpus_port_and_env_can_be_chosen_and_are_noted():
+    spec, notes = combined_from_pd(pd_spec(), gpus=[4, 5, 6, 7], port=30005, env={"SGLANG_X": "1"})
+    assert (spec.combined.gpus, spec.combined.port, spec.combined.env["SGLANG_X"]) == ([4, 5, 6, 7], 30005, "1")
+    assert any("GPUs [4, 5, 6, 7] chosen" in n for n in notes)
+    assert any("SGLANG_X set on purpose" in n for n in notes)
+
+
+def test_a_combined_layout_that_cannot_work_is_refused_naming_the_variable():
+    with pytest.raises(SpecError) as err:
+        combined_from_pd(pd_spec(), gpus=[6, 7, 8, 9])
+    assert "do not exist" in str(err.value) and "isolate_gpus" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        combined_from_pd(pd_spec(), port=70000)
+    assert "isolate_port" in str(err.value)
+
+
+def test_a_combined_release_cannot_be_isolated():
+    with pytest.raises(SpecError, match="not PD"):
+        combined_from_pd(combined_spec())
+
+
+def test_pd_only_extra_args_are_left_out():
+    pd = pd_spec(decode={**pd_spec().decode[0].model_dump(), "extra_args": ["--disaggregation-decode-dp", "2",
+                                                                            "--enable-metrics"]},
+                 prefill={**pd_spec().prefill[0].model_dump(), "extra_args": []})
+    spec, notes = combined_from_pd(pd)
+    assert spec.combined.extra_args == ["--enable-metrics"]
+    assert any("PD-only" in n for n in notes)
+
+
+def test_several_prefills_are_replaced_by_one_server_on_the_first_prefill_host():
+    spec, notes = combined_from_pd(xpyd_spec())
+    assert (spec.combined.host, spec.combined.port) == ("gpu1", 8000)
+    assert any("2 prefill and 2 decode servers" in n for n in notes)
+
+
+def test_isolation_plan_from_spec_json_has_both_layouts_and_settings_side_by_side():
+    pd = pd_spec()
+    text = render.spec_json(pd, "gpu1")
+    plan = isolation_plan(text, ["gpu1"], now=0)
+    assert plan["original"]["topology"] == "pd" and plan["original"]["router_url"] == "http://10.0.0.11:8000"
+    assert plan["original"]["hosts"]["gpu1"]["gpus"] == list(range(8))
+    combined = plan["combined"]
+    assert combined["topology"] == "combined" and combined["hosts"]["gpu1"]["gpus"] == [0, 1, 2, 3]
+    assert set(combined["hosts"]["gpu1"]["files"]) >= {"bin/serve-sglang-dsv4.sh", "spec.json", "manifest.json"}
+    rows = {row["setting"]: row for row in plan["settings"]}
+    assert rows["json_model_override_args"]["same"] is True
+    assert rows["environment"]["same"] is False  # prefill's switch differs from decode's in the fixture
+    assert rows["GPUs (tp)"]["same"] is None
+
+
+@pytest.mark.parametrize("text, names", [("needle", ["needle"]), ("smoke, needle,smoke", ["smoke", "needle"]),
+                                         ("soak", ["soak"])])
+def test_suites_are_parsed(text, names):
+    assert parse_suite(text) == names
+
+
+@pytest.mark.parametrize("text", ["", "needle,sanity", "readiness"])
+def test_unknown_or_missing_suites_are_refused(text):
+    with pytest.raises(SpecError) as err:
+        parse_suite(text)
+    assert "suite" in str(err.value) and "smoke" in str(err.value)
+
+
+def gate(name, status, phase, summary="fine", **evidence):
+    return {"name": name, "status": status, "seconds": 1.0, "summary": summary, "evidence": evidence, "phase": phase}
+
+
+def needle(status, phase, fractions):
+    cells = [{"context_tokens": n, "prompt_tokens": n + 3, "depth": 0.5, "recalled": f == 1, "error": None}
+             for n, f in fractions.items()]
+    curve = [{"context_tokens": n, "prompt_tokens": n + 3, "cells": 1, "recalled": int(f), "errors": 0,
+              "fraction": f} for n, f in fractions.items()]
+    return gate("needle", status, phase, f"needle {status}", cells=cells, curve=curve, required_tokens=2200)
+
+
+def side(*gates, error=None):
+    return side_summary(list(gates), ["needle"], error)
+
+
+READY = gate("readiness", "passed", "x")
+
+
+@pytest.mark.parametrize("pd_ok, combined_ok, verdict", [
+    (False, True, "pd_specific"), (False, False, "shared_path"), (True, True, "clean"), (True, False, "inconclusive"),
+])
+def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
+    pd = side(READY, needle("passed" if pd_ok else "failed", "pd", {2000: 1.0 if pd_ok else 0.0}))
+    combined = side(READY, needle("passed" if combined_ok else "failed", "combined", {2000: 1.0}))
+    got, why = decide(pd, combined)
+    assert got == verdict
+    assert why
+
+
+def test_a_combined_side_that_never_started_is_inconclusive_saying_why():
+    pd = side(READY, needle("failed", "pd", {2000: 0.0}))
+    combined = side(error="combined start: sglang-dsv4 did not start: Traceback ...")
+    verdict, why = decide(pd, combined)
+    assert verdict == "inconclusive" and "combined side could not be tested" in why and "did not start" in why
+
+
+def test_a_skipped_suite_makes_the_side_untested_saying_why():
+    soak = gate("soak", "skipped", "pd", "soak_enabled is false")
+    pd = side_summary([READY, soak], ["soak"])
+    verdict, why = decide(pd, side_summary([READY, gate("soak", "passed", "combined")], ["soak"]))
+    assert verdict == "inconclusive" and "soak was skipped: soak_enabled is false" in why
+
+
+def test_recall_breaks_at_the_first_length_not_fully_recalled():
+    curve = [{"context_tokens": 8000, "fraction": 0.0}, {"context_tokens": 2000, "fraction": 1.0},
+             {"context_tokens": 5500, "fraction": 0.5}]
+    assert breaks_at(curve) == 5500
+    assert breaks_at(curve[1:2]) is None
+
+
+def report(restored=True, **kw):
+    gates = [gate("readiness", "passed", "original"), gate("smoke", "passed", "original"),
+             needle("failed", "pd", {2000: 0.0}),
+             gate("readiness", "passed", "combined"), gate("config", "passed", "combined"),
+             needle("passed", "combined", {2000: 1.0}),
+             gate("readiness", "passed", "restore"), gate("smoke", "passed", "restore")]
+    return build_isolate_report(
+        suite=["needle"], original={"release_id": "R1", "endpoint": "http://127.0.0.1:8000", "topology": "pd"},
+        combined={"release_id": "C1", "endpoint": "http://127.0.0.1:8000"}, gates=gates,
+        settings=[{"setting": "environment", "pd": {"prefill": "A=1", "decode": "A=1"}, "combined": "A=1",
+                   "same": True}],
+        notes=["env A set on purpose"], restored=restored, **kw)
+
+
+def test_report_json_has_the_contract_fields(tmp_path):
+    data = report()
+    paths = write_isolate_report(tmp_path, data)
+    saved = json.loads(paths["json"].read_text())
+    assert (saved["verdict"], saved["restored"], saved["serving_release"], saved["status"]) == (
+        "pd_specific", True, "R1", "ok")
+    assert set(saved["sides"]) == {"pd", "combined"}
+    assert saved["sides"]["pd"]["recall_curve"][0]["fraction"] == 0.0
+    assert saved["sides"]["pd"]["recall_breaks_at"] == 2000 and saved["sides"]["combined"]["recall_breaks_at"] is None
+    assert [g["name"] for g in saved["sides"]["combined"]["gates"]] == ["readiness", "config", "needle"]
+    md = paths["md"].read_text()
+    assert md.startswith("# Isolation report") and "**PD_SPECIFIC**" in md and "restored and verified" in md
+    assert "| 2000 | 0/1 (0%) | 1/1 (100%) |" in md
+    assert "Needle grid: PD" in md and "Needle grid: the combined server" in md
+    assert "env A set on purpose" in md
+
+
+def test_a_failed_restore_is_a_failed_report_with_the_manual_steps(tmp_path):
+    data = report(restored=False, restore_error="readiness failed", manual_steps="Manual steps: point current at R1")
+    assert (data["status"], data["serving_release"]) == ("failed", None)
+    md = write_isolate_report(tmp_path, data)["md"].read_text()
+    assert "**RESTORE FAILED**" in md.splitlines()[2]
+    assert "Manual steps: point current at R1" in md
+
+
+def test_a_refused_run_says_so_and_nothing_ran(tmp_path):
+    data = build_isolate_report(suite=["needle"], original={"release_id": "R1"}, combined={}, gates=[],
+                                restored=False, refused="the serving release R1 is not healthy")
+    assert (data["status"], data["verdict"], data["serving_release"]) == ("refused", "inconclusive", "R1")
+    assert "**REFUSED**" in write_isolate_report(tmp_path, data)["md"].read_text()
+
+
+def test_heatmaps_side_by_side_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    paths = write_isolate_report(tmp_path, report())
+    assert paths["heatmaps"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![needle recall, PD and combined side by side](needle-heatmaps.png)" in paths["md"].read_text()
+
+
+def test_heatmaps_are_skipped_and_said_so_without_matplotlib(tmp_path, monkeypatch):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.colors"):
+        monkeypatch.setitem(sys.modules, name, None)
+    paths = write_isolate_report(tmp_path, report())
+    assert "heatmaps" not in paths
+    assert "Heatmaps skipped: matplotlib is not installed" in paths["md"].read_text()
+
+
+def test_the_twin_keeps_each_roles_experiment_switches_and_notes_a_difference():
+    # Issue #23 item 13: a switch added for decode only is the decode's in the combined twin, and said.
+    pd = pd_spec(server_env_extra={"SGLANG_ALL": "1"}, server_env_extra_by_role={"decode": {"SGLANG_D": "1"}})
+    spec, notes = combined_from_pd(pd)
+    (svc,) = build_services(spec)
+    assert svc.env["SGLANG_ALL"] == "1" and svc.env["SGLANG_D"] == "1"
+    assert any("SGLANG_D differs" in n for n in notes)
+
+
+def test_the_twin_of_a_release_with_secrets_gets_them_from_the_inventory_by_digest():
+    # Issue #23 item 14: spec.json holds digests only; the twin's env file is filled from the inventory.
+    from dsv4deploy.plan import secret_files
+
+    token = "hf_" + "k" * 20
+    inventory = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token})
+    release = render.render_release(inventory, "gpu1")["spec.json"]
+    assert token not in release
+    plan = isolation_plan(release, ["gpu1"])
+    assert token not in json.dumps(plan)
+    files = secret_files(inventory, ["gpu1"], planned=plan["combined"]["spec"])["gpu1"]
+    assert files == {"/opt/dsv4deploy/secrets/sglang-dsv4.env": f'HF_TOKEN="{token}"\n'}
+    # The inventory's secret changed since the release was made: said, not written wrong.
+    changed = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token + "2"})
+    with pytest.raises(SpecError, match="the secret values of HF_TOKEN in this release differ from the inventory's"):
+        secret_files(changed, ["gpu1"], planned=plan["combined"]["spec"])

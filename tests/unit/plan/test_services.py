@@ -1,0 +1,212 @@
+"""Service definitions: exact argv, env precedence, names, router argv, secrets, quoting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv4deploy.plan.render import render_release
+from dsv4deploy.plan.services import build_services, services_on
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
+from fixture_specs import combined_spec, pd_spec, xpyd_spec
+
+LAUNCHER = ["python3", "-m", "sglang.launch_server"]
+COMMON = [
+    "--model-path", "/models/DeepSeek-V4-Flash-NVFP4", "--served-model-name", "deepseek-v4-flash",
+    "--tp-size", "4", "--base-gpu-id", "0", "--host", "0.0.0.0",
+]
+MODEL = ["--json-model-override-args", '{"index_topk":1024}',
+         "--chat-template", "/models/DeepSeek-V4-Flash-NVFP4/chat_template.jinja"]
+PARSERS = ["--reasoning-parser", "deepseek-v4", "--tool-call-parser", "deepseekv4"]
+
+
+def by_name(spec):
+    return {s.name: s for s in build_services(spec)}
+
+
+def test_pd_server_argv_exact():
+    svcs = by_name(pd_spec())
+    assert list(svcs) == ["sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"]
+    assert svcs["sglang-dsv4-prefill"].argv == [
+        *LAUNCHER, *COMMON, "--port", "30001", "--mem-fraction-static", "0.8", "--enable-metrics", *MODEL,
+        "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "8998", *PARSERS]
+    assert svcs["sglang-dsv4-decode"].argv == [
+        *LAUNCHER, *COMMON, "--port", "30002", "--mem-fraction-static", "0.8", "--enable-metrics", *MODEL,
+        "--disaggregation-mode", "decode", "--cuda-graph-max-bs-decode", "64", *PARSERS]
+
+
+def test_pd_router_argv_exact():
+    router = by_name(pd_spec())["sglang-dsv4-router"]
+    assert router.argv == [
+        "python3", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+        "--prefill", "http://10.0.0.11:30001", "8998", "--decode", "http://10.0.0.11:30002",
+        "--host", "0.0.0.0", "--port", "8000",
+        "--retry-max-retries", "3", "--retry-initial-backoff-ms", "100", "--retry-max-backoff-ms", "2000",
+        "--cb-failure-threshold", "30", "--cb-timeout-duration-secs", "10",
+        "--health-check-endpoint", "/health", "--health-check-interval-secs", "10",
+        "--health-failure-threshold", "3", "--health-check-timeout-secs", "5",
+        "--worker-startup-timeout-secs", "1800", "--worker-startup-check-interval", "1",
+        "--prometheus-port", "29000", "--prometheus-host", "127.0.0.1", "--shutdown-grace-period-secs", "60"]
+    assert router.stop_timeout_s == 60 + 15  # the service manager must not kill it while it drains
+    assert router.after == ["sglang-dsv4-prefill", "sglang-dsv4-decode"]
+    assert router.start_order == 20 and router.ports == [8000, 29000] and router.gpus == []
+
+
+def test_combined_argv_exact_and_cuda_graph_disabled():
+    (svc,) = build_services(combined_spec())
+    assert svc.name == "sglang-dsv4" and svc.role == "combined" and svc.start_order == 10
+    assert svc.argv == [*LAUNCHER, *COMMON, "--port", "30000", "--mem-fraction-static", "0.8", "--enable-metrics",
+                        *MODEL, "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph", *PARSERS]
+
+
+def test_generic_llama_profile_gets_generic_flags_only():
+    # No DeepSeek-V4 reasoning/tool-call parsers and no attention backend: sglang's defaults for the model.
+    (svc,) = build_services(combined_spec(model={"path": "/models/Llama-3.1-8B", "served_name": "llama",
+                                                 "profile": "llama"}, index_topk=None, chat_template=None))
+    assert svc.argv == [*LAUNCHER, "--model-path", "/models/Llama-3.1-8B", "--served-model-name", "llama",
+                        *COMMON[4:], "--port", "30000", "--mem-fraction-static", "0.8", "--enable-metrics",
+                        "--disable-prefill-cuda-graph", "--disable-decode-cuda-graph"]
+    assert not any(a.startswith(("--reasoning-parser", "--tool-call-parser", "--attention-backend")) for a in svc.argv)
+
+
+def test_old_version_gets_old_cuda_graph_flags():
+    assert "--cuda-graph-max-bs" in by_name(pd_spec(version="0.5.12"))["sglang-dsv4-decode"].argv
+    (svc,) = build_services(combined_spec(version="0.5.12"))
+    assert "--disable-cuda-graph" in svc.argv
+
+
+@pytest.mark.parametrize("make", [pd_spec, combined_spec, xpyd_spec])
+def test_0_5_23_never_emits_removed_flags(make):
+    for svc in build_services(make()):
+        assert "--cuda-graph-max-bs" not in svc.argv and "--disable-cuda-graph" not in svc.argv
+
+
+def test_env_precedence_and_gpus():
+    svcs = by_name(pd_spec())
+    prefill, decode = svcs["sglang-dsv4-prefill"], svcs["sglang-dsv4-decode"]
+    assert decode.env["SGLANG_DSV4_BF16_INDEX_K"] == "1"  # worker env beats server_env
+    assert prefill.env["SGLANG_DSV4_BF16_INDEX_K"] == "0"
+    assert prefill.env["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"] == "600"
+    assert prefill.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and decode.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert list(prefill.env) == sorted(prefill.env)
+    assert svcs["sglang-dsv4-router"].env == {}
+
+
+def test_gpu_list_cannot_be_overridden_by_env():
+    spec = pd_spec(server_env={"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+    assert by_name(spec)["sglang-dsv4-decode"].env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+def test_paths_ports_users_and_urls():
+    svcs = by_name(pd_spec("supervisor"))
+    p = svcs["sglang-dsv4-prefill"]
+    assert p.workdir == "/opt/dsv4deploy/current"
+    assert p.exec_path == "/opt/dsv4deploy/current/bin/serve-sglang-dsv4-prefill.sh"
+    assert p.log_path == "/opt/dsv4deploy/logs/sglang-dsv4-prefill.log"
+    assert p.ports == [30001, 8998] and p.gpus == [0, 1, 2, 3] and p.user == "sglang"
+    assert p.url == "http://10.0.0.11:30001" and p.sglang_version == "0.5.23"
+    assert by_name(pd_spec())["sglang-dsv4-prefill"].log_path is None  # systemd: the journal
+
+
+def test_loopback_listener_is_reached_on_loopback():
+    spec = pd_spec()
+    hosts = {"gpu1": spec.hosts["gpu1"].model_copy(update={"listen": "127.0.0.1"})}
+    spec = spec.model_copy(update={"hosts": hosts})
+    assert by_name(spec)["sglang-dsv4-prefill"].url == "http://127.0.0.1:30001"
+
+
+def test_xpyd_names_and_router_argv():
+    spec = xpyd_spec()
+    svcs = by_name(spec)
+    assert list(svcs) == ["sglang-dsv4-prefill", "sglang-dsv4-prefill-2", "sglang-dsv4-decode",
+                          "sglang-dsv4-decode-2", "sglang-dsv4-router"]
+    argv = svcs["sglang-dsv4-router"].argv
+    assert argv[3:15] == ["--pd-disaggregation",
+                          "--prefill", "http://10.0.0.11:30001", "8998", "--prefill", "http://10.0.0.12:30001", "8999",
+                          "--decode", "http://10.0.0.13:30002", "--decode", "http://10.0.0.13:30003", "--host"]
+    for flag, value in (("--policy", "round_robin"), ("--prefill-policy", "cache_aware"),
+                        ("--decode-policy", "power_of_two")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--disable-retries" in argv and "--disable-circuit-breaker" in argv
+    assert "--retry-max-retries" not in argv and "--cb-failure-threshold" not in argv
+    # Only the router's own host can order it after workers.
+    assert svcs["sglang-dsv4-router"].after == ["sglang-dsv4-prefill"]
+    p2 = svcs["sglang-dsv4-prefill-2"]
+    assert p2.argv[p2.argv.index("--disaggregation-transfer-backend") + 1] == "mooncake"
+    assert p2.argv[p2.argv.index("--disaggregation-ib-device") + 1] == "mlx5_0"
+    assert [s.name for s in services_on(spec, "gpu3")] == ["sglang-dsv4-decode", "sglang-dsv4-decode-2"]
+    assert svcs["sglang-dsv4-decode"].api_key_file == "/opt/dsv4deploy/secrets/api_key"
+
+
+def test_extra_args_last():
+    spec = pd_spec(prefill={**pd_spec().prefill[0].model_dump(), "extra_args": ["--enable-metrics"]})
+    assert by_name(spec)["sglang-dsv4-prefill"].argv[-1] == "--enable-metrics"
+
+
+def test_no_overrides_no_json_flag():
+    spec = combined_spec(index_topk=None)
+    assert "--json-model-override-args" not in build_services(spec)[0].argv
+
+
+def test_api_key_value_never_rendered(tmp_path):
+    key = "sk-very-secret-0123456789"
+    key_file = tmp_path / "api_key"
+    key_file.write_text(key + "\n")
+    spec = pd_spec(api_key={"file": str(key_file)})
+    files = render_release(spec, "gpu1")
+    assert all(key not in text for text in files.values())
+    assert all(str(key_file) in files[f"bin/serve-{n}.sh"] for n in by_name(spec))
+    for svc in build_services(spec):
+        assert key not in " ".join(svc.argv) and key not in str(svc.env)
+
+
+HOSTILE = "/models/it's a \"model\" $(touch pwned) `id` ; rm -rf ~ \\ *"
+
+
+def _run_script(tmp_path, spec, name):
+    """Run the rendered serve script with the launcher replaced by a printer of its argv and env."""
+    files = render_release(spec, "gpu1")
+    script = files[f"bin/serve-{name}.sh"]
+    script = script.replace("cd /opt/dsv4deploy/current", f"cd {tmp_path}")
+    path = tmp_path / "serve.sh"
+    path.write_text(script)
+    out = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("\0")
+
+
+def test_hostile_values_round_trip_through_bash(tmp_path):
+    printer = [sys.executable, "-c",
+               "import os,sys; sys.stdout.write('\\0'.join(sys.argv[1:] + [os.environ['HOSTILE']]))"]
+    key_file = tmp_path / "key_file"  # a plain path (validated); the key itself is hostile
+    key_file.write_text("k'ey $x\n")
+    # Names and paths must be plain (validation refuses the rest); free text reaches only argv and env.
+    spec = combined_spec(combined={**combined_spec().combined.model_dump(), "extra_args": ["--x", HOSTILE]},
+                         server_env={"HOSTILE": HOSTILE + "\nsecond line"}, server_launcher=printer,
+                         api_key={"file": str(key_file)})
+    (svc,) = build_services(spec)
+    got = _run_script(tmp_path, spec, svc.name)
+    assert got[:-1] == [*svc.argv[len(printer):], "--api-key", "k'ey $x"]
+    assert got[-1] == HOSTILE + "\nsecond line"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_missing_key_file_stops_the_script(tmp_path):
+    spec = combined_spec(api_key={"file": str(tmp_path / "absent")}, server_launcher=["true"])
+    files = render_release(spec, "gpu1")
+    path = tmp_path / "serve.sh"
+    path.write_text(files["bin/serve-sglang-dsv4.sh"].replace("cd /opt/dsv4deploy/current", f"cd {tmp_path}"))
+    out = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "cannot read the API key file" in out.stderr
+
+
+def test_smg_router_argv_and_description():
+    sglang_router = by_name(pd_spec())["sglang-dsv4-router"]
+    smg = by_name(pd_spec(router_implementation="smg"))["sglang-dsv4-router"]
+    # Same flags (both wheels spell them alike), the other launcher.
+    assert smg.argv == ["python3", "-m", "smg.launch_router", *sglang_router.argv[3:]]
+    assert smg.description.startswith("smg (PD)") and sglang_router.description.startswith("sglang-router (PD)")

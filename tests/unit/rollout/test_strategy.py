@@ -1,0 +1,97 @@
+"""dsv4_rollout_strategy: the plan says which strategy applies and why, and blue_green is refused by name
+(field, host, fix) when the new release cannot run beside the serving one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv4deploy.plan import make_plan
+from dsv4deploy.rollout.strategy import load_rollout, rollout_plan
+from dsv4deploy.spec import SpecError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
+from fixture_specs import combined_spec, pd_spec
+
+REPO = Path(__file__).resolve().parents[3]
+HALF = {"prefill": {"host": "gpu1", "gpus": [0, 1], "tp_size": 2, "port": 30001, "bootstrap_port": 8998,
+                    "mem_fraction_static": 0.8},
+        "decode": {"host": "gpu1", "gpus": [2, 3], "tp_size": 2, "port": 30002, "mem_fraction_static": 0.8}}
+
+
+def _refusal(spec: object, **variables: object) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        rollout_plan(spec, load_rollout(variables))
+    return [str(p) for p in err.value.problems]
+
+
+def test_recreate_is_the_default_and_says_why() -> None:
+    plan = make_plan(pd_spec(), ["gpu1"], now=0, rollout=rollout_plan(pd_spec(), load_rollout({})))
+    assert plan["rollout"]["strategy"] == "recreate" and "outage" in plan["rollout"]["why"]
+    assert make_plan(pd_spec(), ["gpu1"], now=0)["rollout"]["strategy"] == "recreate"
+
+
+def test_blue_green_that_fits_places_the_other_release_beside() -> None:
+    spec = pd_spec(**HALF)
+    rollout = rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": "blue_green"}))
+    assert rollout["strategy"] == "blue_green" and "fits beside" in rollout["why"] and "short outage" in rollout["why"]
+    assert rollout["beside"]["prefill[0]"] == {"host": "gpu1", "gpus": [4, 5], "port": 30101, "bootstrap_port": 9098}
+    assert rollout["beside"]["decode[0]"]["gpus"] == [6, 7] and rollout["preview_router_port"] == 8100
+    plan = make_plan(spec, ["gpu1"], now=0, rollout=rollout)
+    assert plan["rollout"]["preview_router_port"] == 8100
+    # The strategy is how a release is rolled out, not what it is: same files, same release id.
+    assert plan["release_id"] == make_plan(spec, ["gpu1"], now=0)["release_id"]
+
+
+def test_blue_green_refused_when_the_gpus_do_not_fit() -> None:
+    problems = _refusal(pd_spec(), dsv4_rollout_strategy="blue_green")
+    assert any(p.startswith("dsv4_rollout_blue_green_gpu_offset (host gpu1): ") and "[8, 9, 10, 11]" in p
+               and "has 8 GPUs" in p for p in problems), problems
+    assert any("which the serving decode[0] uses" in p for p in problems)
+    assert all("this release takes 8 of gpu1's 8" in p and "dsv4_rollout_strategy: recreate" in p for p in problems)
+
+
+def test_blue_green_refused_when_ports_collide_or_overflow() -> None:
+    problems = _refusal(pd_spec(**HALF), dsv4_rollout_strategy="blue_green", dsv4_rollout_blue_green_port_offset=1)
+    assert any(p.startswith("dsv4_rollout_blue_green_port_offset (host gpu1)") and "new prefill[0].port" in p
+               and "30002, which the serving decode[0].port uses" in p for p in problems), problems
+    problems = _refusal(pd_spec(**HALF), dsv4_rollout_strategy="blue_green",
+                        dsv4_rollout_blue_green_port_offset=40000)
+    assert any("would listen on port 70001 (over 65535)" in p for p in problems), problems
+
+
+def test_blue_green_refused_when_memory_per_gpu_does_not_fit() -> None:
+    """tp 1 puts all the weights on one GPU of each release: over 96 GiB, named per worker."""
+    small = {role: {**w, "gpus": w["gpus"][:1], "tp_size": 1} for role, w in HALF.items()}
+    with pytest.raises(SpecError):  # the plan itself already refuses it ...
+        make_plan(pd_spec(**small), ["gpu1"])
+    problems = _refusal(pd_spec(**small), dsv4_rollout_strategy="blue_green")
+    assert any(p.startswith("prefill[0].tp_size (host gpu1): blue_green (the new release beside the serving one)")
+               for p in problems), problems  # ... and so does the fit check, saying it is about both
+
+
+def test_blue_green_refused_for_combined() -> None:
+    problems = _refusal(combined_spec(), dsv4_rollout_strategy="blue_green")
+    assert problems == ["dsv4_rollout_strategy: blue_green switches workers behind a router, and a combined "
+                        "deployment has none; fix: use dsv4_rollout_strategy: recreate, or topology: pd"]
+
+
+def test_bad_rollout_variables_are_named() -> None:
+    problems = _refusal(pd_spec(), dsv4_rollout_strategy="blue-green", dsv4_rollout_keep_previous_s=-1)
+    assert any(p.startswith("dsv4_rollout_strategy: ") and "recreate, blue_green or rolling" in p for p in problems)
+    assert any(p.startswith("dsv4_rollout_keep_previous_s: ") for p in problems), problems
+
+
+def test_the_embedded_example_fits_and_the_default_inventory_does_not() -> None:
+    """inventory/blue-green-local.yml: tp 2 per role, two releases on the simulated 8 GPUs."""
+    cli = [sys.executable, "-m", "dsv4deploy.cli", "plan", "-i", str(REPO / "inventory" / "local")]
+    ok = subprocess.run([*cli, "-e", f"@{REPO / 'inventory' / 'blue-green-local.yml'}"], capture_output=True,
+                        text=True, cwd=REPO, timeout=120)
+    assert ok.returncode == 0 and "rollout: blue_green: the new release fits beside" in ok.stdout, ok.stdout + ok.stderr
+    refused = subprocess.run([*cli, "-e", "dsv4_rollout_strategy=blue_green"], capture_output=True, text=True,
+                             cwd=REPO, timeout=120)
+    assert refused.returncode != 0 and "dsv4_rollout_blue_green_gpu_offset (host local)" in refused.stdout + \
+        refused.stderr

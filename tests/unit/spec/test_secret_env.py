@@ -1,0 +1,104 @@
+"""Secret env values (issue #23 item 14): in a 0600 env file read by the unit, never in a rendered file.
+
+Each place the issue names is checked: the 0755 serve scripts, the 0644 spec.json, the units and programs,
+the plan (a fact shown at -v, and what --diff compares: the release files), `dsv4deploy plan` and
+`render`, and the report's source. The playbook side (file mode, owner, --diff and -vvv output, the
+servers' real environment) is tests/integration/test_secrets.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dsv4deploy import cli
+from dsv4deploy.plan import make_plan, secret_files
+from dsv4deploy.plan.render import render_all
+from dsv4deploy.spec import SpecError, secret_env
+from tests.golden.fixture_specs import pd_spec
+
+TOKEN = "hf_" + "Zq9" * 8
+NASTY = 'it\'s "quoted" $HOME `id` \\ back; # not a comment'
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "inventory" / "examples" / "pd-single-host"
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD", "aws_secret_access_key", "MY_PASSWD",
+                                  "GCP_CREDENTIALS"])
+def test_secret_by_name(name: str) -> None:
+    assert secret_env.is_secret(name)
+
+
+@pytest.mark.parametrize("name", ["SGLANG_DSV4_BF16_INDEX_K", "CUDA_VISIBLE_DEVICES", "SGLANG_SM120_MMA_FLASHMLA"])
+def test_switches_are_not_secret(name: str) -> None:
+    assert not secret_env.is_secret(name)
+
+
+@pytest.mark.parametrize("manager", ["systemd", "supervisor"])
+def test_no_rendered_file_holds_a_secret_value(manager: str) -> None:
+    spec = pd_spec(manager, server_env={"HF_TOKEN": TOKEN, "A": "1"},
+                   server_env_extra_by_role={"router": {"ROUTER_TOKEN": TOKEN + "r"}},
+                   secret_env=["WANDB_ENTITY"], server_env_extra={"WANDB_ENTITY": "team-secret-name"})
+    files = render_all(spec)["gpu1"]
+    for rel, text in files.items():
+        assert TOKEN not in text and "team-secret-name" not in text, rel
+    script = files["bin/serve-sglang-dsv4-decode.sh"]
+    assert "export A=1" in script and "HF_TOKEN" in script  # the name is shown, the value never
+    deployment = json.loads(files["spec.json"])["deployment"]
+    assert deployment["server_env"]["HF_TOKEN"] == secret_env.redacted(TOKEN)
+    assert deployment["server_env_extra"]["WANDB_ENTITY"].startswith("<secret sha256:")
+    if manager == "systemd":
+        assert "EnvironmentFile=/opt/dsv4deploy/secrets/sglang-dsv4-decode.env\n" in \
+            files["units/sglang-dsv4-decode.service"]
+        assert "EnvironmentFile=/opt/dsv4deploy/secrets/sglang-dsv4-router.env\n" in \
+            files["units/sglang-dsv4-router.service"]
+    else:
+        assert "secret_env_file=/opt/dsv4deploy/secrets/sglang-dsv4-decode.env\n" in script
+
+
+def test_the_plan_carries_digests_and_only_the_secrets_task_gets_values() -> None:
+    spec = pd_spec(server_env={"HF_TOKEN": TOKEN})
+    assert TOKEN not in json.dumps(make_plan(spec, ["gpu1"]))
+    files = secret_files(spec, ["gpu1"])["gpu1"]
+    assert sorted(files) == ["/opt/dsv4deploy/secrets/sglang-dsv4-decode.env",
+                             "/opt/dsv4deploy/secrets/sglang-dsv4-prefill.env"]
+    assert files["/opt/dsv4deploy/secrets/sglang-dsv4-decode.env"] == f'HF_TOKEN="{TOKEN}"\n'
+
+
+def test_a_changed_secret_changes_the_release_so_its_servers_restart() -> None:
+    one, two = (make_plan(pd_spec(server_env={"HF_TOKEN": t}), ["gpu1"]) for t in (TOKEN, TOKEN + "2"))
+    assert one["hosts"]["gpu1"]["content_hash"] != two["hosts"]["gpu1"]["content_hash"]
+
+
+def test_the_env_file_reads_back_exactly_in_bash(tmp_path: Path) -> None:
+    # systemd's EnvironmentFile= reads "..." with the same four escapes (" \\ ` $) as bash.
+    path = tmp_path / "x.env"
+    path.write_text(secret_env.file_content({"HF_TOKEN": NASTY}))
+    out = subprocess.run(["bash", "-c", f'set -a; . {path}; printf %s "$HF_TOKEN"'], capture_output=True, text=True,
+                         check=True, env={"PATH": os.environ["PATH"]})
+    assert out.stdout == NASTY
+
+
+def test_a_secret_value_with_a_newline_is_refused() -> None:
+    with pytest.raises(SpecError) as err:
+        pd_spec(server_env={"HF_TOKEN": "a\nb"})
+    assert str(err.value) == ("server_env.HF_TOKEN: a secret value contains a control character (newline, tab, ...); "
+                              "fix: remove it; secret values are written one per line into the host's env file")
+
+
+def test_plan_and_render_commands_never_print_or_write_it(capsys, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site)
+    extra = json.dumps({"server_env_extra": {"HF_TOKEN": TOKEN}})
+    for command in (["plan"], ["plan", "--json"], ["validate"], ["render", "--out", str(tmp_path / "out")]):
+        assert cli.main([*command, "-i", str(site), "-e", extra]) == 0
+        out, err = capsys.readouterr()
+        assert TOKEN not in out + err, command
+    assert "  all servers: HF_TOKEN=<secret sha256:" in "\n".join(cli.format_plan(cli.plan([str(site)], [extra])))
+    written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert written and all(TOKEN.encode() not in p.read_bytes() for p in written)

@@ -1,0 +1,396 @@
+"""dsv4deploy.spec: every validation error, with its exact message (field, host, fix)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from dsv4deploy.spec import Deployment, SpecError, load_spec
+
+HOSTS = {"gpu1": {"sglang_version": "0.5.23", "gpu_count": 8, "gpu_memory_gib": 96, "ansible_host": "10.0.0.11"}}
+
+
+def seeds_pd() -> dict[str, Any]:
+    """The seeds' box: prefill on GPUs 0-3, decode on 4-7, router beside them."""
+    return {
+        "topology": "pd",
+        "model": {"path": "/models/DeepSeek-V4-Flash-NVFP4", "served_name": "deepseek-v4-flash"},
+        "index_topk": 1024,
+        "prefill": [{"host": "gpu1", "gpus": [0, 1, 2, 3], "tp_size": 4, "port": 30001, "bootstrap_port": 8998,
+                     "mem_fraction_static": 0.80}],
+        "decode": [{"host": "gpu1", "gpus": [4, 5, 6, 7], "tp_size": 4, "port": 30002, "mem_fraction_static": 0.80}],
+        "combined": {"host": "gpu1", "gpus": [0, 1, 2, 3], "tp_size": 4, "port": 30010, "mem_fraction_static": 0.80},
+        "router": {"host": "gpu1", "port": 30000},
+    }
+
+
+def problems(common: dict[str, Any], hostvars: dict[str, dict[str, Any]] = HOSTS) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        load_spec(common, hostvars)
+    assert str(err.value) == "\n".join(str(p) for p in err.value.problems)
+    return [str(p) for p in err.value.problems]
+
+
+def changed(**changes: Any) -> dict[str, Any]:
+    """seeds_pd() with dotted paths replaced, e.g. changed(**{"decode.0.port": 30001})."""
+    common = seeds_pd()
+    for path, value in changes.items():
+        node: Any = common
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return common
+
+
+_DELETE = object()
+
+
+def test_seeds_deployment_is_valid() -> None:
+    spec = load_spec(seeds_pd(), HOSTS)
+    assert isinstance(spec, Deployment)
+    assert [path for path, _ in spec.workers()] == ["prefill[0]", "decode[0]"]
+    assert spec.hosts["gpu1"].address == "10.0.0.11"
+    assert spec.model_override_args(spec.decode[0]) == {"index_topk": 1024}
+
+
+def test_a_single_worker_mapping_is_a_list_of_one() -> None:
+    common = seeds_pd()
+    common["decode"] = common["decode"][0]
+    assert len(load_spec(common, HOSTS).decode) == 1
+
+
+def test_unrelated_inventory_variables_are_ignored() -> None:
+    assert load_spec({**seeds_pd(), "ansible_connection": "local", "needle_lengths": [1]}, HOSTS).topology == "pd"
+
+
+def test_gpu_overlap_on_one_host() -> None:
+    assert problems(changed(**{"decode.0.gpus": [3, 4, 5, 6]})) == [
+        "decode[0].gpus (host gpu1): GPUs [3] are also used by prefill[0]; "
+        "fix: give each server its own GPUs on a host (e.g. prefill 0-3, decode 4-7)"]
+
+
+def test_same_gpus_on_different_hosts_are_fine() -> None:
+    hosts = {**HOSTS, "gpu2": HOSTS["gpu1"]}
+    spec = load_spec(changed(**{"decode.0.host": "gpu2", "decode.0.gpus": [0, 1, 2, 3]}), hosts)
+    assert spec.decode[0].host == "gpu2"
+
+
+def test_tp_not_matching_the_gpu_list() -> None:
+    assert problems(changed(**{"prefill.0.tp_size": 2})) == [
+        "prefill[0].tp_size (host gpu1): tp_size 2 does not match 4 GPUs [0, 1, 2, 3]; "
+        "fix: set tp_size: 4 or list 2 GPUs (e.g. [0, 1])"]
+
+
+def test_tp_fix_never_suggests_a_tp_size_the_model_cannot_split_over() -> None:
+    # Issue #23 item 10: tp_size 4 on 5 GPUs suggested "tp_size 5".
+    assert problems(changed(**{"prefill.0.tp_size": 4, "prefill.0.gpus": [0, 1, 2, 3, 4],
+                               "decode.0.gpus": [5, 6, 7]}))[0] == (
+        "prefill[0].tp_size (host gpu1): tp_size 4 does not match 5 GPUs [0, 1, 2, 3, 4]; "
+        "fix: list 4 GPUs (e.g. [0, 1, 2, 3]); tp_size is one of 1, 2, 4, 8, 16 (the model's heads split evenly)")
+
+
+def test_gpu_the_host_does_not_have() -> None:
+    assert problems(changed(**{"decode.0.gpus": [6, 7, 8, 9]})) == [
+        "decode[0].gpus (host gpu1): GPUs [8, 9] do not exist (the host has 8: 0-7); "
+        "fix: use GPU indices the host has, or set gpu_count for the host"]
+
+
+def test_port_clash_between_workers() -> None:
+    assert problems(changed(**{"decode.0.port": 30001})) == [
+        "decode[0].port (host gpu1): port 30001 is also used by prefill[0].port; "
+        "fix: give every listener on a host its own port"]
+
+
+def test_port_clash_with_the_bootstrap_port_and_the_router() -> None:
+    assert problems(changed(**{"decode.0.port": 8998, "router.port": 30001})) == [
+        "decode[0].port (host gpu1): port 8998 is also used by prefill[0].bootstrap_port; "
+        "fix: give every listener on a host its own port",
+        "router.port (host gpu1): port 30001 is also used by prefill[0].port; "
+        "fix: give every listener on a host its own port"]
+
+
+@pytest.mark.parametrize(("name", "prefill_value", "decode_value", "shown"), [
+    ("index_topk", 1024, 512, "index_topk 512 differs from prefill[0] (1024)"),
+    ("page_size", 64, 1, "page_size 1 differs from prefill[0] (64)"),
+    ("kv_cache_dtype", "fp8_e4m3", "auto", "kv_cache_dtype 'auto' differs from prefill[0] ('fp8_e4m3')"),
+    ("chat_template", "/m/a.jinja", "/m/b.jinja", "chat_template '/m/b.jinja' differs from prefill[0] ('/m/a.jinja')"),
+    ("context_length", 524288, 65536, "context_length 65536 differs from prefill[0] (524288)"),
+    ("model_overrides", {"rope_theta": 1}, {"rope_theta": 2},
+     'model_overrides {"rope_theta": 2} differs from prefill[0] ({"rope_theta": 1})'),
+])
+def test_prefill_and_decode_disagree_on_a_model_affecting_setting(
+        name: str, prefill_value: Any, decode_value: Any, shown: str) -> None:
+    common = changed(**{f"prefill.0.{name}": prefill_value, f"decode.0.{name}": decode_value})
+    assert problems(common) == [
+        f"decode[0].{name} (host gpu1): {shown}; "
+        f"fix: set {name} once at the top level, or to the same value on every worker"]
+
+
+def test_a_worker_value_against_the_top_level_one_also_disagrees() -> None:
+    assert problems(changed(**{"decode.0.page_size": 64, "page_size": 1})) == [
+        "decode[0].page_size (host gpu1): page_size 64 differs from prefill[0] (1); "
+        "fix: set page_size once at the top level, or to the same value on every worker"]
+
+
+def test_the_model_cannot_differ_per_role() -> None:
+    # One `model` for the whole deployment: a per-worker model is an unknown key, not a silent split.
+    assert problems(changed(**{"decode.0.model": {"path": "/other", "served_name": "x"}})) == [
+        "decode[0].model (host gpu1): unknown key 'model'; fix: remove it or check its spelling against the keys "
+        "of decode[0]"]
+
+
+def test_index_topk_the_version_does_not_support() -> None:
+    # Once, though both workers inherit it from the top level on the same host.
+    assert problems(changed(index_topk=1000)) == [
+        "index_topk (host gpu1): sglang 0.5.23's DeepSeek-V4 backend accepts index_topk 512 or 1024 only, got 1000; "
+        "fix: set index_topk to 512 or 1024"]
+
+
+def test_index_topk_set_on_one_worker_names_that_worker() -> None:
+    common = changed(**{"prefill.0.index_topk": 2048, "decode.0.index_topk": 2048, "index_topk": None})
+    assert problems(common) == [
+        "prefill[0].index_topk (host gpu1): sglang 0.5.23's DeepSeek-V4 backend accepts index_topk 512 or 1024 "
+        "only, got 2048; fix: set index_topk to 512 or 1024",
+        "decode[0].index_topk (host gpu1): sglang 0.5.23's DeepSeek-V4 backend accepts index_topk 512 or 1024 "
+        "only, got 2048; fix: set index_topk to 512 or 1024"]
+
+
+@pytest.mark.parametrize("fraction", [0, 0.0, 1, 1.2, -0.1])
+def test_mem_fraction_outside_0_1(fraction: float) -> None:
+    assert problems(changed(**{"decode.0.mem_fraction_static": fraction})) == [
+        f"decode[0].mem_fraction_static (host gpu1): {fraction!r} is outside (0, 1); "
+        "fix: use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)"]
+
+
+def test_a_version_without_a_flag_table() -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": "0.5.99"}}
+    assert problems(seeds_pd(), hosts) == [
+        "sglang_version (host gpu1): no flag table for sglang 0.5.99; fix: set sglang_version to one of "
+        "0.5.12, 0.5.18, 0.5.23 or add a flag table for it to dsv4deploy/sglang/flags.py"]
+
+
+def test_unknown_key_in_a_nested_mapping() -> None:
+    assert problems(changed(**{"router.polcy": "round_robin"})) == [
+        "router.polcy (host gpu1): unknown key 'polcy'; fix: remove it or check its spelling against the keys of "
+        "router"]
+
+
+def test_unknown_key_in_the_model() -> None:
+    assert problems(changed(**{"model.weights": "/x"})) == [
+        "model.weights: unknown key 'weights'; fix: remove it or check its spelling against the keys of model"]
+
+
+@pytest.mark.parametrize(("role", "expected"), [
+    ("decode", "decode: topology is 'pd' but no decode worker is defined; fix: define at least one decode worker"),
+    ("prefill", "prefill: topology is 'pd' but no prefill worker is defined; fix: define at least one prefill worker"),
+    ("router", "router: topology is 'pd' but no router is defined; fix: define router: {host, port}"),
+])
+def test_missing_role_for_pd(role: str, expected: str) -> None:
+    assert problems(changed(**{role: _DELETE})) == [expected]
+
+
+def test_missing_combined_server() -> None:
+    assert problems(changed(topology="combined", combined=_DELETE)) == [
+        "combined: topology is 'combined' but no combined server is defined; "
+        "fix: define combined: {host, gpus, tp_size, port, mem_fraction_static}"]
+
+
+def test_combined_ignores_pd_roles() -> None:
+    spec = load_spec(changed(topology="combined", decode=_DELETE, router=_DELETE), HOSTS)
+    assert [path for path, _ in spec.workers()] == ["combined"]
+
+
+def test_host_not_in_the_inventory() -> None:
+    assert problems(changed(**{"router.host": "gpu9"})) == [
+        "router.host (host gpu9): host 'gpu9' is not in the inventory; "
+        "fix: add gpu9 to the inventory or use one of: gpu1"]
+
+
+def test_missing_required_field() -> None:
+    assert problems(changed(**{"decode.0.port": _DELETE})) == [
+        "decode[0].port (host gpu1): is required; fix: set decode[0].port"]
+
+
+def test_unknown_topology() -> None:
+    assert problems(changed(topology="mixed")) == [
+        "topology: Input should be 'pd' or 'combined' (got 'mixed'); fix: set topology to pd or combined "
+        "(exactly, lower case)"]
+
+
+def test_topology_in_upper_case_names_the_valid_values() -> None:
+    # Issue #23 item 10: topology=PD got only "correct topology".
+    assert problems(changed(topology="PD")) == [
+        "topology: Input should be 'pd' or 'combined' (got 'PD'); fix: set topology to pd or combined "
+        "(lower case: pd)"]
+
+
+def test_a_gpu_range_as_a_string_suggests_the_list_and_a_valid_extra_var() -> None:
+    # Issue #23 item 10: gpus: "4-7" suggested -e '{"prefill[0].gpus": ...}', which Ansible cannot set.
+    assert problems(changed(**{"decode.0.gpus": "4-7"})) == [
+        "decode[0].gpus (host gpu1): Input should be a valid list (got the string '4-7'); fix: give "
+        "decode[0].gpus as a list such as [4, 5, 6, 7] in the inventory, on the command line -e replaces the "
+        "whole decode, as JSON: -e '{\"decode\": ...}' (key=value always gives a string)"]
+
+
+def test_structured_value_given_as_a_string() -> None:
+    # What `-e decode=[...]` gives: Ansible parses key=value into a string.
+    assert problems(changed(decode="[]")) == [
+        "decode: Input should be a valid list (got the string '[]'); fix: give decode as YAML in the inventory, "
+        "or on the command line as JSON: -e '{\"decode\": ...}' (key=value always gives a string)"]
+
+
+def test_rendered_flag_in_extra_args() -> None:
+    assert problems(changed(**{"decode.0.extra_args": ["--tp", "8"]})) == [
+        "decode[0].extra_args (host gpu1): '--tp' is rendered from the spec already (--tp-size); "
+        "fix: remove it from extra_args and set the spec field instead"]
+
+
+def test_router_only_host_may_have_no_gpus() -> None:
+    hosts = {**HOSTS, "router1": {"gpu_count": 0}}
+    assert load_spec(changed(**{"router.host": "router1"}), hosts).hosts["router1"].gpu_count == 0
+
+
+def test_env_values_become_strings() -> None:
+    spec = load_spec({**changed(**{"decode.0.env": {"A": 1, "B": True}}), "server_env": {"C": 96}}, HOSTS)
+    assert spec.decode[0].env == {"A": "1", "B": "1"}
+    assert spec.server_env == {"C": "96"}
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    common = copy.deepcopy(seeds_pd())
+    common["decode"][0]["gpus"] = [3, 4, 5, 6]
+    common["decode"][0]["port"] = 30001
+    assert [p.split(" ")[0] for p in problems(common)] == ["decode[0].gpus", "decode[0].port"]
+
+
+RENDERED = "is rendered from the spec already"
+RENDERED_FIX = "fix: remove it from extra_args and set the spec field instead"
+
+
+@pytest.mark.parametrize(("args", "flag", "shown"), [
+    (["--reasoning-parser", "deepseek-v3"], "--reasoning-parser", "--reasoning-parser"),
+    (["--tool-call-parser=deepseekv3"], "--tool-call-parser", "--tool-call-parser"),
+    (["--cuda-graph-max-bs-decode", "64"], "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-decode"),
+    (["--disable-prefill-cuda-graph"], "--disable-prefill-cuda-graph", "--disable-prefill-cuda-graph"),
+    (["--disable-decode"], "--disable-decode", "--disable-decode-cuda-graph"),  # an argparse abbreviation
+])
+def test_rendered_parser_and_cuda_graph_flags_in_extra_args(args: list[str], flag: str, shown: str) -> None:
+    assert problems(changed(**{"decode.0.extra_args": args})) == [
+        f"decode[0].extra_args (host gpu1): '{flag}' {RENDERED} ({shown}); {RENDERED_FIX}"]
+
+
+@pytest.mark.parametrize("flag", [
+    "--policy", "--retry-max-retries", "--disable-retries", "--cb-failure-threshold", "--cb-timeout-duration-secs",
+    "--disable-circuit-breaker", "--health-check-endpoint", "--health-check-interval-secs",
+    "--health-failure-threshold", "--health-check-timeout-secs", "--worker-startup-timeout-secs",
+    "--worker-startup-check-interval", "--prometheus-port", "--prometheus-host", "--prefill-policy",
+])
+def test_rendered_router_flags_in_extra_args(flag: str) -> None:
+    assert problems(changed(**{"router.extra_args": [f"{flag}=1"]})) == [
+        f"router.extra_args (host gpu1): '{flag}' {RENDERED} ({flag}); {RENDERED_FIX}"]
+
+
+def test_other_router_and_server_flags_pass() -> None:
+    common = changed(**{"router.extra_args": ["--cb-success-threshold", "2", "--log-level", "debug"],
+                        "decode.0.extra_args": ["--disable-cuda-graph-padding", "--enable-metrics"]})
+    assert load_spec(common, HOSTS).router.extra_args[0] == "--cb-success-threshold"
+
+
+@pytest.mark.parametrize(("arg", "flag", "replacement"), [
+    ("--cuda-graph-max-bs", "--cuda-graph-max-bs",
+     "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)"),
+    ("--cuda-graph-max-bs=64", "--cuda-graph-max-bs",
+     "cuda_graph.max_bs (rendered as --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill)"),
+    ("--disable-cuda-graph", "--disable-cuda-graph",
+     "cuda_graph.enabled: false (rendered as --disable-decode-cuda-graph and/or --disable-prefill-cuda-graph)"),
+    ("--cuda-graph-bs", "--cuda-graph-bs", "--cuda-graph-bs-decode or --cuda-graph-bs-prefill"),
+])
+@pytest.mark.parametrize("version", ["0.5.18", "0.5.23"])
+def test_flags_the_version_removed_are_refused_with_the_replacement(version: str, arg: str, flag: str,
+                                                                    replacement: str) -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": version}}
+    assert problems(changed(**{"prefill.0.extra_args": [arg]}), hosts) == [
+        f"prefill[0].extra_args (host gpu1): sglang {version} has removed or deprecated '{flag}'; "
+        f"fix: remove it and use {replacement}"]
+
+
+def test_old_cuda_graph_flags_on_0_5_12_are_rendered_ones_not_removed() -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": "0.5.12"}}
+    assert problems(changed(**{"prefill.0.extra_args": ["--cuda-graph-max-bs", "8"]}), hosts) == [
+        f"prefill[0].extra_args (host gpu1): '--cuda-graph-max-bs' {RENDERED} (--cuda-graph-max-bs); {RENDERED_FIX}"]
+    assert load_spec(changed(**{"prefill.0.extra_args": ["--cuda-graph-bs", "1", "2"]}), hosts)
+
+
+ENV_FIX = "fix: use letters, digits and underscores only, not starting with a digit"
+
+
+def test_env_names_that_are_not_shell_variables_are_refused() -> None:
+    common = {**changed(**{"decode.0.env": {"1ST": "x", "OK_1": "y"}, "router.env": {"RUST LOG": "info"}}),
+              "server_env": {"A-B": "1"}}
+    assert problems(common) == [
+        f"server_env: 'A-B' is not a valid environment variable name; {ENV_FIX}",
+        f"decode[0].env (host gpu1): '1ST' is not a valid environment variable name; {ENV_FIX}",
+        f"router.env (host gpu1): 'RUST LOG' is not a valid environment variable name; {ENV_FIX}"]
+
+
+def test_the_routers_default_prometheus_port_is_claimed() -> None:
+    assert problems(changed(**{"decode.0.port": 29000})) == [
+        "router.prometheus_port (host gpu1): port 29000 is also used by decode[0].port; "
+        "fix: set router.prometheus_port to a free port (unset, sglang-router serves metrics on 29000)"]
+
+
+def test_an_explicit_prometheus_port_is_claimed_and_frees_the_default() -> None:
+    assert load_spec(changed(**{"decode.0.port": 29000, "router.prometheus_port": 29100}), HOSTS)
+    assert problems(changed(**{"router.prometheus_port": 30000})) == [
+        "router.prometheus_port (host gpu1): port 30000 is also used by router.port; "
+        "fix: give every listener on a host its own port"]
+
+
+def test_prometheus_port_only_counts_where_the_router_runs() -> None:
+    hosts = {**HOSTS, "router1": {"gpu_count": 0}}
+    assert load_spec(changed(**{"decode.0.port": 29000, "router.host": "router1"}), hosts)
+    assert load_spec(changed(topology="combined", **{"combined.port": 29000}), HOSTS)
+
+
+def test_router_implementation_is_a_choice_with_its_own_launcher() -> None:
+    launchers = {"sglang-router": ["/venv/bin/python", "-m", "sglang_router.launch_router"],
+                 "smg": ["/smg-venv/bin/python", "-m", "smg.launch_router"]}
+    assert load_spec(changed(router_launcher=launchers), HOSTS).router_command() == launchers["sglang-router"]
+    smg = load_spec(changed(router_launcher=launchers, router_implementation="smg"), HOSTS)
+    assert smg.router_command() == launchers["smg"]
+    assert load_spec(changed(router_implementation="smg"), HOSTS).router_command() == [
+        "python3", "-m", "smg.launch_router"]
+    assert problems(changed(router_implementation="nginx"))[0].startswith("router_implementation: Input should be")
+
+
+def test_router_launcher_mapping_is_checked() -> None:
+    assert problems(changed(router_launcher={"smgg": ["smg"], "smg": []})) == [
+        "router_launcher.smgg: unknown router implementation 'smgg'; fix: use the keys sglang-router and smg",
+        "router_launcher.smg: is an empty command; fix: give the router's argv"]
+
+
+def test_smg_refuses_mini_lb_in_extra_args() -> None:
+    common = changed(**{"router.extra_args": ["--mini-lb"]})
+    assert load_spec(common, HOSTS).router.extra_args == ["--mini-lb"]  # sglang-router has it
+    assert problems({**common, "router_implementation": "smg"}) == [
+        "router.extra_args (host gpu1): smg 1.13.0 has no '--mini-lb'; "
+        "fix: remove it (or set router_implementation to a router that has it)"]
+
+
+@pytest.mark.parametrize(("flag", "replacement"), [
+    ("--nsa-prefill-backend", "--dsa-prefill-backend"),
+    ("--disable-piecewise-cuda-graph", "--cuda-graph-backend-prefill disabled"),
+    ("--enable-dp-attention", "--attn-dp-size N"),
+])
+def test_flags_0523_removed_or_deprecated_are_refused(flag: str, replacement: str) -> None:
+    assert problems(changed(**{"decode.0.extra_args": [flag]})) == [
+        f"decode[0].extra_args (host gpu1): sglang 0.5.23 has removed or deprecated '{flag}'; "
+        f"fix: remove it and use {replacement}"]
