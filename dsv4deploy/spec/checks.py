@@ -67,13 +67,15 @@ def _check_topology(spec: Deployment) -> list[Problem]:
 
 def _check_hosts_known(spec: Deployment) -> list[Problem]:
     out = []
-    # A server's other nodes (nodes[1:]) are checked with its nodes (dsv4deploy.spec.recipes).
     placed = [(path, w.host) for path, w in spec.workers()]
+    # The other nodes of a server that spans several (`nodes`, rank 0 first).
+    placed += [(f"{path}.nodes", node) for path, w in spec.workers() for node in w.node_names() if node != w.host]
     if spec.topology == "pd" and spec.router:
         placed.append(("router", spec.router.host))
     for path, host in placed:
         if host not in spec.hosts:
-            out.append(Problem(field=f"{path}.host", host=host, message=f"host '{host}' is not in the inventory",
+            field = path if path.endswith(".nodes") else f"{path}.host"
+            out.append(Problem(field=field, host=host, message=f"host '{host}' is not in the inventory",
                                fix=f"add {host} to the inventory or use one of: {', '.join(sorted(spec.hosts))}"))
     return out
 

@@ -199,7 +199,9 @@ def test_an_fp8_checkpoint_needs_a_larger_static_pool() -> None:
 
 def test_mtp_adds_its_draft_layer_and_buffers() -> None:
     plain = by_field(spec(hosts=H200))["decode[0]"]
-    mtp = by_field(spec(hosts=H200, decode=_decode(speculative={"num_steps": 3, "num_draft_tokens": 4})))["decode[0]"]
+    mtp_spec = {"num_steps": 3, "num_draft_tokens": 4}
+    prefill = {**_decode(speculative=mtp_spec), "gpus": [0, 1, 2, 3], "port": 30001}
+    mtp = by_field(spec(hosts=H200, decode=_decode(speculative=mtp_spec), prefill=prefill))["decode[0]"]
     assert mtp.draft_weights_gib == pytest.approx(6.6e9 * 4 / 8 / GIB / 4)
     assert mtp.weights_gib == pytest.approx(plain.weights_gib + mtp.draft_weights_gib)
     assert mtp.headroom_parts["mtp_buffers"] == pytest.approx(2.0)
@@ -209,6 +211,8 @@ def test_mtp_adds_its_draft_layer_and_buffers() -> None:
 def test_attention_dp_multiplies_the_servers_kv_tokens_and_fp4_kv_shrinks_the_row() -> None:
     dp = by_field(spec(hosts=H200, decode=_decode(attn_dp_size=4)))["decode[0]"]
     assert dp.kv_tokens_total == 4 * dp.kv_tokens_per_rank
-    fp4 = by_field(spec(hosts=H200, kv_cache_dtype="fp4_e2m1", topology="combined"))["combined"]
-    auto = by_field(spec(hosts=H200, topology="combined"))["combined"]
+    hosts = {"gpu1": {**H200["gpu1"], "sglang_version": "0.5.18"}}  # 0.5.23 spells FP4 KV otherwise
+    tp8 = {"host": "gpu1", "gpus": list(range(8)), "tp_size": 8, "port": 30010, "mem_fraction_static": 0.80}
+    fp4 = by_field(spec(hosts=hosts, kv_cache_dtype="fp4_e2m1", topology="combined", combined=tp8))["combined"]
+    auto = by_field(spec(hosts=hosts, topology="combined", combined=tp8))["combined"]
     assert fp4.kv_tokens_per_rank / auto.kv_tokens_per_rank == pytest.approx(576 / 380, rel=1e-3)
