@@ -145,7 +145,8 @@ def _router_metrics_url(spec: Deployment) -> str | None:
 
 def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[str, Any]:
     by_port = {(w.host, w.port): w for _, w in spec.workers()}
-    workers = [d for d in defs if d.role != "router"]
+    # A multi-node server is gated at rank 0: ranks 1 and up answer only a dummy /health (sglang #12297).
+    workers = [d for d in defs if d.role != "router" and d.rank0 is None]
     served = _endpoint_service(spec, defs)
     endpoint = served.url
     targets = {

@@ -309,8 +309,8 @@ def _fraction(value: float) -> str:
 
 
 def server_env(spec: Deployment, worker: WorkerSpec, role: str = "") -> dict[str, str]:
-    """The recipes' switches (recipe_env), server_env, then the worker's env (the worker wins), then the experiment's server_env_extra and
-    server_env_extra_by_role[role], then CUDA_VISIBLE_DEVICES.
+    """The recipes' switches (recipe_env), server_env, then the worker's env (the worker wins), then the
+    experiment's server_env_extra and server_env_extra_by_role[role], then CUDA_VISIBLE_DEVICES.
 
     The GPU list is the spec's (preflight checks it against the host), so no env may override it.
     Keys are sorted so the rendered files do not depend on inventory order.

@@ -25,10 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from dsv4deploy.inventory import spec_from_inventory
+from dsv4deploy.inventory.starter import RECIPE_EXAMPLES, examples_dir
 from dsv4deploy.plan.services import build_services
 from dsv4deploy.sglang import flags
 from dsv4deploy.sim import _flag_tables
 from dsv4deploy.sim.gen_flag_tables import rows_of
+from dsv4deploy.spec import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from fixture_specs import combined_spec, multi_node_pd_spec, pd_spec, xpyd_spec
@@ -81,9 +84,25 @@ def _recipe_specs(version: str, router: str) -> list:
     ]
 
 
+def starter_specs(version: str) -> list:
+    """The recipe starter inventories (`dsv4deploy init --example ...`) on sglang `version`, where it can run
+    them: a starter the version's validation refuses (a setting it lacks) is left out for that version."""
+    out = []
+    for example in RECIPE_EXAMPLES:
+        try:
+            extra = {"sglang_version": version, "server_launcher": LAUNCHERS["server"],
+                     "router_launcher": LAUNCHERS["sglang-router"]}
+            out.append(spec_from_inventory([str(examples_dir() / example)], [json.dumps(extra)]))
+        except SpecError:
+            continue
+    return out
+
+
 def _specs(version: str, router: str) -> list:
     pd = pd_spec(version=version, router_implementation=router)
-    return [*_recipe_specs(version, router), pd, combined_spec(version=version), xpyd_spec(version=version).model_copy(
+    starters = starter_specs(version) if router == "sglang-router" else []
+    return [*_recipe_specs(version, router), *starters, pd, combined_spec(version=version),
+            xpyd_spec(version=version).model_copy(
                 update={"router_implementation": router}),
             combined_spec(version=version, index_topk=None),
             pd_spec(version=version, router_implementation=router,
@@ -201,6 +220,12 @@ def contract() -> dict[str, dict]:
             "broken": [(i, next(results)) for i in (broken if env == "0.5.23" else [])],
         }
     return parsed
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_every_starter_runs_on_every_supported_version(version: str) -> None:
+    # Each recipe starter validates on 0.5.12, 0.5.18 and 0.5.23 (its argv then goes through that parser above).
+    assert len(starter_specs(version)) == len(RECIPE_EXAMPLES)
 
 
 @pytest.mark.parametrize("env", list(ENVS))

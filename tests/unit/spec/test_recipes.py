@@ -122,7 +122,8 @@ def test_deepep_is_refused_over_tcp() -> None:
 def test_prefill_and_decode_agree_on_what_shapes_the_kv_and_on_mtp() -> None:
     problems = refused(pd, decode={"page_size": 256, "speculative": {"num_steps": 1, "num_draft_tokens": 2}})
     assert any(p.startswith("decode[0].page_size (host gpu1): page_size 256 differs from prefill[0]") for p in problems)
-    assert any(p.startswith("decode[0].speculative (host gpu1): speculative algorithm 'EAGLE' differs") for p in problems)
+    mtp = "decode[0].speculative (host gpu1): speculative algorithm 'EAGLE' differs"
+    assert any(p.startswith(mtp) for p in problems)
 
 
 TWO_NODES = {"gpu1": HOST, "gpu2": {**HOST, "ansible_host": "10.0.0.12"}}
