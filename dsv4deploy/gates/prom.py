@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-
 # sglang's own metrics are `sglang:name`; some builds and dashboards (llm-d's) write `sglang_name`. Both
 # are read as `sglang:name`, the spelling every gate asks for. smg's `smg_*` are left as they are.
 SGLANG_PREFIX = "sglang:"

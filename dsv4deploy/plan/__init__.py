@@ -179,6 +179,7 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "expected_settings": {d.name: _expected_settings(spec, by_port[(d.host, d.ports[0])]) for d in workers},
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
+        **memory.startup_window(spec),
     }
     return GateTargets.model_validate(targets).model_dump(mode="json")
 

@@ -53,6 +53,9 @@ class ModelProfile(_Strict):
     mtp_gib_per_draft_token: NonNegative = 0.0
     kv_layers: Annotated[int, Field(ge=0)] = 0
     kv_bytes_per_token_layer: dict[str, Positive] = {}
+    # Start-up: the readiness gate's default deadline, and log lines that fail readiness at once.
+    readiness_deadline_s: Positive | None = None
+    fatal_log_patterns: list[str] = []
 
     def bits(self, precision: str | None) -> float:
         """Bits per parameter of the checkpoint's `precision` (None or unknown: bits_per_param)."""
@@ -185,6 +188,14 @@ def model_headroom(profile: MemoryProfile, name: str) -> HeadroomProfile:
                                  message=f"{e['msg']} (got {e.get('input')!r})",
                                  fix="correct it; dsv4deploy/plan/profiles.yml documents every key")
                          for e in exc.errors()]) from None
+
+
+def startup_window(spec: Deployment) -> dict[str, Any]:
+    """The model profile's readiness deadline and fatal log patterns (gate targets); unknown profile: none."""
+    model = load_profile(spec.memory_profile).models.get(spec.model.profile)
+    if model is None:
+        return {"readiness_deadline_s": None, "fatal_log_patterns": []}
+    return {"readiness_deadline_s": model.readiness_deadline_s, "fatal_log_patterns": list(model.fatal_log_patterns)}
 
 
 def smoke_expects_ok(spec: Deployment) -> bool:

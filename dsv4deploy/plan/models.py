@@ -56,6 +56,10 @@ class GateTargets(_Strict):
     expected_settings: dict[str, dict[str, Any]]
     hosts_in_use: list[str]
     gpu_query_command: list[str]
+    # The model profile's start-up window and fatal log lines (profiles.yml): the readiness gate's default
+    # deadline (a gate setting readiness_deadline_s wins), and the lines that fail it at once.
+    readiness_deadline_s: float | None = None
+    fatal_log_patterns: list[str] = []
 
 
 class HostPlan(_Strict):

@@ -150,7 +150,7 @@ def test_an_unknown_model_profile_is_refused() -> None:
     with pytest.raises(SpecError) as err:
         check_memory(spec(model={"path": "/m", "served_name": "m", "profile": "deepseek-v5"}))
     assert str(err.value) == ("model.profile: no memory profile 'deepseek-v5'; fix: use one of deepseek-v4-flash, "
-                              "llama or define memory_profile.models.deepseek-v5")
+                              "deepseek-v4-pro, llama or define memory_profile.models.deepseek-v5")
 
 
 def test_a_new_model_profile_from_the_inventory() -> None:
@@ -216,3 +216,12 @@ def test_attention_dp_multiplies_the_servers_kv_tokens_and_fp4_kv_shrinks_the_ro
     fp4 = by_field(spec(hosts=hosts, kv_cache_dtype="fp4_e2m1", topology="combined", combined=tp8))["combined"]
     auto = by_field(spec(hosts=hosts, topology="combined", combined=tp8))["combined"]
     assert fp4.kv_tokens_per_rank / auto.kv_tokens_per_rank == pytest.approx(576 / 380, rel=1e-3)
+
+
+def test_the_pro_profile_allows_the_guides_75_minute_start_and_every_dsv4_profile_names_fatal_lines() -> None:
+    from dsv4deploy.plan.memory import startup_window
+
+    pro = startup_window(spec(model={"path": "/m", "served_name": "s", "profile": "deepseek-v4-pro"}))
+    assert pro["readiness_deadline_s"] == 4500
+    flash = startup_window(spec())
+    assert flash["readiness_deadline_s"] == 600 and "CUDA error" in flash["fatal_log_patterns"]
