@@ -134,7 +134,8 @@ seconds:
   type: float
 died:
   description: The service that exited, was restarted or logged a fatal line during the wait - C(name), C(why)
-    (exit status, and whether its manager started it again, or the fatal line), C(seconds) after the wait began, C(log) (the end of its log).
+    (exit status, and whether its manager started it again, or the fatal line), C(seconds) after the wait began,
+    C(log) (the end of its log).
   returned: O(mode=watch), when one did
   type: dict
 healthy:
