@@ -306,7 +306,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                    for w in plan["workers"]]
         expected = next(iter(plan["expected_overrides"].values()), {})
         return check_config(expected, servers, expected_settings=plan.get("expected_settings"), api_key=api_key,
-                            deadline_s=settings.config_deadline_s)
+                            deadline_s=settings.config_deadline_s, expected_transports=plan.get("expected_transports"))
     if name == "smoke":
         breaker = plan.get("router_breaker_s")
         expect_ok = settings.smoke_expect_ok

@@ -45,7 +45,8 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
             "content_hash": render.content_hash(files) if files else "",
             **layout,
             # Preflight (dsv4_access): the paths the services need.
-            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command())
+            + access.ib_device_needs(spec, name),
         }
     plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
@@ -180,6 +181,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
         **memory.startup_window(spec),
+        "expected_transports": {d.name: by_port[(d.host, d.ports[0])].transport for d in workers
+                                if getattr(by_port[(d.host, d.ports[0])], "transport", None)},
     }
     return GateTargets.model_validate(targets).model_dump(mode="json")
 

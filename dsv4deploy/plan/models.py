@@ -60,6 +60,8 @@ class GateTargets(_Strict):
     # deadline (a gate setting readiness_deadline_s wins), and the lines that fail it at once.
     readiness_deadline_s: float | None = None
     fatal_log_patterns: list[str] = []
+    # PD workers whose spec names a transport (rdma, tcp): the config gate reads mooncake's choice in their logs.
+    expected_transports: dict[str, str] = {}
 
 
 class HostPlan(_Strict):
