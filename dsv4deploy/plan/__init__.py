@@ -181,6 +181,9 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
         **memory.startup_window(spec),
+        "ranks": [{"name": d.name, "host": d.host, "rank0": d.rank0,
+                   "rank0_url": next(w.url for w in workers if w.name == d.rank0)}
+                  for d in defs if d.rank0 is not None],
         "expected_transports": {d.name: by_port[(d.host, d.ports[0])].transport for d in workers
                                 if getattr(by_port[(d.host, d.ports[0])], "transport", None)},
     }

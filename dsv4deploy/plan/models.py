@@ -60,6 +60,9 @@ class GateTargets(_Strict):
     # deadline (a gate setting readiness_deadline_s wins), and the lines that fail it at once.
     readiness_deadline_s: float | None = None
     fatal_log_patterns: list[str] = []
+    # Ranks >= 1 of multi-node servers (name, host, rank0, rank0_url): not gated themselves (a dummy /health);
+    # the readiness wait on their host watches them until their rank 0 answers.
+    ranks: list[dict[str, Any]] = []
     # PD workers whose spec names a transport (rdma, tcp): the config gate reads mooncake's choice in their logs.
     expected_transports: dict[str, str] = {}
 

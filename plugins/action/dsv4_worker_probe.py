@@ -142,6 +142,9 @@ class ActionModule(GateTaskAction):
         workers' logs since this start come back too (probe["logs"], for the config gate). With `key_file`,
         the API key read there goes into `result` (api_key, or api_key_problem), outside the probe."""
         checks = [{"name": w["name"], "url": w["url"]} for w in plan["workers"] if w["host"] == host]
+        # A rank >= 1 of a multi-node server waits for its rank 0's /health (its own is a dummy), watched
+        # meanwhile: a rank that dies fails readiness at once, with this host's log of it.
+        checks += [{"name": r["name"], "url": r["rank0_url"]} for r in plan.get("ranks") or [] if r["host"] == host]
         watched = {k: services[k] for k in ("manager", "install_root", "supervisor_bin_dir") if services.get(k)}
         watched.update(since=services.get("since") or {}, log_offsets=services.get("log_offsets") or {})
         if plan.get("fatal_log_patterns"):

@@ -283,3 +283,14 @@ def test_a_server_over_two_nodes_runs_one_service_per_node_with_its_rank() -> No
     assert rank1.url not in router.argv and decode.url in router.argv  # the router knows rank 0 only
     files = render_release(spec, "gpu2")
     assert f"units/{rank1.name}.service" in files and '"rank0"' in files["services.json"]
+
+
+def test_the_gates_address_rank0_and_the_wait_on_rank1s_host_watches_rank1_until_rank0_answers() -> None:
+    from fixture_specs import multi_node_pd_spec
+
+    from dsv4deploy.plan import gate_targets
+
+    targets = gate_targets(multi_node_pd_spec())
+    assert "sglang-dsv4-decode-rank1" not in [w["name"] for w in targets["workers"]]
+    assert targets["ranks"] == [{"name": "sglang-dsv4-decode-rank1", "host": "gpu2", "rank0": "sglang-dsv4-decode",
+                                 "rank0_url": "http://10.0.0.11:30002"}]
