@@ -99,7 +99,7 @@ def _gate_readiness(args: argparse.Namespace, api_key: str | None) -> Any:
     router = url if workers else None
     if not workers:  # --url alone is a combined server
         workers = [WorkerEndpoint(name="combined", role="combined", url=url)]
-    deadline = args.deadline or _gate_defaults().readiness_deadline_s
+    deadline = args.deadline or _gate_defaults().readiness_deadline()
     return check_readiness(workers, router, args.model, deadline, api_key=api_key,
                            progress=stderr_progress("readiness"))
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from dsv4deploy.gates.http import check_url, describe_error, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Stopwatch, clip, make_result
-from dsv4deploy.gates.transfer_log import slower_transfer_lines
+from dsv4deploy.gates.transfer_log import mooncake_transport, slower_transfer_lines
 
 GATE = "config"
 
@@ -72,6 +72,7 @@ def check_config(
     servers: list[ServerConfigInput],
     *,
     expected_settings: dict[str, dict[str, Any]] | None = None,
+    expected_transports: dict[str, str] | None = None,
     api_key: str | None = None,
     timeout_s: float = 10.0,
     deadline_s: float = 60.0,
@@ -84,6 +85,8 @@ def check_config(
     ``expected_overrides``; when every setting the spec sets (``expected_settings``: server name ->
     {key: value}) is reported with that value; and when all prefill and decode servers report the
     same overrides and the same :data:`AGREEMENT_KEYS` (keys not reported are named as unconfirmed).
+    A server whose spec asks for the RDMA transport (``expected_transports``: server name -> transport) fails
+    when mooncake's own log line says it chose TCP.
     """
     if not isinstance(expected_overrides, dict):
         raise ValueError(f"expected_overrides must be a mapping, got {type(expected_overrides).__name__}")
@@ -106,6 +109,7 @@ def check_config(
                 infos[server.name] = info
                 problems += _settings_problems(server.name, info, settings.get(server.name) or {})
 
+    problems += _transport_problems(servers, expected_transports or {})
     agreement = _agreement(servers, infos)
     problems += agreement.pop("problems")
     evidence: dict[str, Any] = {
@@ -187,6 +191,18 @@ def _check_server(
     if server.checked_on:
         row["checked_on"] = server.checked_on
     return row, info, problems, failures
+
+
+def _transport_problems(servers: list[ServerConfigInput], wanted: dict[str, str]) -> list[str]:
+    """mooncake's TCP fallback where the spec asked for RDMA, with mooncake's line (no line: no verdict)."""
+    out = []
+    for server in servers:
+        chosen = mooncake_transport(server.log_text) if wanted.get(server.name) == "rdma" else None
+        if chosen and chosen[0] == "tcp":
+            out.append(f"{server.name}: mooncake fell back to TCP, the spec asks for transport rdma "
+                       f"({chosen[1][-200:]!r}); fix: check ib_device names an InfiniBand device the host has "
+                       "(ibv_devices) and the service may use it, or set transport: tcp")
+    return out
 
 
 def _server_info(client: httpx.Client, url: str) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:

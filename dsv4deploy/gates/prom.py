@@ -10,6 +10,18 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+# sglang's own metrics are `sglang:name`; some builds and dashboards (llm-d's) write `sglang_name`. Both
+# are read as `sglang:name`, the spelling every gate asks for. smg's `smg_*` are left as they are.
+SGLANG_PREFIX = "sglang:"
+SGLANG_UNDERSCORE_PREFIX = "sglang_"
+
+
+def canonical_name(name: str) -> str:
+    """`name` with sglang's `sglang_` prefix written `sglang:` (any other name unchanged)."""
+    if name.startswith(SGLANG_UNDERSCORE_PREFIX):
+        return SGLANG_PREFIX + name[len(SGLANG_UNDERSCORE_PREFIX):]
+    return name
+
 
 class MetricsFormatError(ValueError):
     """Text that is not the Prometheus exposition format."""
@@ -69,7 +81,7 @@ def parse(text: str) -> Scrape:
         raise MetricsFormatError(f"not Prometheus text: {exc}") from None
     for family in families:
         if family.type == "histogram":
-            hist = out.histograms.setdefault(family.name, Hist())
+            hist = out.histograms.setdefault(canonical_name(family.name), Hist())
             for sample in family.samples:
                 if sample.name.endswith("_bucket"):
                     le = float(sample.labels["le"])
@@ -83,7 +95,8 @@ def parse(text: str) -> Scrape:
             if sample.name.endswith("_created"):
                 continue
             # A counter's family is named without _total; key by the sample's name, as servers write it.
-            out.values[sample.name] = out.values.get(sample.name, 0.0) + sample.value
+            name = canonical_name(sample.name)
+            out.values[name] = out.values.get(name, 0.0) + sample.value
     return out
 
 

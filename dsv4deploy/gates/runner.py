@@ -130,12 +130,16 @@ class GateSettingsError(ValueError):
         self.problems = problems
 
 
+DEFAULT_READINESS_DEADLINE_S = 600.0
+
+
 class GateSettings(BaseModel):
     """Deadlines, the needle grid and the soak load, from inventory variables of the same names."""
 
     model_config = ConfigDict(extra="forbid")
 
-    readiness_deadline_s: float = Field(600, gt=0)
+    # None: the model profile's readiness_deadline_s (the plan's), else DEFAULT_READINESS_DEADLINE_S.
+    readiness_deadline_s: float | None = Field(None, gt=0)
     config_deadline_s: float = Field(60, gt=0)
     smoke_deadline_s: float = Field(300, gt=0)
     # Whether smoke also wants the answer to say OK; None: as the model's profile says
@@ -167,6 +171,13 @@ class GateSettings(BaseModel):
     perf_p99_tolerance: float = Field(3.0, gt=0)  # a p99 of 16 requests is one or two of them: judged looser
     perf_noise_floor_s: float = Field(0.005, ge=0)
     perf_deadline_s: float = Field(300, gt=0)
+
+    def readiness_deadline(self, plan: Mapping[str, Any] | None = None) -> float:
+        """The readiness deadline: as set, else the model profile's (the plan's gate targets), else 600 s."""
+        if self.readiness_deadline_s is not None:
+            return self.readiness_deadline_s
+        profile = (plan or {}).get("readiness_deadline_s")
+        return float(profile) if profile else DEFAULT_READINESS_DEADLINE_S
 
     def required_tokens(self, index_topk: int | None) -> int:
         """The needle requirement: as set, else what ``index_topk`` must recall."""
@@ -284,7 +295,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         # The hosts' checks used part of the deadline already; what remains is the controller's.
         elapsed = max((float(data.get("seconds") or 0) for data in probes.values()), default=0.0)
         result = check_readiness(workers, plan.get("router_url"), model,
-                                 max(settings.readiness_deadline_s - elapsed, 0.5), api_key=api_key,
+                                 max(settings.readiness_deadline(plan) - elapsed, 0.5), api_key=api_key,
                                  progress=progress, settled=settled)
         return _with_unstarted(result, probes)
     if name == "config":
@@ -295,7 +306,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                    for w in plan["workers"]]
         expected = next(iter(plan["expected_overrides"].values()), {})
         return check_config(expected, servers, expected_settings=plan.get("expected_settings"), api_key=api_key,
-                            deadline_s=settings.config_deadline_s)
+                            deadline_s=settings.config_deadline_s, expected_transports=plan.get("expected_transports"))
     if name == "smoke":
         breaker = plan.get("router_breaker_s")
         expect_ok = settings.smoke_expect_ok

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from dsv4deploy import PACKAGE_DIR
 
-EXAMPLES = ("local", "pd-single-host", "1p1d-three-hosts", "2p1d")
+EXAMPLES = ("local", "pd-single-host", "1p1d-three-hosts", "2p1d",
+            # sglang's DeepSeek-V4 cookbook cells on H200 (docs/recipes.md).
+            "h200-tp4", "h200-dp-attention", "h200-fp8", "multi-node-pd")
+RECIPE_EXAMPLES = EXAMPLES[4:]
 
 # The embedded host's inventory file: this machine, reached without ssh, state under the inventory.
 LOCAL_HOSTS = """\

@@ -45,7 +45,8 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
             "content_hash": render.content_hash(files) if files else "",
             **layout,
             # Preflight (dsv4_access): the paths the services need.
-            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command()),
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command())
+            + access.ib_device_needs(spec, name),
         }
     plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),
@@ -145,7 +146,8 @@ def _router_metrics_url(spec: Deployment) -> str | None:
 
 def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[str, Any]:
     by_port = {(w.host, w.port): w for _, w in spec.workers()}
-    workers = [d for d in defs if d.role != "router"]
+    # A multi-node server is gated at rank 0: ranks 1 and up answer only a dummy /health (sglang #12297).
+    workers = [d for d in defs if d.role != "router" and d.rank0 is None]
     served = _endpoint_service(spec, defs)
     endpoint = served.url
     targets = {
@@ -178,6 +180,12 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "expected_settings": {d.name: _expected_settings(spec, by_port[(d.host, d.ports[0])]) for d in workers},
         "hosts_in_use": spec.hosts_in_use(),
         "gpu_query_command": spec.gpu_query_command,
+        **memory.startup_window(spec),
+        "ranks": [{"name": d.name, "host": d.host, "rank0": d.rank0,
+                   "rank0_url": next(w.url for w in workers if w.name == d.rank0)}
+                  for d in defs if d.rank0 is not None],
+        "expected_transports": {d.name: by_port[(d.host, d.ports[0])].transport for d in workers
+                                if getattr(by_port[(d.host, d.ports[0])], "transport", None)},
     }
     return GateTargets.model_validate(targets).model_dump(mode="json")
 

@@ -13,7 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dsv4deploy.plan.services import ServiceDefinition
+from dsv4deploy.plan.services import ServiceDefinition, build_services
+from dsv4deploy.spec import Deployment
+
+# Where the kernel lists the InfiniBand devices (what mooncake's topology discovery reads through ibverbs).
+IB_CLASS = "/sys/class/infiniband"
 
 # What a unit without Environment=PATH gets from systemd (Debian 12, systemd 252).
 SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -29,8 +33,8 @@ class PathNeed(BaseModel):
     service: str
     path: str
     # exec: run it; search: reach (and, when it exists, enter) this directory; secret: the API key,
-    # readable by the service's user and by nobody else but root.
-    need: Literal["exec", "search", "secret"]
+    # readable by the service's user and by nobody else but root; device: it exists (an InfiniBand device).
+    need: Literal["exec", "search", "secret", "device"]
     what: str
     # Prefixes the unit does not see, each with the setting that hides it.
     hidden: dict[str, str] = {}
@@ -118,3 +122,24 @@ def host_needs(services: list[ServiceDefinition], files: dict[str, str], server_
         entry["what"] = entry["what"].replace(entry["service"], ", ".join(entry["services"]))
         del entry["services"]
     return list(merged.values())
+
+
+def ib_device_needs(spec: Deployment, host: str) -> list[dict[str, Any]]:
+    """The InfiniBand devices the PD workers on `host` name with `transport: rdma`: each must exist there, or
+    mooncake finds no HCA and falls back to TCP without an error."""
+    if spec.topology != "pd":
+        return []
+    servers = [d for d in build_services(spec) if d.role in ("prefill", "decode")]
+    out = []
+    for svc, worker in zip(servers, [*spec.prefill, *spec.decode, *_rank_workers(spec)], strict=False):
+        if svc.host != host or getattr(worker, "transport", None) != "rdma" or not worker.ib_device:
+            continue
+        for device in worker.ib_device.split(","):
+            out.append(PathNeed(service=svc.name, path=f"{IB_CLASS}/{device.strip()}", need="device",
+                                what=f"ib_device {device.strip()} of {svc.name}").model_dump())
+    return out
+
+
+def _rank_workers(spec: Deployment) -> list[Any]:
+    # build_services lists ranks >= 1 after the rank-0 workers, in worker order.
+    return [w for w in [*spec.prefill, *spec.decode] for _ in w.node_names()[1:]]

@@ -47,10 +47,28 @@ class ModelProfile(_Strict):
     # This model's own headroom, merged key by key over the shared `headroom` (a dense model has no
     # sparse top-k buffers, a small one needs less context and graph memory).
     headroom: dict[str, Any] = {}
+    # The recipes' settings (see profiles.yml for where each number comes from).
+    precision_bits: dict[str, Positive] = {}
+    mtp_params_billion: NonNegative = 0.0
+    mtp_gib_per_draft_token: NonNegative = 0.0
+    kv_layers: Annotated[int, Field(ge=0)] = 0
+    kv_bytes_per_token_layer: dict[str, Positive] = {}
+    # Start-up: the readiness gate's default deadline, and log lines that fail readiness at once.
+    readiness_deadline_s: Positive | None = None
+    fatal_log_patterns: list[str] = []
 
-    def weights_gib(self) -> float:
+    def bits(self, precision: str | None) -> float:
+        """Bits per parameter of the checkpoint's `precision` (None or unknown: bits_per_param)."""
+        return self.precision_bits.get(precision or "", self.bits_per_param)
+
+    def weights_gib(self, precision: str | None = None) -> float:
         """All weights, in GiB."""
-        return self.params_billion * 1e9 * self.bits_per_param / 8 / GIB
+        return self.params_billion * 1e9 * self.bits(precision) / 8 / GIB
+
+    def kv_bytes_per_token(self, kv_cache_dtype: str | None) -> float | None:
+        """KV bytes one token takes on one GPU over all layers, or None when the profile does not say."""
+        per_layer = self.kv_bytes_per_token_layer.get(kv_cache_dtype or "auto")
+        return per_layer * self.kv_layers if per_layer and self.kv_layers else None
 
 
 class HeadroomProfile(_Strict):
@@ -86,7 +104,12 @@ class WorkerMemory(_Strict):
     min_kv_pool_gib: float
     headroom_available_gib: float  # GPU memory outside the static pool
     headroom_needed_gib: float
-    headroom_parts: dict[str, float]  # base, cuda_graphs, topk_buffers
+    headroom_parts: dict[str, float]  # base, cuda_graphs, topk_buffers (, mtp_buffers)
+    draft_weights_gib: float = 0.0  # the MTP draft layer's shard per GPU, inside the static pool
+    attn_dp_size: int = 1
+    # Tokens the KV pool holds per attention-DP rank, and in all (None when the profile has no KV size).
+    kv_tokens_per_rank: int | None = None
+    kv_tokens_total: int | None = None
     feasible: bool
     # The feasible range of mem_fraction_static, in steps of 0.01 (None when nothing fits).
     min_feasible_fraction: float | None
@@ -147,7 +170,8 @@ def check_memory(spec: Deployment) -> list[WorkerMemory]:
     headroom = model_headroom(profile, spec.model.profile)
     return [
         worker_memory(path, _role(worker), worker, spec.host(worker.host).gpu_memory_gib,
-                      spec.effective(worker, "index_topk") or model.default_index_topk, model, headroom)
+                      spec.effective(worker, "index_topk") or model.default_index_topk, model, headroom,
+                      precision=spec.model.precision, kv_cache_dtype=spec.effective(worker, "kv_cache_dtype"))
         for path, worker in spec.workers()
     ]
 
@@ -166,6 +190,14 @@ def model_headroom(profile: MemoryProfile, name: str) -> HeadroomProfile:
                          for e in exc.errors()]) from None
 
 
+def startup_window(spec: Deployment) -> dict[str, Any]:
+    """The model profile's readiness deadline and fatal log patterns (gate targets); unknown profile: none."""
+    model = load_profile(spec.memory_profile).models.get(spec.model.profile)
+    if model is None:
+        return {"readiness_deadline_s": None, "fatal_log_patterns": []}
+    return {"readiness_deadline_s": model.readiness_deadline_s, "fatal_log_patterns": list(model.fatal_log_patterns)}
+
+
 def smoke_expects_ok(spec: Deployment) -> bool:
     """Whether the model of `spec` is expected to answer ``Say OK`` with OK (its profile; True if unknown)."""
     model = load_profile(spec.memory_profile).models.get(spec.model.profile)
@@ -179,11 +211,16 @@ def _role(worker: WorkerSpec) -> Role:
 
 
 def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: float, index_topk: int,
-                  model: ModelProfile, headroom: HeadroomProfile) -> WorkerMemory:
+                  model: ModelProfile, headroom: HeadroomProfile, precision: str | None = None,
+                  kv_cache_dtype: str | None = None) -> WorkerMemory:
     """The budget of one server on GPUs of `gpu_memory_gib`, explained."""
     total = gpu_memory_gib
     fraction = worker.mem_fraction_static
-    weights = model.weights_gib() / worker.tp_size
+    bits = model.bits(precision)
+    mtp = worker.speculative
+    # MTP's draft layer is resident beside the model, split over the same ranks.
+    draft = model.mtp_params_billion * 1e9 * bits / 8 / GIB / worker.tp_size if mtp else 0.0
+    weights = model.weights_gib(precision) / worker.tp_size + draft
     static_pool = fraction * total
     kv_pool = static_pool - weights
     outside = total - static_pool
@@ -194,7 +231,14 @@ def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: fl
         graphs = headroom.cuda_graph_gib * scale
     topk = headroom.topk_gib_per_512.get(role, 0.0) * index_topk / 512
     parts = {"base": headroom.base_gib, "cuda_graphs": graphs, "topk_buffers": topk}
+    if mtp:
+        parts["mtp_buffers"] = model.mtp_gib_per_draft_token * mtp.num_draft_tokens
     needed = sum(parts.values())
+    # DeepSeek-V4's KV row is not split over TP ranks: each GPU holds whole rows for its requests, so
+    # attention DP (each rank its own requests) multiplies the server's capacity by attn_dp_size.
+    dp = worker.attn_dp_size or 1
+    per_token = model.kv_bytes_per_token(kv_cache_dtype)
+    kv_tokens = int(max(kv_pool, 0) * GIB / per_token) if per_token else None
 
     # The feasible fractions: pool >= weights + min KV, and outside >= headroom; 0 < f < 1.
     low = max(_ceil_01((weights + headroom.min_kv_pool_gib) / total), 0.01)
@@ -203,9 +247,10 @@ def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: fl
     feasible = kv_pool >= headroom.min_kv_pool_gib and outside >= needed
 
     graphs_text = (f"CUDA graphs {graphs:.1f}" if worker.cuda_graph.enabled else "CUDA graphs off 0.0")
+    draft_text = f" + MTP draft layer {draft:.1f} GiB" if mtp else ""
     explanation = [
-        f"weights: {model.params_billion:g}B params x {model.bits_per_param:g} bits = "
-        f"{model.weights_gib():.1f} GiB, / tp_size {worker.tp_size} = {weights:.1f} GiB "
+        f"weights: {model.params_billion:g}B params x {bits:g} bits{f' ({precision})' if precision else ''} = "
+        f"{model.weights_gib(precision):.1f} GiB, / tp_size {worker.tp_size}{draft_text} = {weights:.1f} GiB "
         f"({weights * GIB / 1e9:.1f} GB) per GPU",
         f"static pool: mem_fraction_static {fraction:.2f} x {total:g} GiB = {static_pool:.1f} GiB, "
         f"leaving {kv_pool:.1f} GiB of KV cache after the weights (at least "
@@ -213,6 +258,12 @@ def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: fl
         f"headroom: {outside:.1f} GiB outside the static pool, {needed:.1f} GiB needed = base "
         f"{headroom.base_gib:.1f} + {graphs_text} + top-k buffers {topk:.1f} (index_topk {index_topk}, {role})",
     ]
+    if mtp:
+        explanation.append(f"MTP: {mtp.num_draft_tokens} draft tokens x {model.mtp_gib_per_draft_token:g} GiB "
+                           f"of draft buffers = {parts['mtp_buffers']:.1f} GiB of the headroom")
+    if kv_tokens is not None:
+        explanation.append(f"KV cache: {per_token:.0f} bytes per token ({kv_cache_dtype or 'auto'}) -> about "
+                           f"{kv_tokens} tokens per attention-DP rank, {kv_tokens * dp} in all (attn_dp_size {dp})")
     verdict = "fits" if feasible else "does not fit"
     if feasible_range[1] is not None:
         explanation.append(f"{verdict}: mem_fraction_static may be {feasible_range[0]:.2f} to "
@@ -226,7 +277,8 @@ def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: fl
         kv_pool_gib=kv_pool, min_kv_pool_gib=headroom.min_kv_pool_gib, headroom_available_gib=outside,
         headroom_needed_gib=needed, headroom_parts=parts, feasible=feasible,
         min_feasible_fraction=feasible_range[0], max_feasible_fraction=feasible_range[1],
-        explanation=explanation,
+        explanation=explanation, draft_weights_gib=draft, attn_dp_size=dp, kv_tokens_per_rank=kv_tokens,
+        kv_tokens_total=kv_tokens * dp if kv_tokens is not None else None,
     )
 
 

@@ -56,6 +56,15 @@ class GateTargets(_Strict):
     expected_settings: dict[str, dict[str, Any]]
     hosts_in_use: list[str]
     gpu_query_command: list[str]
+    # The model profile's start-up window and fatal log lines (profiles.yml): the readiness gate's default
+    # deadline (a gate setting readiness_deadline_s wins), and the lines that fail it at once.
+    readiness_deadline_s: float | None = None
+    fatal_log_patterns: list[str] = []
+    # Ranks >= 1 of multi-node servers (name, host, rank0, rank0_url): not gated themselves (a dummy /health);
+    # the readiness wait on their host watches them until their rank 0 answers.
+    ranks: list[dict[str, Any]] = []
+    # PD workers whose spec names a transport (rdma, tcp): the config gate reads mooncake's choice in their logs.
+    expected_transports: dict[str, str] = {}
 
 
 class HostPlan(_Strict):

@@ -21,8 +21,12 @@ DRAIN_RANK = {"router": 0, "decode": 1, "prefill": 2, "combined": 2}
 
 def service_record(svc: ServiceDefinition) -> dict[str, Any]:
     """One service as its release records it."""
-    return {"name": svc.name, "role": svc.role, "drain_rank": DRAIN_RANK[svc.role], "ports": list(svc.ports),
-            "gpus": list(svc.gpus), "endpoint": svc.url, "service_manager": svc.service_manager}
+    record = {"name": svc.name, "role": svc.role, "drain_rank": DRAIN_RANK[svc.role], "ports": list(svc.ports),
+              "gpus": list(svc.gpus), "endpoint": svc.url, "service_manager": svc.service_manager}
+    if svc.rank0:
+        # A multi-node server's rank >= 1: its /health is a dummy; it serves as part of rank0's server.
+        record.update(node_rank=svc.node_rank, rank0=svc.rank0)
+    return record
 
 
 def services_json(spec: Deployment, host: str) -> str:

@@ -30,6 +30,7 @@ from dsv4deploy import PACKAGE_DIR
 from dsv4deploy.plan.release_record import SERVICES_FILE, services_json
 from dsv4deploy.plan.services import ServiceDefinition, services_on
 from dsv4deploy.spec import Deployment
+from dsv4deploy.spec.models import RECIPE_WORKER_KEYS
 from dsv4deploy.spec.secret_env import redact_spec
 
 MANAGED_HEADER = "Managed by dsv4deploy — local changes are overwritten"
@@ -170,8 +171,21 @@ def spec_json(spec: Deployment, host: str) -> str:
     for key in UNSET_OMITTED:
         if not dump.get(key):
             dump.pop(key, None)
+    _omit_unset_recipe_keys(dump)
     data = {"host": host, "deployment": redact_spec(dump)}
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _omit_unset_recipe_keys(dump: dict) -> None:
+    # The recipes' settings (dsv4deploy.spec.models.RECIPE_WORKER_KEYS, model.precision) leave spec.json
+    # while unset: a spec that does not use them keeps the release identity it had before they existed.
+    workers = [*dump.get("prefill", []), *dump.get("decode", []), dump.get("combined") or {}, dump]
+    for worker in workers:
+        for key in RECIPE_WORKER_KEYS:
+            if key in worker and worker[key] is None:
+                del worker[key]
+    if dump.get("model", {}).get("precision", "") is None:
+        del dump["model"]["precision"]
 
 
 def sha256(text: str) -> str:

@@ -78,6 +78,10 @@ class ServiceDefinition(BaseModel):
     stop_timeout_s: int
     # sglang version the server is rendered for; None for the router.
     sglang_version: str | None
+    # A server over several nodes has one service per node: rank 0 serves, ranks 1 and up only compute
+    # (their /health is a dummy, sglang #12297: never a readiness signal); `rank0` names rank 0's service.
+    node_rank: int = 0
+    rank0: str | None = None
     # Secret environment (dsv4deploy.spec.secret_env): never dumped, so never rendered or put in the plan;
     # the unit reads it from secret_env_file, whose content the serve script names by its digest.
     secret_env: dict[str, str] = Field(default={}, exclude=True, repr=False)
@@ -90,12 +94,15 @@ def build_services(spec: Deployment) -> list[ServiceDefinition]:
     """Every service of the active topology, workers first (in spec order), then the router."""
     if spec.topology == "combined":
         assert spec.combined is not None  # guaranteed by spec validation
-        return [_server(spec, "combined", base_name(spec, spec.host(spec.combined.host)), spec.combined)]
+        combined = _server(spec, "combined", base_name(spec, spec.host(spec.combined.host)), spec.combined)
+        return [combined, *_other_ranks(spec, combined, spec.combined)]
     prefills = [_server(spec, "prefill", _numbered(base_name(spec, spec.host(w.host)), "prefill", i), w)
                 for i, w in enumerate(spec.prefill)]
     decodes = [_server(spec, "decode", _numbered(base_name(spec, spec.host(w.host)), "decode", i), w)
                for i, w in enumerate(spec.decode)]
-    return [*prefills, *decodes, _router(spec, prefills, decodes)]
+    ranks = [r for svc, w in zip([*prefills, *decodes], [*spec.prefill, *spec.decode], strict=True)
+             for r in _other_ranks(spec, svc, w)]
+    return [*prefills, *decodes, *ranks, _router(spec, prefills, decodes)]
 
 
 def deployment_part(spec: Deployment, host: HostSpec) -> str | None:
@@ -178,8 +185,10 @@ def _common(spec: Deployment, name: str, host: HostSpec) -> dict:
     }
 
 
-def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"], worker: WorkerSpec) -> list[str]:
-    """The full server command for `worker` (launcher + flags, extra_args last; no API key)."""
+def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"], worker: WorkerSpec,
+                node_rank: int = 0) -> list[str]:
+    """The full server command for `worker` (launcher + flags, extra_args last; no API key); a server over
+    several nodes runs the same command on each, but for `--node-rank`."""
     host = spec.host(worker.host)
     t = flags.table(host.sglang_version)
     f = t.flag
@@ -209,16 +218,85 @@ def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"]
     if isinstance(worker, PrefillSpec):
         argv += [f("disaggregation_bootstrap_port"), str(worker.bootstrap_port)]
     if isinstance(worker, PrefillSpec | DecodeSpec):
-        if worker.transfer_backend:
-            argv += [f("disaggregation_transfer_backend"), worker.transfer_backend]
+        backend = transfer_backend(t, worker)
+        if backend:
+            argv += [f("disaggregation_transfer_backend"), backend]
         if worker.ib_device:
             argv += [f("disaggregation_ib_device"), worker.ib_device]
     argv += t.cuda_graph_args(role, worker.cuda_graph.enabled, worker.cuda_graph.max_bs)
+    argv += recipe_args(t, worker, node_rank, dist_init_addr(spec, worker))
     if _is_dsv4(spec):
         # Without these the chat API returns the raw reasoning and tool-call markup of DeepSeek-V4.
         # The attention backend is not forced: sglang picks its dsv4 backend for this architecture.
         argv += [f("reasoning_parser"), t.dsv4_reasoning_parser, f("tool_call_parser"), t.dsv4_tool_call_parser]
     return [*argv, *worker.extra_args]
+
+
+def dist_init_addr(spec: Deployment, worker: WorkerSpec) -> str:
+    """Where the ranks of a multi-node server meet: rank 0's inventory address and dist_init_port."""
+    if len(worker.node_names()) < 2 or worker.dist_init_port is None:
+        return ""
+    return f"{url_host(spec.host(worker.host).address)}:{worker.dist_init_port}"
+
+
+def _other_ranks(spec: Deployment, rank0: ServiceDefinition, worker: WorkerSpec) -> list[ServiceDefinition]:
+    """The services of ranks 1 and up of a server over several nodes (none for a one-node server)."""
+    out = []
+    for rank, node in enumerate(worker.node_names()[1:], start=1):
+        host = spec.host(node)
+        name = f"{rank0.name}-rank{rank}"
+        argv = server_argv(spec, rank0.role, worker, rank)  # type: ignore[arg-type]
+        out.append(rank0.model_copy(update={
+            **_common(spec, name, host), "argv": argv,
+            **_env_fields(spec, host, name, server_env(spec, worker, rank0.role)),
+            "ports": [worker.port], "url": f"http://{url_host(reach_address(host, host.listen))}:{worker.port}",
+            "description": f"{rank0.description} rank {rank}", "sglang_version": host.sglang_version,
+            "node_rank": rank, "rank0": rank0.name}))
+    return out
+
+
+def transfer_backend(t: flags.FlagTable, worker: PrefillSpec | DecodeSpec) -> str | None:
+    """The `--disaggregation-transfer-backend` value: the spec's, or what its transport means for mooncake
+    (validation refuses a transport the release cannot give, dsv4deploy.spec.recipes)."""
+    if worker.transport is None or worker.transfer_backend not in (None, "mooncake"):
+        return worker.transfer_backend
+    return t.mooncake_transports.get(worker.transport, worker.transfer_backend)
+
+
+def recipe_args(t: flags.FlagTable, worker: WorkerSpec, node_rank: int = 0, dist_init_addr: str = "") -> list[str]:
+    """The recipes' settings of `worker` in release `t`'s flags (nothing for what is unset)."""
+    f = t.flag
+    argv = t.attn_dp_args(worker.attn_dp_size or 1)
+    moe = worker.moe
+    if moe is not None:
+        for setting, value in (("ep_size", moe.ep_size), ("moe_a2a_backend", moe.a2a_backend),
+                               ("moe_runner_backend", moe.runner_backend)):
+            if value is not None:
+                argv += [f(setting), str(value)]
+    spec = worker.speculative
+    if spec is not None:
+        argv += [f("speculative_algorithm"), spec.algorithm, f("speculative_num_steps"), str(spec.num_steps),
+                 f("speculative_eagle_topk"), str(spec.eagle_topk),
+                 f("speculative_num_draft_tokens"), str(spec.num_draft_tokens)]
+    if worker.max_running_requests is not None:
+        argv += [f("max_running_requests"), str(worker.max_running_requests)]
+    if len(worker.node_names()) > 1:
+        argv += [f("nnodes"), str(len(worker.node_names())), f("node_rank"), str(node_rank),
+                 f("dist_init_addr"), dist_init_addr]
+    return argv
+
+
+def recipe_env(spec: Deployment, worker: WorkerSpec) -> dict[str, str]:
+    """The environment switches the recipes' settings imply (the inventory's env wins over them)."""
+    env: dict[str, str] = {}
+    if spec.model.precision == "fp8":
+        # sgl-project/DeepSeek-V4-Flash-FP8 holds FP8 experts; sglang defaults to FP4 ones (srt/environ.py).
+        env["SGLANG_DSV4_FP4_EXPERTS"] = "0"
+    if worker.moe is not None and worker.moe.deepep_max_dispatch_tokens_per_rank is not None:
+        env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] = str(worker.moe.deepep_max_dispatch_tokens_per_rank)
+    if worker.speculative is not None:
+        env.update(flags.table(spec.host(worker.host).sglang_version).speculative_env)
+    return env
 
 
 def _is_dsv4(spec: Deployment) -> bool:
@@ -231,14 +309,14 @@ def _fraction(value: float) -> str:
 
 
 def server_env(spec: Deployment, worker: WorkerSpec, role: str = "") -> dict[str, str]:
-    """server_env, then the worker's env (the worker wins), then the experiment's server_env_extra and
-    server_env_extra_by_role[role], then CUDA_VISIBLE_DEVICES.
+    """The recipes' switches (recipe_env), server_env, then the worker's env (the worker wins), then the
+    experiment's server_env_extra and server_env_extra_by_role[role], then CUDA_VISIBLE_DEVICES.
 
     The GPU list is the spec's (preflight checks it against the host), so no env may override it.
     Keys are sorted so the rendered files do not depend on inventory order.
     """
-    env = {**spec.server_env, **worker.env, **spec.server_env_extra, **spec.server_env_extra_by_role.get(role, {}),
-           "CUDA_VISIBLE_DEVICES": ",".join(map(str, worker.gpus))}
+    env = {**recipe_env(spec, worker), **spec.server_env, **worker.env, **spec.server_env_extra,
+           **spec.server_env_extra_by_role.get(role, {}), "CUDA_VISIBLE_DEVICES": ",".join(map(str, worker.gpus))}
     return dict(sorted(env.items()))
 
 

@@ -172,12 +172,23 @@ def _port_problems(host: str, port: int, what: str, listeners: Mapping[tuple[str
     return []
 
 
+def multi_node_problems(spec: Deployment, strategy: str) -> list[Problem]:
+    """blue_green and rolling do not yet start, gate and switch a server over several nodes as one unit."""
+    return [Problem(field=VARS["strategy"], host=w.host,
+                    message=f"{strategy} does not yet move {path}, which spans {len(w.node_names())} nodes "
+                            f"({', '.join(w.node_names())}), as one unit",
+                    fix="use dsv4_rollout_strategy: recreate for a deployment with a multi-node server")
+            for path, w in spec.workers() if len(w.node_names()) > 1]
+
+
 def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
     """The plan's `rollout` part: the strategy that applies and why; SpecError when blue_green cannot fit."""
     base = {"strategy": settings.strategy, "keep_previous_s": settings.keep_previous_s}
     if settings.strategy == "recreate":
         return {**base, "why": "recreate (the default): the serving release stops before the new one starts; "
                                "clients see an outage of the load time and the gates"}
+    if problems := multi_node_problems(spec, settings.strategy):
+        raise SpecError(problems)
     if settings.strategy == "rolling":
         problems = rolling.roll_problems(spec, settings.max_unavailable,
                                          surge_fit=lambda path: surge_problems(spec, settings, path))

@@ -13,6 +13,12 @@ What changed between releases (the traps this table exists for):
   `--cuda-graph-backend-prefill disabled`).
 - 0.5.23: those are gone (`--cuda-graph-max-bs` makes argparse exit 2 as ambiguous);
   `--disable-cuda-graph` and `--enable-dp-attention` (now `--attn-dp-size`) are deprecated.
+
+The DeepSeek-V4 recipes' settings (attention DP, EP/MoE backends, MTP, KV dtype, transport) are spelled
+here too: attention DP is `--dp-size N --enable-dp-attention` up to 0.5.18 and `--attn-dp-size N` in
+0.5.23 (its help: "instead of --dp-size <dp-size> --enable-dp-attention"); the KV dtype choices differ
+(`fp4_e2m1` up to 0.5.18, `nvfp4` in 0.5.23); `--fp4-kv-cache-recipe` and `--disaggregation-transport`
+are in none of these releases, so a spec asking for them is refused, naming the version.
 """
 
 from __future__ import annotations
@@ -48,6 +54,18 @@ COMMON_SERVER_FLAGS: Mapping[str, str] = {
     # Prometheus text at /metrics on the server's own port (the performance gate reads it).
     "enable_metrics": "--enable-metrics",
     "api_key": "--api-key",
+    # The DeepSeek-V4 recipes' settings (dsv4deploy.spec.models.WorkerSpec), same in every release.
+    "ep_size": "--ep-size",
+    "moe_a2a_backend": "--moe-a2a-backend",
+    "moe_runner_backend": "--moe-runner-backend",
+    "speculative_algorithm": "--speculative-algorithm",
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+    "max_running_requests": "--max-running-requests",
+    "nnodes": "--nnodes",
+    "node_rank": "--node-rank",
+    "dist_init_addr": "--dist-init-addr",
 }
 
 
@@ -71,6 +89,18 @@ class FlagTable:
     dsv4_reasoning_parser: str = "deepseek-v4"
     dsv4_tool_call_parser: str = "deepseekv4"
     flags: Mapping[str, str] = field(default_factory=lambda: dict(COMMON_SERVER_FLAGS))
+    # Attention data parallelism: `--attn-dp-size N` (0.5.23) or `--dp-size N --enable-dp-attention`.
+    attn_dp_flag: str | None = None
+    # The values `--kv-cache-dtype` takes (the parser's choices).
+    kv_cache_dtypes: tuple[str, ...] = ()
+    # transport -> the `--disaggregation-transfer-backend` value that gives it with mooncake; a transport
+    # missing here cannot be had from this release (no `--disaggregation-transport` before it exists).
+    mooncake_transports: Mapping[str, str] = field(default_factory=lambda: {"rdma": "mooncake"})
+    # Environment MTP needs in this release (SGLANG_ENABLE_SPEC_V2 exists only in 0.5.12's environ.py;
+    # later releases have speculative v2 always on).
+    speculative_env: Mapping[str, str] = field(default_factory=dict)
+    # Recipe flags this release does not have (setting -> the flag): a spec using them is refused.
+    missing: Mapping[str, str] = field(default_factory=lambda: dict(_NOT_YET))
 
     def flag(self, setting: str) -> str:
         """The flag for a logical setting (KeyError for a setting this table does not know)."""
@@ -89,6 +119,17 @@ class FlagTable:
             return [self.cuda_graph.max_bs[role], str(max_bs)]
         return []
 
+    def attn_dp_args(self, size: int) -> list[str]:
+        """Attention data parallelism over `size` ranks; [] for 1 (sglang's default)."""
+        if size <= 1:
+            return []
+        if self.attn_dp_flag:
+            return [self.attn_dp_flag, str(size)]
+        return ["--dp-size", str(size), "--enable-dp-attention"]
+
+
+# Flags of the recipes that no release here has (sglang's main branch, after 0.5.23).
+_NOT_YET = {"kv_cache_recipe": "--fp4-kv-cache-recipe", "transport": "--disaggregation-transport"}
 
 _OLD_CUDA_GRAPH = CudaGraphFlags(
     max_bs={"prefill": "--cuda-graph-max-bs", "decode": "--cuda-graph-max-bs", "combined": "--cuda-graph-max-bs"},
@@ -118,10 +159,20 @@ _PER_PHASE_CUDA_GRAPH = CudaGraphFlags(
 _FORBIDDEN_0518 = ("--cuda-graph-max-bs", "--cuda-graph-bs", "--disable-cuda-graph", "--disable-piecewise-cuda-graph",
                    "--nsa-prefill-backend", "--nsa-decode-backend")
 
+# `--kv-cache-dtype` choices per release (tests/contract checks them against each parser).
+_KV_0512 = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
+_KV_0518 = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1")
+_KV_0523 = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
+# `mooncake_tcp` is a transfer backend from 0.5.18 on.
+_MOONCAKE_TCP = {"rdma": "mooncake", "tcp": "mooncake_tcp"}
+
 TABLES: Mapping[str, FlagTable] = {
-    "0.5.12": FlagTable("0.5.12", _OLD_CUDA_GRAPH),
-    "0.5.18": FlagTable("0.5.18", _PER_PHASE_CUDA_GRAPH, forbidden=_FORBIDDEN_0518),
-    "0.5.23": FlagTable("0.5.23", _PER_PHASE_CUDA_GRAPH, forbidden=(*_FORBIDDEN_0518, "--enable-dp-attention")),
+    "0.5.12": FlagTable("0.5.12", _OLD_CUDA_GRAPH, kv_cache_dtypes=_KV_0512,
+                        speculative_env={"SGLANG_ENABLE_SPEC_V2": "1"}),
+    "0.5.18": FlagTable("0.5.18", _PER_PHASE_CUDA_GRAPH, forbidden=_FORBIDDEN_0518, kv_cache_dtypes=_KV_0518,
+                        mooncake_transports=_MOONCAKE_TCP),
+    "0.5.23": FlagTable("0.5.23", _PER_PHASE_CUDA_GRAPH, forbidden=(*_FORBIDDEN_0518, "--enable-dp-attention"),
+                        attn_dp_flag="--attn-dp-size", kv_cache_dtypes=_KV_0523, mooncake_transports=_MOONCAKE_TCP),
 }
 
 

@@ -75,6 +75,10 @@ class Handler(BaseHTTPRequestHandler):
             self._json(401, {"error": "Unauthorized"})
             return
         route = ROUTES.get((method, path))
+        if self.sim.dummy_health:
+            # A node of rank 1 and up: a dummy /health, nothing else (sglang #12297).
+            self._empty(200) if path == "/health" else self._json(404, {"detail": "Not Found"})
+            return
         if route is None:
             if method == "GET" and path.startswith("/v1/models/"):
                 self._model_card(path[len("/v1/models/"):])

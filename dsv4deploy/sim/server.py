@@ -15,7 +15,7 @@ import time
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from . import memory
+from . import memory, ranks
 from .engine import Engine
 from .env import SimEnv, read_env
 from .faults import FaultError
@@ -69,6 +69,9 @@ class SimServer:
         self._served = 0  # generations started since ready (degrade_after)
         self.httpd: ThreadingHTTPServer | None = None
         self.bootstrap: BootstrapServer | None = None
+        # A node of rank 1 and up of a multi-node server: it answers only a dummy /health (sglang #12297).
+        self.dummy_health = int(settings.args.get("nnodes") or 1) > 1 and int(settings.args.get("node_rank") or 0) > 0
+        self.rank_link: Any = None
 
     # -- faults consulted by the handler -----------------------------------------------------
     def take_first_error(self) -> bool:
@@ -332,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, lambda signum, _frame: (sim.stop(signum) if sim else os._exit(0)))
         if env.faults.crash_after_s > 0:
             sim.crash_later(env.faults.crash_after_s)
+        if int(settings.args.get("nnodes") or 1) > 1:
+            try:
+                # Rank 1+'s link to rank 0 stays open while it runs: rank 0 watches it.
+                sim.rank_link = ranks.rendezvous(settings.args, log)
+            except TimeoutError as exc:
+                raise StartupError(f"RuntimeError: {exc}") from None
         sim.load()
         sim.open_ports()
         threading.Thread(target=sim.warm_up, daemon=True).start()

@@ -10,6 +10,7 @@ from typing import Any
 
 from dsv4deploy.sglang import flags, routers, versions
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
+from dsv4deploy.spec.recipes import check_recipes
 from dsv4deploy.spec.values import check_values
 
 # -- cross-field checks ------------------------------------------------------------------------
@@ -30,6 +31,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_agreement(spec)
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
+    problems += check_recipes(spec)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
     return _unique(problems)
@@ -66,11 +68,14 @@ def _check_topology(spec: Deployment) -> list[Problem]:
 def _check_hosts_known(spec: Deployment) -> list[Problem]:
     out = []
     placed = [(path, w.host) for path, w in spec.workers()]
+    # The other nodes of a server that spans several (`nodes`, rank 0 first).
+    placed += [(f"{path}.nodes", node) for path, w in spec.workers() for node in w.node_names() if node != w.host]
     if spec.topology == "pd" and spec.router:
         placed.append(("router", spec.router.host))
     for path, host in placed:
         if host not in spec.hosts:
-            out.append(Problem(field=f"{path}.host", host=host, message=f"host '{host}' is not in the inventory",
+            field = path if path.endswith(".nodes") else f"{path}.host"
+            out.append(Problem(field=field, host=host, message=f"host '{host}' is not in the inventory",
                                fix=f"add {host} to the inventory or use one of: {', '.join(sorted(spec.hosts))}"))
     return out
 
@@ -90,20 +95,29 @@ def _check_versions(spec: Deployment) -> list[Problem]:
 def _check_tp(spec: Deployment) -> list[Problem]:
     out = []
     for path, w in spec.workers():
-        if len(w.gpus) != w.tp_size:
+        nodes = len(w.node_names())
+        if nodes > 1 and w.gpu_total() != w.tp_size:
+            out.append(Problem(field=f"{path}.tp_size", host=w.host,
+                               message=f"tp_size {w.tp_size} does not match {len(w.gpus)} GPUs {w.gpus} on each of "
+                                       f"{nodes} nodes ({w.gpu_total()})",
+                               fix=f"set tp_size: {w.gpu_total()}, or list {w.tp_size // nodes} GPUs per node"))
+        elif nodes == 1 and len(w.gpus) != w.tp_size:
             out.append(Problem(field=f"{path}.tp_size", host=w.host,
                                message=f"tp_size {w.tp_size} does not match {len(w.gpus)} GPUs {w.gpus}",
                                fix=_tp_fix(w.tp_size, list(w.gpus))))
         if len(set(w.gpus)) != len(w.gpus):
             out.append(Problem(field=f"{path}.gpus", host=w.host, message=f"GPU list {w.gpus} repeats a GPU",
                                fix="list each GPU once"))
-        count = spec.host(w.host).gpu_count
-        missing = [g for g in w.gpus if g >= count]
-        if missing:
-            out.append(Problem(field=f"{path}.gpus", host=w.host,
-                               message=f"GPUs {missing} do not exist (the host has "
-                                       f"{f'{count}: 0-{count - 1}' if count else 'none'})",
-                               fix="use GPU indices the host has, or set gpu_count for the host"))
+        for node in w.node_names():
+            if node not in spec.hosts:
+                continue
+            count = spec.host(node).gpu_count
+            missing = [g for g in w.gpus if g >= count]
+            if missing:
+                out.append(Problem(field=f"{path}.gpus", host=node,
+                                   message=f"GPUs {missing} do not exist (the host has "
+                                           f"{f'{count}: 0-{count - 1}' if count else 'none'})",
+                                   fix="use GPU indices the host has, or set gpu_count for the host"))
     return out
 
 
@@ -123,14 +137,15 @@ def _check_gpus(spec: Deployment) -> list[Problem]:
     out = []
     owner: dict[tuple[str, int], str] = {}
     for path, w in spec.workers():
-        clash = sorted({owner[(w.host, g)] for g in w.gpus if (w.host, g) in owner})
-        for other in clash:
-            shared = sorted(g for g in w.gpus if owner.get((w.host, g)) == other)
-            out.append(Problem(field=f"{path}.gpus", host=w.host,
-                               message=f"GPUs {shared} are also used by {other}",
-                               fix="give each server its own GPUs on a host (e.g. prefill 0-3, decode 4-7)"))
-        for g in w.gpus:
-            owner.setdefault((w.host, g), path)
+        for node in w.node_names():
+            clash = sorted({owner[(node, g)] for g in w.gpus if (node, g) in owner})
+            for other in clash:
+                shared = sorted(g for g in w.gpus if owner.get((node, g)) == other)
+                out.append(Problem(field=f"{path}.gpus", host=node,
+                                   message=f"GPUs {shared} are also used by {other}",
+                                   fix="give each server its own GPUs on a host (e.g. prefill 0-3, decode 4-7)"))
+            for g in w.gpus:
+                owner.setdefault((node, g), path)
     return out
 
 
@@ -151,9 +166,12 @@ def _check_ports(spec: Deployment) -> list[Problem]:
             used[(host, port)] = field
 
     for path, w in spec.workers():
-        claim(w.host, w.port, f"{path}.port")
+        for node in w.node_names():
+            claim(node, w.port, f"{path}.port")
         if isinstance(w, PrefillSpec):
             claim(w.host, w.bootstrap_port, f"{path}.bootstrap_port")
+        if len(w.node_names()) > 1 and w.dist_init_port is not None:
+            claim(w.host, w.dist_init_port, f"{path}.dist_init_port")
     if spec.topology == "pd" and spec.router:
         claim(spec.router.host, spec.router.port, "router.port")
         if spec.router.prometheus_port is not None:
@@ -219,6 +237,10 @@ RENDERED_SERVER_FLAGS = (
     # cuda_graph: {enabled, max_bs}, spelled per sglang version (dsv4deploy.sglang.flags).
     "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill",
     "--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-prefill-cuda-graph",
+    # The recipes' settings (attn_dp_size, moe, speculative, max_running_requests, nodes; dsv4deploy.spec.recipes).
+    "--dp-size", "--enable-dp-attention", "--attn-dp-size", "--ep-size", "--moe-a2a-backend", "--moe-runner-backend",
+    "--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens", "--max-running-requests", "--nnodes", "--node-rank", "--dist-init-addr",
 )
 # Everything dsv4deploy.plan.services.router_argv renders (router.{policy, retry, circuit_breaker, ...}).
 RENDERED_ROUTER_FLAGS = routers.rendered_flags()

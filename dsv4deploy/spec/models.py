@@ -54,12 +54,19 @@ class SpecError(ValueError):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+# The checkpoint's precision (the recipes' `quant`): fp4 = deepseek-ai's own (FP4 experts), nvfp4 =
+# nvidia/DeepSeek-V4-Flash-NVFP4, fp8 = sgl-project/DeepSeek-V4-Flash-FP8 (Hopper; SGLANG_DSV4_FP4_EXPERTS=0).
+Precision = Literal["fp4", "nvfp4", "fp8"]
+
+
 class ModelSpec(StrictModel):
     """Which weights to serve and under which name."""
 
     path: str = Field(min_length=1)
     served_name: str = Field(min_length=1)
     profile: str = "deepseek-v4-flash"
+    # Unset: the profile's bits_per_param and no env switch (as before this setting existed).
+    precision: Precision | None = None
 
 
 class CudaGraphSpec(StrictModel):
@@ -78,9 +85,36 @@ class ModelSettings(StrictModel):
     page_size: Annotated[int, Field(ge=1)] | None = None
     kv_cache_dtype: str | None = None
     context_length: Annotated[int, Field(ge=1)] | None = None
+    # The FP4 KV cache's recipe (`--fp4-kv-cache-recipe nvfp4` with kv_cache_dtype fp4_e2m1).
+    kv_cache_recipe: str | None = None
 
 
 MODEL_AFFECTING = tuple(ModelSettings.model_fields)
+
+
+class MoeSpec(StrictModel):
+    """Expert parallelism and the MoE backends of one server (the recipes' "MoE Parallelism" card)."""
+
+    ep_size: Annotated[int, Field(ge=1)] | None = None
+    # `--moe-a2a-backend` (deepep, megamoe, ...): how tokens reach the experts of other ranks.
+    a2a_backend: str | None = None
+    # `--moe-runner-backend` (marlin, flashinfer_mxfp4, ...): the expert GEMM kernels.
+    runner_backend: str | None = None
+    # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (sglang's default 128, srt/environ.py).
+    deepep_max_dispatch_tokens_per_rank: Annotated[int, Field(ge=1)] | None = None
+
+
+class SpeculativeSpec(StrictModel):
+    """Speculative decoding (MTP): `--speculative-*`; the recipes use EAGLE 3-1-4 or 1-1-2."""
+
+    algorithm: Literal["EAGLE", "NEXTN", "EAGLE3", "NGRAM"] = "EAGLE"
+    num_steps: Annotated[int, Field(ge=1)]
+    eagle_topk: Annotated[int, Field(ge=1)] = 1
+    num_draft_tokens: Annotated[int, Field(ge=1)]
+
+
+# Transports the PD KV transfer can run on (mooncake: RDMA over the IB devices, or TCP).
+Transport = Literal["rdma", "tcp", "nvlink", "efa"]
 
 
 class WorkerSpec(ModelSettings):
@@ -94,6 +128,28 @@ class WorkerSpec(ModelSettings):
     cuda_graph: CudaGraphSpec = CudaGraphSpec()
     env: EnvMap = {}
     extra_args: list[str] = []
+    # The recipes' settings (dsv4deploy.spec.recipes validates them); unset = sglang's defaults.
+    attn_dp_size: Annotated[int, Field(ge=1)] | None = None
+    moe: MoeSpec | None = None
+    speculative: SpeculativeSpec | None = None
+    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+    # A server over several hosts: every host it runs on, rank 0 (`host`) first; each runs `gpus`.
+    nodes: list[Annotated[str, Field(min_length=1)]] | None = None
+    # Where rank 0 gathers the other ranks (`--dist-init-addr`, on rank 0's address).
+    dist_init_port: Port | None = None
+
+    def node_names(self) -> list[str]:
+        """The hosts this server runs on, rank 0 first (just `host` for a one-node server)."""
+        return list(self.nodes) if self.nodes else [self.host]
+
+    def gpu_total(self) -> int:
+        """GPUs of the whole server, on every node."""
+        return len(self.gpus) * len(self.node_names())
+
+
+# Worker keys left out of spec.json while unset, so a spec without them keeps its release identity.
+RECIPE_WORKER_KEYS = ("attn_dp_size", "moe", "speculative", "max_running_requests", "nodes", "dist_init_port",
+                      "transport", "kv_cache_recipe")
 
 
 class PrefillSpec(WorkerSpec):
@@ -102,6 +158,7 @@ class PrefillSpec(WorkerSpec):
     bootstrap_port: Port = 8998
     transfer_backend: str | None = None
     ib_device: str | None = None
+    transport: Transport | None = None
 
 
 class DecodeSpec(WorkerSpec):
@@ -109,6 +166,7 @@ class DecodeSpec(WorkerSpec):
 
     transfer_backend: str | None = None
     ib_device: str | None = None
+    transport: Transport | None = None
 
 
 class CombinedSpec(WorkerSpec):
@@ -274,7 +332,7 @@ class Deployment(ModelSettings):
 
     def hosts_in_use(self) -> list[str]:
         """Inventory hosts that run something in the active topology, sorted."""
-        names = {w.host for _, w in self.workers()}
+        names = {n for _, w in self.workers() for n in w.node_names()}
         if self.topology == "pd" and self.router:
             names.add(self.router.host)
         return sorted(names)

@@ -79,12 +79,12 @@ class ActionModule(GateTaskAction):
             result.update(changed=False, probe=probe)
             return result
         if watching:
-            died = self._watch(plan, host, services, settings.readiness_deadline_s, task_vars, probe,
+            died = self._watch(plan, host, services, settings.readiness_deadline(plan), task_vars, probe,
                                logs="config" in names, key_file=args["api_key_file"], result=result)
             # A program that died fails readiness at once: its checks would only wait for the deadline.
             modes = [m for m in modes if not (died and m == "readiness")]
         for mode in modes if checks else []:
-            self._check(mode, checks, host, settings.readiness_deadline_s, task_vars, probe)
+            self._check(mode, checks, host, settings.readiness_deadline(plan), task_vars, probe)
         result.update(changed=False, probe=probe)
         if args["verdict"] and watching:
             self._verdict(result, args, task_vars)
@@ -142,8 +142,13 @@ class ActionModule(GateTaskAction):
         workers' logs since this start come back too (probe["logs"], for the config gate). With `key_file`,
         the API key read there goes into `result` (api_key, or api_key_problem), outside the probe."""
         checks = [{"name": w["name"], "url": w["url"]} for w in plan["workers"] if w["host"] == host]
+        # A rank >= 1 of a multi-node server waits for its rank 0's /health (its own is a dummy), watched
+        # meanwhile: a rank that dies fails readiness at once, with this host's log of it.
+        checks += [{"name": r["name"], "url": r["rank0_url"]} for r in plan.get("ranks") or [] if r["host"] == host]
         watched = {k: services[k] for k in ("manager", "install_root", "supervisor_bin_dir") if services.get(k)}
         watched.update(since=services.get("since") or {}, log_offsets=services.get("log_offsets") or {})
+        if plan.get("fatal_log_patterns"):
+            watched["fatal_log_patterns"] = list(plan["fatal_log_patterns"])
         if logs:
             watched["logs"] = True
         if services.get("lock"):

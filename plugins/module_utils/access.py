@@ -116,6 +116,8 @@ def check_need(need: dict, who: Who) -> list[str]:
     """Problems with one need, each '<path> (<what>): <problem>; fix: <fix>'."""
     user, no_dac = who.name, bool(need.get("no_dac_override"))
     label = f"{need['path']} ({need['what']})"
+    if need["need"] == "device":
+        return [] if os.path.exists(need["path"]) else [_missing_device(label, need["path"])]
     path = resolve(need) if need["need"] == "exec" else need["path"]
     if not path:
         where = ":".join(need.get("search_path") or []) or "the PATH"
@@ -152,6 +154,15 @@ def check_need(need: dict, who: Who) -> list[str]:
     elif need["need"] == "secret":
         return _check_secret(label, path, st, who, no_dac)
     return []
+
+
+def _missing_device(label: str, path: str) -> str:
+    # mooncake would not see the device and fall back to TCP silently (its log says "Found 0 HCAs").
+    folder = os.path.dirname(path)
+    present = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    found = f"it has {', '.join(present)}" if present else f"it has none ({folder} is empty or missing)"
+    return (f"{label}: no such InfiniBand device on this host ({found}); fix: set ib_device to a device the host "
+            "has, or transport: tcp")
 
 
 def _check_secret(label: str, path: str, st: os.stat_result, who: Who, no_dac: bool) -> list[str]:

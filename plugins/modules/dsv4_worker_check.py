@@ -85,7 +85,9 @@ options:
         C(start_when_healthy), and routes to each worker at once instead of on its own back-off; an older one
         keeps its C(start_when_healthy); C(lock), the deploy lock to record C(before), its phase as the wait begins, in
         (C(path), C(run_id), C(target)); C(logs), true to also return what each worker of the active release logged
-        since its start (RV(logs)), as the wait ends - what the config gate reads, without a module run of its own.
+        since its start (RV(logs)), as the wait ends - what the config gate reads, without a module run of its own;
+        C(fatal_log_patterns), regular expressions (the model profile's) that, matching a line a watched program
+        logged since its start (read every 5 s), end the wait at once as if it had died, with that line.
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.read_only
 attributes:
@@ -131,8 +133,9 @@ seconds:
   returned: always
   type: float
 died:
-  description: The service that exited or was restarted during the wait - C(name), C(why) (exit status, and
-    whether its manager started it again), C(seconds) after the wait began, C(log) (the end of its log).
+  description: The service that exited, was restarted or logged a fatal line during the wait - C(name), C(why)
+    (exit status, and whether its manager started it again, or the fatal line), C(seconds) after the wait began,
+    C(log) (the end of its log).
   returned: O(mode=watch), when one did
   type: dict
 healthy:
@@ -174,6 +177,7 @@ not_started:
 """
 
 
+import re
 import threading
 import time
 
@@ -192,6 +196,8 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact_bod
 INFO_LIMIT = 1_000_000  # a server_info body is parsed on the controller: keep it whole
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 WATCH_POLL_S = 0.1
+# How often the wait reads the watched programs' logs for a fatal line (each read is a journalctl run).
+FATAL_SCAN_S = 5.0
 
 
 def poll_health(check: dict, key: str | None, deadline: float, started: float, p: dict, path: str = "/health") -> dict:
@@ -250,16 +256,28 @@ def readiness(checks: list[dict], key: str | None, p: dict) -> dict:
     return results
 
 
+def fatal_line(log: str, patterns: list[re.Pattern]) -> str:
+    """The first line of `log` a fatal pattern matches ('' when none does)."""
+    for line in log.splitlines():
+        if any(p.search(line) for p in patterns):
+            return line.strip()
+    return ""
+
+
 def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str, dict],
           timeout_s: float, offsets: dict[str, int], later: dict[str, dict[str, str]] | None = None,
-          register: Registration | None = None) -> dict:
+          register: Registration | None = None, fatal: list[str] | None = None) -> dict:
     """Wait until every worker of `urls` is healthy, or `timeout_s`, or the first of `names` exits or is
     restarted (then returned as `died` with its log); the module's result. Each program of `later` that is
     not running yet is started as soon as every worker URL it names answers /health 200, and watched from
     then on (a router started once its workers are healthy registers them at its first probe). With
     `register`, each of its workers is also submitted to its router's worker API as soon as it answers
-    /health (a router started early routes to it within one job), and the wait lasts until all are."""
+    /health (a router started early routes to it within one job), and the wait lasts until all are. A line of
+    a watched program's log that a `fatal` pattern matches (the model profile's, e.g. CUDA error) ends the wait
+    at once too, as a death with that line: the server would only hang until the deadline."""
     t0 = time.monotonic()
+    patterns = [re.compile(p) for p in fatal or []]
+    scanned = t0
     urls = {n: local_url(u) for n, u in urls.items()}
     first = mgr.lives(names)
     base = {n: since.get(n) or first[n] for n in names}
@@ -270,8 +288,13 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
     started_later: dict[str, float] = {}
     lives = first
     while True:
+        scan = bool(patterns) and time.monotonic() - scanned >= FATAL_SCAN_S
         for name in names:
             why = "" if name in pending else mgr.gone(lives[name], base[name])
+            if not why and scan and name not in pending:
+                line = fatal_line(log_since(mgr, name, int(offsets.get(name, 0)), base[name].get("invocation")),
+                                  patterns)
+                why = f"fatal log line: {line}" if line else ""
             if why:
                 return {"changed": bool(started_later), "died": _died(mgr, name, why, base[name], offsets, t0),
                         "healthy": healthy_at, "started_later": started_later,
@@ -303,6 +326,7 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
             if register:
                 out.update(registered=register.evidence, not_registered=sorted(register.pending))
             return out
+        scanned = time.monotonic() if scan else scanned
         time.sleep(min(WATCH_POLL_S, max(timeout_s - elapsed, 0)))
         lives = mgr.lives(names)
 
@@ -337,7 +361,7 @@ def watch_services(module: AnsibleModule) -> dict:
     # Read first: the key is for the gates after the wait, and a file that cannot be read is said at once.
     handed = controller_key(p.get("key_for_controller"))
     out = watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
-                p["deadline_s"], offsets, later, register)
+                p["deadline_s"], offsets, later, register, svc.get("fatal_log_patterns") or [])
     if svc.get("logs"):
         # The config gate's logs, read here as the wait ends (the running invocation's journal under systemd).
         workers = chosen(root, None, "workers")

@@ -25,13 +25,16 @@ from pathlib import Path
 
 import pytest
 
+from dsv4deploy.inventory import spec_from_inventory
+from dsv4deploy.inventory.starter import RECIPE_EXAMPLES, examples_dir
 from dsv4deploy.plan.services import build_services
 from dsv4deploy.sglang import flags
 from dsv4deploy.sim import _flag_tables
 from dsv4deploy.sim.gen_flag_tables import rows_of
+from dsv4deploy.spec import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
-from fixture_specs import combined_spec, pd_spec, xpyd_spec
+from fixture_specs import combined_spec, multi_node_pd_spec, pd_spec, xpyd_spec
 
 pytestmark = pytest.mark.contract
 
@@ -59,9 +62,47 @@ def _strip(argv: list[str], launcher: list[str]) -> list[str]:
     return argv[len(launcher):]
 
 
+# The recipes' settings (issue 40): the H200 balanced cell (attention DP, deepep, MTP 1-1-2, its
+# running-request limit) and the low-latency cell (MTP 3-1-4, FP4 MoE runner), EP.
+BALANCED = {"attn_dp_size": 4, "moe": {"a2a_backend": "deepep", "deepep_max_dispatch_tokens_per_rank": 256},
+            "speculative": {"num_steps": 1, "num_draft_tokens": 2}, "max_running_requests": 128}
+LOW_LATENCY = {"moe": {"runner_backend": "marlin", "ep_size": 4},
+               "speculative": {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}
+
+
+def _recipe_specs(version: str, router: str) -> list:
+    pd = pd_spec(version=version, router_implementation=router)
+    transport = {"transport": "tcp"} if "tcp" in flags.table(version).mooncake_transports else {"transport": "rdma"}
+    combined = combined_spec(version=version)
+    assert combined.combined is not None
+    return [
+        combined_spec(version=version, combined={**combined.combined.model_dump(), **BALANCED}),
+        pd_spec(version=version, router_implementation=router,
+                prefill={**pd.prefill[0].model_dump(), **LOW_LATENCY, **transport},
+                decode={**pd.decode[0].model_dump(), **LOW_LATENCY, **transport}),
+        multi_node_pd_spec(version=version).model_copy(update={"router_implementation": router}),
+    ]
+
+
+def starter_specs(version: str) -> list:
+    """The recipe starter inventories (`dsv4deploy init --example ...`) on sglang `version`, where it can run
+    them: a starter the version's validation refuses (a setting it lacks) is left out for that version."""
+    out = []
+    for example in RECIPE_EXAMPLES:
+        try:
+            extra = {"sglang_version": version, "server_launcher": LAUNCHERS["server"],
+                     "router_launcher": LAUNCHERS["sglang-router"]}
+            out.append(spec_from_inventory([str(examples_dir() / example)], [json.dumps(extra)]))
+        except SpecError:
+            continue
+    return out
+
+
 def _specs(version: str, router: str) -> list:
     pd = pd_spec(version=version, router_implementation=router)
-    return [pd, combined_spec(version=version), xpyd_spec(version=version).model_copy(
+    starters = starter_specs(version) if router == "sglang-router" else []
+    return [*_recipe_specs(version, router), *starters, pd, combined_spec(version=version),
+            xpyd_spec(version=version).model_copy(
                 update={"router_implementation": router}),
             combined_spec(version=version, index_topk=None),
             pd_spec(version=version, router_implementation=router,
@@ -125,15 +166,22 @@ def refused_items() -> dict[str, list[dict]]:
             {"kind": "server", "argv": [*base, "--no-such-flag"]},
             {"kind": "server", "argv": [*base, "--mem-frac", "0.5"]},  # abbreviation: accepted by sglang, not by us
             {"kind": "server", "argv": [*base, "--disaggregation-mode", "both"]},
+            # The recipe's own spelling of attention DP is deprecated in 0.5.23 (the trap attn_dp_size avoids).
+            {"kind": "server", "argv": [*base, "--dp-size", "4", "--enable-dp-attention"]},
+            {"kind": "server", "argv": [*base, "--fp4-kv-cache-recipe", "nvfp4"]},  # not in this release
+            {"kind": "server", "argv": [*base, "--kv-cache-dtype", "fp4_e2m1"]},  # 0.5.18's choice, gone
             {"kind": "sglang-router", "argv": [*router, "--cb-failure-thresh", "3"]},
             {"kind": "sglang-router", "argv": [*router, "--policy", "fastest"]},
         ],
         "0.5.18": [
             {"kind": "server", "argv": [*base, "--nsa-prefill-backend", "flashmla_sparse"]},  # deprecated
+            {"kind": "server", "argv": [*base, "--attn-dp-size", "4"]},  # only from 0.5.23
+            {"kind": "server", "argv": [*base, "--disaggregation-transport", "rdma"]},  # not in this release
             {"kind": "server", "argv": [*base, "--dsv4-attn-backend", "auto"]},  # only from 0.5.23
         ],
         "0.5.12": [
             {"kind": "server", "argv": [*base, "--cuda-graph-max-bs-decode", "64"]},  # only from 0.5.18
+            {"kind": "server", "argv": [*base, "--disaggregation-transfer-backend", "mooncake_tcp"]},  # from 0.5.18
         ],
         "smg": [
             {"kind": "smg", "argv": [*smg, "--mini-lb"]},  # sglang-router only
@@ -172,6 +220,12 @@ def contract() -> dict[str, dict]:
             "broken": [(i, next(results)) for i in (broken if env == "0.5.23" else [])],
         }
     return parsed
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_every_starter_runs_on_every_supported_version(version: str) -> None:
+    # Each recipe starter validates on 0.5.12, 0.5.18 and 0.5.23 (its argv then goes through that parser above).
+    assert len(starter_specs(version)) == len(RECIPE_EXAMPLES)
 
 
 @pytest.mark.parametrize("env", list(ENVS))
@@ -217,11 +271,17 @@ def test_flag_table_matches_the_real_parser(contract: dict, version: str) -> Non
     real = _flags_of(contract[version]["actions"])
     t = flags.table(version)
     disable = [f for fs in t.cuda_graph.disable.values() for f in fs]
-    rendered = [*t.flags.values(), *t.cuda_graph.max_bs.values(), *disable]
+    attn_dp = [t.attn_dp_flag] if t.attn_dp_flag else ["--dp-size", "--enable-dp-attention"]
+    rendered = [*t.flags.values(), *t.cuda_graph.max_bs.values(), *disable, *attn_dp]
     bad = [f for f in rendered if f != "--api-key" and (f not in real or _deprecated(real[f]))]
     assert not bad, f"sglang {version} does not take (or deprecates) {bad}"
     untrue = [f for f in t.forbidden if f in real and not _deprecated(real[f])]
     assert not untrue, f"sglang {version} still takes {untrue}: do not refuse them"
+    assert tuple(real["--kv-cache-dtype"]["choices"]) == t.kv_cache_dtypes
+    backends = real["--disaggregation-transfer-backend"]["choices"]
+    assert set(t.mooncake_transports.values()) <= set(backends), backends
+    lacking = [flag for flag in t.missing.values() if flag in real]
+    assert not lacking, f"sglang {version} has {lacking}: render them instead of refusing the setting"
 
 
 @pytest.mark.parametrize("version", SGLANG_VERSIONS)

@@ -79,3 +79,12 @@ def xpyd_spec(version: str = "0.5.23") -> Deployment:
     hosts = {name: host_vars("systemd", version, ansible_host=f"10.0.0.{11 + i}")
              for i, name in enumerate(("gpu1", "gpu2", "gpu3"))}
     return load_spec(data, hosts)
+
+
+def multi_node_pd_spec(version: str = "0.5.23") -> Deployment:
+    """1P1D whose decode spans two nodes (gpu1 rank 0, gpu2 rank 1; TP8 = 4 GPUs x 2 nodes)."""
+    data = copy.deepcopy(PD_COMMON)
+    data["decode"] = {**data["decode"], "nodes": ["gpu1", "gpu2"], "tp_size": 8, "dist_init_port": 5000}
+    hosts = {name: host_vars("systemd", version, ansible_host=f"10.0.0.{11 + i}")
+             for i, name in enumerate(("gpu1", "gpu2"))}
+    return load_spec(data, hosts)

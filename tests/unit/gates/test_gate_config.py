@@ -174,3 +174,24 @@ def test_no_fallback_no_warning(stub):
     servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523)]
     result = check_config(EXPECTED, servers)
     assert "warnings" not in result.evidence and "warning" not in result.summary
+
+
+# mooncake's own lines (mooncake-transfer-engine/src/transfer_engine_impl.cpp, glog on the server's stderr).
+MOONCAKE_RDMA = ("I1001 10:00:20.000000 1 transfer_engine_impl.cpp:190] Topology discovery complete. Found 2 HCAs.\n"
+                 "I1001 10:00:20.100000 1 transfer_engine_impl.cpp:330] installTransport, type=rdma\n")
+MOONCAKE_TCP = "I1001 10:00:20.000000 1 transfer_engine_impl.cpp:190] Topology discovery complete. Found 0 HCAs.\n"
+
+
+def test_mooncakes_tcp_fallback_fails_a_worker_whose_spec_asks_for_rdma(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518 + MOONCAKE_RDMA),
+               server(stub, "decode", "decode", LOG_0523 + MOONCAKE_TCP)]
+    result = check_config(EXPECTED, servers, expected_transports={"prefill": "rdma", "decode": "rdma"})
+    assert result.status is GateStatus.FAILED
+    assert result.summary.startswith("decode: mooncake fell back to TCP, the spec asks for transport rdma")
+    assert "Found 0 HCAs" in result.summary and "prefill:" not in result.summary
+
+
+def test_tcp_asked_for_or_no_mooncake_line_is_no_failure(stub):
+    servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523 + MOONCAKE_TCP)]
+    assert check_config(EXPECTED, servers, expected_transports={"prefill": "rdma", "decode": "tcp"}).status \
+        is GateStatus.PASSED

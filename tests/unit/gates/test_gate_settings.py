@@ -62,3 +62,9 @@ def test_the_retired_perf_enabled_is_accepted_with_a_warning_saying_what_to_do_i
     assert warning.startswith("'perf_enabled' is no longer read: the perf gate is opt-in")
     assert "dsv4_gates_names" in warning
     assert retired_warnings({"perf_requests": 4}) == []
+
+
+def test_the_readiness_deadline_is_the_settings_then_the_model_profiles_then_600() -> None:
+    assert GateSettings().readiness_deadline() == 600
+    assert GateSettings().readiness_deadline({"readiness_deadline_s": 4500}) == 4500
+    assert GateSettings(readiness_deadline_s=15).readiness_deadline({"readiness_deadline_s": 4500}) == 15

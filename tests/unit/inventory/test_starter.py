@@ -8,7 +8,9 @@ import pytest
 
 from dsv4deploy.cli import main
 from dsv4deploy.inventory import spec_from_inventory
-from dsv4deploy.inventory.starter import EXAMPLES
+from dsv4deploy.inventory.starter import EXAMPLES, RECIPE_EXAMPLES
+from dsv4deploy.plan.memory import check_memory
+from dsv4deploy.plan.render import render_all
 
 
 @pytest.fixture
@@ -41,3 +43,14 @@ def test_init_again_changes_nothing_but_refuses_a_different_folder(tmp_path: Pat
     assert main(["init", str(site), "--example", "local"]) == 2
     assert "already holds different hosts.yml" in capsys.readouterr().err
     assert (site / "hosts.yml").read_text() == "# edited\n"
+
+
+@pytest.mark.parametrize("example", RECIPE_EXAMPLES)
+def test_every_recipe_example_plans_and_renders(short_dir: Path, example: str) -> None:
+    assert main(["init", str(short_dir / "site"), "--example", example]) == 0
+    spec = spec_from_inventory([str(short_dir / "site")], [])
+    assert all(r.feasible for r in check_memory(spec)), [r.explanation for r in check_memory(spec)]
+    releases = render_all(spec)
+    assert set(releases) == set(spec.hosts_in_use())
+    scripts = "".join(text for files in releases.values() for path, text in files.items() if path.startswith("bin/"))
+    assert "--speculative-algorithm" in scripts or "--nnodes" in scripts

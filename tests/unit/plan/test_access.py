@@ -165,3 +165,27 @@ def test_a_user_still_to_be_created_cannot_own_the_key_yet(base):
     user.exists, user.create = False, True
     [problem] = mod.check_need(need(key, "secret"), user)
     assert "does not exist yet, so it cannot own the key" in problem and "vault_var" in problem
+
+
+def test_an_rdma_worker_needs_each_named_ib_device_on_its_own_host() -> None:
+    from dsv4deploy.inventory import spec_from_inventory
+    from dsv4deploy.inventory.starter import examples_dir
+
+    spec = spec_from_inventory([str(examples_dir() / "multi-node-pd")], [])
+    plan = make_plan(spec, ["gpu1", "gpu2", "gpu3"])
+    devices = {h: [(n["path"], n["what"]) for n in plan["hosts"][h]["access"] if n["need"] == "device"]
+               for h in ("gpu1", "gpu2", "gpu3")}
+    assert devices == {
+        "gpu1": [("/sys/class/infiniband/mlx5_0", "ib_device mlx5_0 of sglang-dsv4-prefill")],
+        "gpu2": [("/sys/class/infiniband/mlx5_0", "ib_device mlx5_0 of sglang-dsv4-decode")],
+        "gpu3": [("/sys/class/infiniband/mlx5_0", "ib_device mlx5_0 of sglang-dsv4-decode-rank1")]}
+    # Without transport: rdma (the seeds' specs), no device is asked for.
+    assert not [n for n in make_plan(pd_spec(), ["gpu1"])["hosts"]["gpu1"]["access"] if n["need"] == "device"]
+
+
+def test_a_missing_ib_device_is_named_with_those_the_host_has(base):
+    (base / "mlx5_1").mkdir()
+    assert mod.check_need(need(base / "mlx5_1", "device"), who()) == []
+    [problem] = mod.check_need(need(base / "mlx5_0", "device", what="ib_device mlx5_0 of sglang-dsv4-decode"), who())
+    assert problem == (f"{base}/mlx5_0 (ib_device mlx5_0 of sglang-dsv4-decode): no such InfiniBand device on this "
+                       "host (it has mlx5_1); fix: set ib_device to a device the host has, or transport: tcp")

@@ -91,6 +91,8 @@ def test_the_explanation_names_every_number() -> None:
         "(at least 2.0 GiB needed)",
         "headroom: 14.4 GiB outside the static pool, 18.5 GiB needed = base 5.0 + CUDA graphs 3.5 + top-k buffers "
         "10.0 (index_topk 1024, decode)",
+        "KV cache: 24768 bytes per token (auto) -> about 2104220 tokens per attention-DP rank, 2104220 in all "
+        "(attn_dp_size 1)",
         "does not fit: mem_fraction_static may be 0.37 to 0.80",
     ]
 
@@ -148,7 +150,7 @@ def test_an_unknown_model_profile_is_refused() -> None:
     with pytest.raises(SpecError) as err:
         check_memory(spec(model={"path": "/m", "served_name": "m", "profile": "deepseek-v5"}))
     assert str(err.value) == ("model.profile: no memory profile 'deepseek-v5'; fix: use one of deepseek-v4-flash, "
-                              "llama or define memory_profile.models.deepseek-v5")
+                              "deepseek-v4-pro, llama or define memory_profile.models.deepseek-v5")
 
 
 def test_a_new_model_profile_from_the_inventory() -> None:
@@ -170,3 +172,56 @@ def test_a_bad_per_model_headroom_names_its_key() -> None:
     bad = spec(memory_profile={"models": {"deepseek-v4-flash": {"headroom": {"base_gib": -1}}}})
     with pytest.raises(SpecError, match=r"memory_profile\.models\.deepseek-v4-flash\.headroom\.base_gib"):
         check_memory(bad)
+
+
+# -- the recipes' settings (issue 40) ----------------------------------------------------------------
+
+H200 = {"gpu1": {"sglang_version": "0.5.23", "gpu_count": 8, "gpu_memory_gib": 140}}
+
+
+def _decode(**worker: Any) -> dict[str, Any]:
+    return {"host": "gpu1", "gpus": [4, 5, 6, 7], "tp_size": 4, "port": 30002, "mem_fraction_static": 0.80, **worker}
+
+
+def test_an_fp8_checkpoint_doubles_the_weights_per_gpu() -> None:
+    nvfp4 = by_field(spec(hosts=H200, model={"path": "/m", "served_name": "s", "precision": "nvfp4"}))["decode[0]"]
+    fp8 = by_field(spec(hosts=H200, model={"path": "/m", "served_name": "s", "precision": "fp8"}))["decode[0]"]
+    assert fp8.weights_gib == pytest.approx(2 * nvfp4.weights_gib)
+    assert "x 8 bits (fp8)" in fp8.explanation[0]
+
+
+def test_an_fp8_checkpoint_needs_a_larger_static_pool() -> None:
+    fp8 = by_field(spec(decode_fraction=0.60, model={"path": "/m", "served_name": "s", "precision": "fp8"}))
+    assert not fp8["decode[0]"].feasible  # 66 GiB of weights per GPU do not fit a 57.6 GiB pool
+    assert fp8["decode[0]"].min_feasible_fraction == 0.71
+    assert by_field(spec(decode_fraction=0.60))["decode[0]"].feasible
+
+
+def test_mtp_adds_its_draft_layer_and_buffers() -> None:
+    plain = by_field(spec(hosts=H200))["decode[0]"]
+    mtp_spec = {"num_steps": 3, "num_draft_tokens": 4}
+    prefill = {**_decode(speculative=mtp_spec), "gpus": [0, 1, 2, 3], "port": 30001}
+    mtp = by_field(spec(hosts=H200, decode=_decode(speculative=mtp_spec), prefill=prefill))["decode[0]"]
+    assert mtp.draft_weights_gib == pytest.approx(6.6e9 * 4 / 8 / GIB / 4)
+    assert mtp.weights_gib == pytest.approx(plain.weights_gib + mtp.draft_weights_gib)
+    assert mtp.headroom_parts["mtp_buffers"] == pytest.approx(2.0)
+    assert mtp.headroom_needed_gib == pytest.approx(plain.headroom_needed_gib + 2.0)
+
+
+def test_attention_dp_multiplies_the_servers_kv_tokens_and_fp4_kv_shrinks_the_row() -> None:
+    dp = by_field(spec(hosts=H200, decode=_decode(attn_dp_size=4)))["decode[0]"]
+    assert dp.kv_tokens_total == 4 * dp.kv_tokens_per_rank
+    hosts = {"gpu1": {**H200["gpu1"], "sglang_version": "0.5.18"}}  # 0.5.23 spells FP4 KV otherwise
+    tp8 = {"host": "gpu1", "gpus": list(range(8)), "tp_size": 8, "port": 30010, "mem_fraction_static": 0.80}
+    fp4 = by_field(spec(hosts=hosts, kv_cache_dtype="fp4_e2m1", topology="combined", combined=tp8))["combined"]
+    auto = by_field(spec(hosts=hosts, topology="combined", combined=tp8))["combined"]
+    assert fp4.kv_tokens_per_rank / auto.kv_tokens_per_rank == pytest.approx(576 / 380, rel=1e-3)
+
+
+def test_the_pro_profile_allows_the_guides_75_minute_start_and_every_dsv4_profile_names_fatal_lines() -> None:
+    from dsv4deploy.plan.memory import startup_window
+
+    pro = startup_window(spec(model={"path": "/m", "served_name": "s", "profile": "deepseek-v4-pro"}))
+    assert pro["readiness_deadline_s"] == 4500
+    flash = startup_window(spec())
+    assert flash["readiness_deadline_s"] == 600 and "CUDA error" in flash["fatal_log_patterns"]

@@ -210,3 +210,87 @@ def test_smg_router_argv_and_description():
     # Same flags (both wheels spell them alike), the other launcher.
     assert smg.argv == ["python3", "-m", "smg.launch_router", *sglang_router.argv[3:]]
     assert smg.description.startswith("smg (PD)") and sglang_router.description.startswith("sglang-router (PD)")
+
+
+# -- the recipes' settings (issue 40), per sglang version ------------------------------------------
+
+BALANCED = {"attn_dp_size": 4, "moe": {"a2a_backend": "deepep", "deepep_max_dispatch_tokens_per_rank": 256},
+            "speculative": {"num_steps": 1, "num_draft_tokens": 2}, "max_running_requests": 128}
+
+
+def _combined(version: str, **worker: object):
+    spec = combined_spec(version=version)
+    assert spec.combined is not None
+    return combined_spec(version=version, combined={**spec.combined.model_dump(), **worker})
+
+
+def _after(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.18"])
+def test_attention_dp_is_dp_size_plus_enable_dp_attention_up_to_0518(version: str) -> None:
+    (svc,) = build_services(_combined(version, **BALANCED))
+    assert _after(svc.argv, "--dp-size") == "4" and "--enable-dp-attention" in svc.argv
+    assert "--attn-dp-size" not in svc.argv
+
+
+def test_attention_dp_is_attn_dp_size_in_0523() -> None:
+    (svc,) = build_services(_combined("0.5.23", **BALANCED))
+    assert _after(svc.argv, "--attn-dp-size") == "4"
+    assert "--enable-dp-attention" not in svc.argv and "--dp-size" not in svc.argv
+    assert [_after(svc.argv, f) for f in ("--moe-a2a-backend", "--speculative-algorithm", "--speculative-num-steps",
+                                          "--speculative-eagle-topk", "--speculative-num-draft-tokens",
+                                          "--max-running-requests")] == ["deepep", "EAGLE", "1", "1", "2", "128"]
+    # Its name holds TOKEN, so dsv4deploy.spec.secret_env keeps it in the secret env file.
+    assert {**svc.env, **svc.secret_env}["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "256"
+    assert "SGLANG_ENABLE_SPEC_V2" not in svc.env  # speculative v2 is always on from 0.5.18
+
+
+def test_mtp_sets_sglang_enable_spec_v2_on_0512_where_it_exists() -> None:
+    (svc,) = build_services(_combined("0.5.12", **BALANCED))
+    assert svc.env["SGLANG_ENABLE_SPEC_V2"] == "1"
+
+
+def test_an_fp8_checkpoint_switches_the_fp4_experts_off_and_the_inventory_env_wins() -> None:
+    model = {"path": "/models/DeepSeek-V4-Flash-FP8", "served_name": "s", "precision": "fp8"}
+    (svc,) = build_services(combined_spec(model=model))
+    assert svc.env["SGLANG_DSV4_FP4_EXPERTS"] == "0"
+    (svc,) = build_services(combined_spec(model=model, server_env={"SGLANG_DSV4_FP4_EXPERTS": "1"}))
+    assert svc.env["SGLANG_DSV4_FP4_EXPERTS"] == "1"
+
+
+@pytest.mark.parametrize(("version", "backend"), [("0.5.18", "mooncake_tcp"), ("0.5.23", "mooncake_tcp")])
+def test_tcp_transport_is_mooncake_tcp(version: str, backend: str) -> None:
+    spec = pd_spec(version=version)
+    spec = pd_spec(version=version, prefill={**spec.prefill[0].model_dump(), "transport": "tcp"},
+                   decode={**spec.decode[0].model_dump(), "transport": "tcp"})
+    assert {_after(s.argv, "--disaggregation-transfer-backend") for s in build_services(spec)[:2]} == {backend}
+
+
+def test_a_server_over_two_nodes_runs_one_service_per_node_with_its_rank() -> None:
+    from fixture_specs import multi_node_pd_spec
+
+    spec = multi_node_pd_spec()
+    services = build_services(spec)
+    decode, rank1 = [s for s in services if s.role == "decode"]
+    assert (decode.host, rank1.host, rank1.name) == ("gpu1", "gpu2", f"{decode.name}-rank1")
+    for svc, rank in ((decode, "0"), (rank1, "1")):
+        assert [_after(svc.argv, f) for f in ("--nnodes", "--node-rank", "--dist-init-addr", "--tp-size")] == [
+            "2", rank, "10.0.0.11:5000", "8"]
+    assert rank1.rank0 == decode.name and rank1.node_rank == 1 and rank1.gpus == decode.gpus
+    router = services[-1]
+    assert rank1.url not in router.argv and decode.url in router.argv  # the router knows rank 0 only
+    files = render_release(spec, "gpu2")
+    assert f"units/{rank1.name}.service" in files and '"rank0"' in files["services.json"]
+
+
+def test_the_gates_address_rank0_and_the_wait_on_rank1s_host_watches_rank1_until_rank0_answers() -> None:
+    from fixture_specs import multi_node_pd_spec
+
+    from dsv4deploy.plan import gate_targets
+
+    targets = gate_targets(multi_node_pd_spec())
+    assert "sglang-dsv4-decode-rank1" not in [w["name"] for w in targets["workers"]]
+    assert targets["ranks"] == [{"name": "sglang-dsv4-decode-rank1", "host": "gpu2", "rank0": "sglang-dsv4-decode",
+                                 "rank0_url": "http://10.0.0.11:30002"}]

@@ -95,3 +95,16 @@ def test_the_embedded_example_fits_and_the_default_inventory_does_not() -> None:
                              cwd=REPO, timeout=120)
     assert refused.returncode != 0 and "dsv4_rollout_blue_green_gpu_offset (host local)" in refused.stdout + \
         refused.stderr
+
+
+@pytest.mark.parametrize("strategy", ["blue_green", "rolling"])
+def test_a_multi_node_server_is_refused_by_blue_green_and_rolling_but_recreate_takes_it(strategy: str) -> None:
+    from fixture_specs import multi_node_pd_spec
+
+    spec = multi_node_pd_spec()
+    with pytest.raises(SpecError) as err:
+        rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": strategy}))
+    assert str(err.value) == (f"dsv4_rollout_strategy (host gpu1): {strategy} does not yet move decode[0], which "
+                              "spans 2 nodes (gpu1, gpu2), as one unit; fix: use dsv4_rollout_strategy: recreate for "
+                              "a deployment with a multi-node server")
+    assert rollout_plan(spec, load_rollout({}))["strategy"] == "recreate"

@@ -10,7 +10,7 @@ from pathlib import Path
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact_body
 from dsv4deploy.gates.readiness import worker_paths
 from tests.unit.gates.stubs import after, always
-from tests.unit.plugins.conftest import BIN_DIR, KEY, PROGRAM, supervisord_runs
+from tests.unit.plugins.conftest import BIN_DIR, KEY, PROGRAM, supervisord_runs, write_release
 from tests.unit.plugins.runner import run_module
 
 
@@ -109,3 +109,22 @@ def test_the_wait_returns_the_config_gates_logs_as_the_logs_module_reads_them(tm
                        checks=[{"name": PROGRAM, "url": server.url}],
                        services={**services, "since": started["programs"]})
     assert "logs" not in again
+
+
+def test_a_fatal_log_line_ends_the_wait_at_once_with_the_line(tmp_path: Path, install_root: Path,
+                                                               dead_url: str) -> None:
+    # The server logs a CUDA error but keeps running (it would hang until the deadline): the model profile's
+    # fatal patterns end the wait within one log scan (5 s), naming the line.
+    write_release(install_root, "r2", 'echo "RuntimeError: CUDA error: an illegal memory access was encountered"\n'
+                                      "exec sleep 300")
+    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
+                         supervisor_bin_dir=BIN_DIR, state="started")
+    t0 = time.monotonic()
+    out = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=60,
+                     checks=[{"name": PROGRAM, "url": dead_url}],
+                     services={"manager": "supervisor", "install_root": str(install_root),
+                               "supervisor_bin_dir": BIN_DIR, "since": started["programs"],
+                               "log_offsets": started["log_offsets"],
+                               "fatal_log_patterns": ["CUDA error", "illegal memory access"]})
+    assert out["died"]["why"] == "fatal log line: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert time.monotonic() - t0 < 20, out
