@@ -192,12 +192,13 @@ class BernoulliSPRT:
 
     def observe(self, event: bool) -> Outcome | None:
         """Count one trial; the outcome once it decides (or spends its budget), ``None`` while it goes on.
-        Trials after a decision are counted but do not change it."""
-        before = self.state()
+        A caller stops at the first decision; trials counted after it move the statistic on (the soak
+        runs two tests at once and stops only when both pass or either fails, so a pass of one is
+        revisited by the sessions the other still needs: stricter, never looser)."""
         self.trials += 1
         self.events += bool(event)
         self.llr += self.step_event if event else self.step_clean
-        return before if before is not None else self.state()
+        return self.state()
 
     def state(self) -> Outcome | None:
         """PASSED or FAILED once a bound is crossed, INCONCLUSIVE at the budget, else ``None``."""

@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dsv4deploy.gates import (
     GateResult,
     GateStatus,
     Progress,
     ServerConfigInput,
+    SoakDesign,
     WorkerEndpoint,
     check_config,
     check_readiness,
@@ -109,15 +110,23 @@ def names_problems(value: Any) -> list[str]:
     return problems
 
 
+def counts_as_failed(gate: Mapping[str, Any], inconclusive: str = "fail") -> bool:
+    """Whether a gate's result (as a dict) refuses the release: failed, or inconclusive when ``inconclusive``
+    is "fail" (dsv4_gates_inconclusive). The bake keeps its own rule: inconclusive, the release stays."""
+    status = gate["status"]
+    return status == GateStatus.FAILED or (
+        status == GateStatus.INCONCLUSIVE and inconclusive == "fail" and gate.get("name") != "bake")
+
+
 def run_chain(groups: list[list[str]], run_one: Callable[[str], dict[str, Any]],
-              keep_going: bool = False) -> list[dict[str, Any]]:
+              keep_going: bool = False, inconclusive: str = "fail") -> list[dict[str, Any]]:
     """Run each group's gates at the same time (`run_one(name)` -> the gate's result as a dict), the groups
     in order, each only once every gate before it passed (unless `keep_going`); the results, in order."""
     gates: list[dict[str, Any]] = []
     for names in groups:
         with ThreadPoolExecutor(len(names)) as pool:
             gates += list(pool.map(run_one, names))
-        if not keep_going and any(g["status"] == GateStatus.FAILED for g in gates):
+        if not keep_going and any(counts_as_failed(g, inconclusive) for g in gates):
             break  # what follows needs these gates passed
     return gates
 
@@ -150,11 +159,22 @@ class GateSettings(BaseModel):
     needle_size_tolerance: float = Field(0.02, gt=0, lt=0.5)
     needle_seed: int = 0
     soak_enabled: bool = True
-    soak_sessions: int = Field(50, ge=1)
+    # The soak decides by Wald's sequential test (dsv4deploy.gates.evidence, docs/evidence.md): it tells a
+    # clean release (at most soak_acceptable_rate corrupted sessions) from a bad one (at least
+    # soak_max_corruption_rate), refusing a clean one with risk soak_alpha and promoting a bad one with risk
+    # soak_beta; model mistakes (a well-formed call that is not the one asked for) against their own pair.
+    # soak_sessions is the budget: a clean release passes after 65 sessions, the seeds' PD fault (15 %)
+    # fails in about 20; undecided at the budget or the deadline, the soak is inconclusive.
+    soak_sessions: int = Field(300, ge=1)
     soak_turns: int = Field(4, ge=1)
     soak_concurrency: int = Field(16, ge=1)
-    soak_max_corruption_rate: float = Field(0.02, ge=0, le=1)
-    soak_deadline_s: float = Field(600, gt=0)
+    soak_acceptable_rate: float = Field(0.005, gt=0, lt=1)
+    soak_max_corruption_rate: float = Field(0.05, gt=0, lt=1)
+    soak_acceptable_mistake_rate: float = Field(0.02, gt=0, lt=1)
+    soak_max_mistake_rate: float = Field(0.10, gt=0, lt=1)
+    soak_alpha: float = Field(0.01, gt=0, lt=0.5)
+    soak_beta: float = Field(0.05, gt=0, lt=0.5)
+    soak_deadline_s: float = Field(900, gt=0)
     soak_seed: int = 0
     # The performance gate's fixed load (a few seconds on the embedded host) and how much worse than
     # the last good release a figure may be: 1.0 lets a latency double (generous, so that a loaded CI
@@ -167,6 +187,22 @@ class GateSettings(BaseModel):
     perf_p99_tolerance: float = Field(3.0, gt=0)  # a p99 of 16 requests is one or two of them: judged looser
     perf_noise_floor_s: float = Field(0.005, ge=0)
     perf_deadline_s: float = Field(300, gt=0)
+
+    @model_validator(mode="after")
+    def _soak_design_works(self) -> GateSettings:
+        if self.soak_acceptable_rate >= self.soak_max_corruption_rate:
+            raise ValueError(f"soak_acceptable_rate {self.soak_acceptable_rate:g} must be below "
+                             f"soak_max_corruption_rate {self.soak_max_corruption_rate:g}")
+        if self.soak_acceptable_mistake_rate >= self.soak_max_mistake_rate:
+            raise ValueError(f"soak_acceptable_mistake_rate {self.soak_acceptable_mistake_rate:g} must be below "
+                             f"soak_max_mistake_rate {self.soak_max_mistake_rate:g}")
+        return self
+
+    def soak_design(self) -> SoakDesign:
+        """What the soak tells apart, and at what risk."""
+        return SoakDesign(acceptable_rate=self.soak_acceptable_rate, max_rate=self.soak_max_corruption_rate,
+                          acceptable_mistake_rate=self.soak_acceptable_mistake_rate,
+                          max_mistake_rate=self.soak_max_mistake_rate, alpha=self.soak_alpha, beta=self.soak_beta)
 
     def required_tokens(self, index_topk: int | None) -> int:
         """The needle requirement: as set, else what ``index_topk`` must recall."""
@@ -324,8 +360,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                         api_key=api_key, progress=progress)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
-                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
-                    progress=progress)
+                    design=settings.soak_design(), deadline_s=settings.soak_deadline_s, seed=settings.soak_seed,
+                    api_key=api_key, progress=progress)
 
 
 def _metrics_workers(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -40,6 +40,15 @@ options:
     default: false
     description:
       - Run every entry of O(then) even after a gate failed (an experiment's suite, where a failure is data).
+  inconclusive:
+    type: str
+    default: fail
+    choices: [fail, pass]
+    description:
+      - What an C(inconclusive) gate counts as - a gate that ran but whose evidence did not decide within its
+        budget or deadline (the soak's sequential test says how many more sessions would decide). V(fail)
+        refuses the release; V(pass) lets it through, still marked inconclusive in the report. The bake keeps
+        its own rule (an inconclusive bake leaves the release serving, reported as not baked).
   plan:
     type: dict
     required: true
