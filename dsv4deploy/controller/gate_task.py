@@ -95,7 +95,9 @@ class GateTaskAction(ValidatedAction):
 
         policy = args.get("inconclusive", "fail")
         gates = run_chain(groups, run_one, args["keep_going"], policy)
-        failed = [g for g in gates if counts_as_failed(g, policy)]
+        for g in gates:  # what the role stops on: failed, or inconclusive under dsv4_gates_inconclusive: fail
+            g["refused"] = counts_as_failed(g, policy)
+        failed = [g for g in gates if g["refused"]]
         # None failed: every group ran, and the gate is the last group's first.
         result.update(changed=False, gates=gates, gate=(failed or gates[-len(groups[-1]):])[0], passed=not failed)
         if warnings:

@@ -45,6 +45,8 @@ def build_report(
     if not release:
         raise ValueError("release must be a release id")
     failed = next((g for g in gates if g.status is GateStatus.FAILED), None)
+    if failed is None and verdict in ("rolled_back", "failed"):  # refused as undecided (dsv4_gates_inconclusive)
+        failed = next((g for g in gates if g.status is GateStatus.INCONCLUSIVE and g.name != "bake"), None)
     return {
         "release": release,
         "previous_release": previous_release,
