@@ -111,10 +111,11 @@ def names_problems(value: Any) -> list[str]:
 
 
 def counts_as_failed(gate: Mapping[str, Any], inconclusive: str = "fail") -> bool:
-    """Whether a gate's result (as a dict) refuses the release: failed, or inconclusive when ``inconclusive``
-    is "fail" (dsv4_gates_inconclusive). The bake keeps its own rule: inconclusive, the release stays."""
+    """Whether a gate's result (as a dict) refuses the release: failed or error (could not measure), or
+    inconclusive when ``inconclusive`` is "fail" (dsv4_gates_inconclusive). The bake keeps its own rule:
+    inconclusive, the release stays."""
     status = gate["status"]
-    return status == GateStatus.FAILED or (
+    return status in (GateStatus.FAILED, GateStatus.ERROR) or (
         status == GateStatus.INCONCLUSIVE and inconclusive == "fail" and gate.get("name") != "bake")
 
 

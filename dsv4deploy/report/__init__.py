@@ -44,7 +44,7 @@ def build_report(
         raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     if not release:
         raise ValueError("release must be a release id")
-    failed = next((g for g in gates if g.status is GateStatus.FAILED), None)
+    failed = next((g for g in gates if g.status in (GateStatus.FAILED, GateStatus.ERROR)), None)
     if failed is None and verdict in ("rolled_back", "failed"):  # refused as undecided (dsv4_gates_inconclusive)
         failed = next((g for g in gates if g.status is GateStatus.INCONCLUSIVE and g.name != "bake"), None)
     return {
@@ -265,7 +265,8 @@ def failure_sections(gates: list[dict[str, Any]]) -> list[str]:
         failures = gate.get("evidence", {}).get("failures") or []
         if not failures:
             continue
-        label = "failed" if gate["status"] == "failed" else f"{gate['status']}, after retries"
+        label = gate["status"] if gate["status"] in ("failed", "inconclusive", "error") else (
+            f"{gate['status']}, after retries")
         lines += ["", f"### {gate['name']} ({label})"]
         for failure in failures[:FAILURES_SHOWN]:
             status = failure.get("status")
@@ -293,7 +294,7 @@ def _mark(cell: dict[str, Any] | None) -> str:
 
 def status_mark(status: str) -> str:
     return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
-            "inconclusive": "❔ inconclusive"}.get(status, status)
+            "inconclusive": "❔ inconclusive", "error": "⛔ error"}.get(status, status)
 
 
 def md_cell(value: Any) -> str:

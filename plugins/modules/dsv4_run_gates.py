@@ -93,7 +93,7 @@ options:
     default: {}
     description:
       - "The bake's settings (C(dsv4deploy.gates.bake.BakeSettings): C(seconds), C(interval_s),
-        C(failure_limit), C(inconclusive_limit), C(max_error_rate), C(max_abort_rate),
+        C(failure_limit), C(inconclusive_limit), C(error_limit), C(min_requests), C(max_error_rate), C(max_abort_rate),
         C(max_transfer_failures), C(canary_tokens), C(probe_sessions), C(probe_deadline_s)), which the
         C(bake) gate runs with; empty or C(seconds) 0 skips the bake."
 extends_documentation_fragment:
