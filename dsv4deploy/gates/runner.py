@@ -177,6 +177,9 @@ class GateSettings(BaseModel):
     soak_beta: float = Field(0.05, gt=0, lt=0.5)
     soak_deadline_s: float = Field(900, gt=0)
     soak_seed: int = 0
+    # false: run all soak_sessions and judge them at once (the isolation experiment, whose two sides are
+    # compared by Fisher's exact test at a sample size chosen for the question).
+    soak_sequential: bool = True
     # The performance gate's fixed load (a few seconds on the embedded host) and how much worse than
     # the last good release a figure may be: 1.0 lets a latency double (generous, so that a loaded CI
     # machine does not refuse a clean release; a 3x slower decode still fails).
@@ -361,8 +364,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                         api_key=api_key, progress=progress)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
-                    design=settings.soak_design(), deadline_s=settings.soak_deadline_s, seed=settings.soak_seed,
-                    api_key=api_key, progress=progress)
+                    design=settings.soak_design(), sequential=settings.soak_sequential,
+                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key, progress=progress)
 
 
 def _metrics_workers(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> list[dict[str, str]]:
