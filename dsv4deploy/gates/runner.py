@@ -251,6 +251,43 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
     return settings
 
 
+#: The gate list a deploy runs when dsv4_gates_names is not set (roles/dsv4_gates/defaults/main.yml).
+DEFAULT_GATE_NAMES = ("readiness", "config", "smoke", "needle", "soak")
+
+
+def weakened(settings: GateSettings, index_topk: int | None, variables: Mapping[str, Any],
+             template: Callable[[Any], Any]) -> list[str]:
+    """Each setting that makes the gates weaker than the spec implies, named with what it should be: the
+    run is then marked WEAKENED on the plan line and the report's first line.
+
+    `variables` are the play's (dsv4_gates_names, dsv4_gates_inconclusive, dsv4_bake_s,
+    dsv4_bake_canary_tokens; unset ones take their defaults)."""
+    out: list[str] = []
+    topk = index_topk or DEFAULT_INDEX_TOPK
+    implied = REQUIRED_BY_TOPK.get(topk, round(REQUIRED_BY_TOPK[512] * topk / 512))
+    required = settings.required_tokens(index_topk)
+    if required < implied:
+        out.append(f"needle_required_tokens {required} is below the {implied} that index_topk {topk} implies")
+    defaults = GateSettings()
+    for name in ("soak_acceptable_rate", "soak_max_corruption_rate", "soak_acceptable_mistake_rate",
+                 "soak_max_mistake_rate", "soak_alpha", "soak_beta"):
+        if getattr(settings, name) > getattr(defaults, name):
+            out.append(f"{name} {getattr(settings, name):g} is above the default {getattr(defaults, name):g}")
+    if not settings.soak_enabled:
+        out.append("soak_enabled is false")
+    raw = variables.get("dsv4_gates_names")
+    names = {n for entry in (template(raw) if raw is not None else DEFAULT_GATE_NAMES)
+             for n in ([entry] if isinstance(entry, str) else entry)}
+    out += [f"{gate} is left out of dsv4_gates_names" for gate in ("needle", "soak") if gate not in names]
+    if str(template(variables.get("dsv4_gates_inconclusive", "fail"))) == "pass":
+        out.append("dsv4_gates_inconclusive is pass (an undecided gate lets the release through)")
+    bake_s = float(template(variables.get("dsv4_bake_s", 0)) or 0)
+    canary = int(template(variables.get("dsv4_bake_canary_tokens", BakeSettings().canary_tokens)))
+    if bake_s > 0 and required > canary:
+        out.append(f"dsv4_bake_canary_tokens {canary} is shorter than the needle requirement {required}")
+    return out
+
+
 def retired_warnings(variables: Mapping[str, Any]) -> list[str]:
     """One warning per retired gate variable set in `variables`, saying what to do instead."""
     return [f"'{name}' is no longer read: {why}" for name, why in RETIRED_GATE_VARS.items() if name in variables]

@@ -155,7 +155,9 @@ def update_latest(reports_root: Path | str, release: str) -> Path:
 def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_note: str | None = None,
                     perf_plot: Path | None = None) -> str:
     """The report a person reads: a summary line, the gates, the needle grid, raw failure bodies."""
-    lines = [f"# Deploy report: {data['release']}", "", summary_line(data), ""]
+    weak = data.get("weakened") or []
+    mark = f"**WEAKENED** ({'; '.join(weak)}). " if weak else ""
+    lines = [f"# Deploy report: {data['release']}", "", mark + summary_line(data), ""]
     lines += ["| | |", "|---|---|"]
     for label, key in (
         ("release", "release"),

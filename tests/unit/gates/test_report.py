@@ -234,3 +234,12 @@ def test_a_soak_that_could_not_decide_is_the_gate_that_refused_a_rolled_back_rel
     passed = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
                           endpoint="http://h:8000", gates=[gate("readiness", "passed"), soak])
     assert passed["failed_gate"] is None
+
+
+def test_a_weakened_run_is_marked_on_the_first_line_naming_each_setting():
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[gate("readiness", "passed")])
+    data["weakened"] = ["soak_enabled is false", "needle is left out of dsv4_gates_names"]
+    first = render_markdown(data).splitlines()[2]
+    assert first.startswith("**WEAKENED** (soak_enabled is false; needle is left out of dsv4_gates_names). "
+                            "**PROMOTED** `r2`")
