@@ -175,6 +175,9 @@ class GateSettings(BaseModel):
     soak_max_mistake_rate: float = Field(0.10, gt=0, lt=1)
     soak_alpha: float = Field(0.01, gt=0, lt=0.5)
     soak_beta: float = Field(0.05, gt=0, lt=0.5)
+    # Transient failures retried, as a share of the soak's requests, above which it fails (a retry must not
+    # hide an intermittent PD failure).
+    soak_max_retry_share: float = Field(0.05, ge=0, le=1)
     soak_deadline_s: float = Field(900, gt=0)
     soak_seed: int = 0
     # false: run all soak_sessions and judge them at once (the isolation experiment, whose two sides are
@@ -206,7 +209,8 @@ class GateSettings(BaseModel):
         """What the soak tells apart, and at what risk."""
         return SoakDesign(acceptable_rate=self.soak_acceptable_rate, max_rate=self.soak_max_corruption_rate,
                           acceptable_mistake_rate=self.soak_acceptable_mistake_rate,
-                          max_mistake_rate=self.soak_max_mistake_rate, alpha=self.soak_alpha, beta=self.soak_beta)
+                          max_mistake_rate=self.soak_max_mistake_rate, alpha=self.soak_alpha, beta=self.soak_beta,
+                          max_retry_share=self.soak_max_retry_share)
 
     def required_tokens(self, index_topk: int | None) -> int:
         """The needle requirement: as set, else what ``index_topk`` must recall."""
@@ -270,7 +274,7 @@ def weakened(settings: GateSettings, index_topk: int | None, variables: Mapping[
         out.append(f"needle_required_tokens {required} is below the {implied} that index_topk {topk} implies")
     defaults = GateSettings()
     for name in ("soak_acceptable_rate", "soak_max_corruption_rate", "soak_acceptable_mistake_rate",
-                 "soak_max_mistake_rate", "soak_alpha", "soak_beta"):
+                 "soak_max_mistake_rate", "soak_alpha", "soak_beta", "soak_max_retry_share"):
         if getattr(settings, name) > getattr(defaults, name):
             out.append(f"{name} {getattr(settings, name):g} is above the default {getattr(defaults, name):g}")
     if not settings.soak_enabled:

@@ -93,6 +93,8 @@ class SoakDesign(BaseModel):
     max_mistake_rate: float = 0.10
     alpha: float = 0.01
     beta: float = 0.05
+    #: Transient failures retried, as a share of the requests sent, above which the gate fails.
+    max_retry_share: float = 0.05
 
     def tests(self, budget: int) -> tuple[BernoulliSPRT, BernoulliSPRT]:
         """The two sequential tests, corruption first (ValueError naming the setting when one cannot work)."""
@@ -141,6 +143,7 @@ def run_soak(
     samples: list[dict[str, Any]] = []
     lock = threading.Lock()
     done = [0]
+    tries = [0, 0]  # requests sent (retries included), and of them retries of a transient failure
 
     def keep(state: SoakSession, reply: ChatReply, problem: str, expected: str | None) -> None:
         with lock:
@@ -173,17 +176,29 @@ def run_soak(
             payload = {"model": served_model_name, "messages": messages, "tools": list(TOOLS),
                        "tool_choice": "auto", "max_tokens": max_tokens, "temperature": 0, **(extra_body or {})}
             timeout = min(request_timeout_s, max(watch.remaining(), 0.2))
-            return with_retries(lambda: post_chat(client, base, payload, timeout_s=timeout), retries, watch, sleep)[0]
+            reply, attempts = with_retries(lambda: post_chat(client, base, payload, timeout_s=timeout), retries,
+                                           watch, sleep)
+            with lock:
+                tries[0] += attempts
+                tries[1] += attempts - 1
+            return reply
 
         _serve(talks, min(concurrency, sessions), ask, watch, ended, referee)
 
     extra = {"sessions": sessions, "turns": turns, "concurrency": concurrency, "seed": seed,
              "max_corruption_rate": max_corruption_rate, "deadline_s": deadline_s,
-             "design": design.model_dump(), "sequential": sequential}
+             "design": design.model_dump(), "sequential": sequential,
+             # Transient failures retried: an intermittent PD failure a retry hides still counts here.
+             "attempts": tries[0], "transport_retries": tries[1],
+             "retry_share": round(tries[1] / tries[0], 4) if tries[0] else 0.0}
     results = [t.state for t in talks]
     if referee is not None:
-        return _judge_sequential(results, referee, samples, watch, extra)
-    return _judge_all(results, design, samples, watch, extra)
+        judged = _judge_sequential(results, referee, samples, watch, extra)
+    else:
+        judged = _judge_all(results, design, samples, watch, extra)
+    if judged.status is not GateStatus.FAILED and tries[1] > design.max_retry_share * tries[0]:
+        return _retried_result(results, samples, watch, extra, design.max_retry_share)
+    return judged
 
 
 Request = tuple[list[dict[str, Any]], int]  # (the conversation so far, max_tokens)
@@ -422,8 +437,15 @@ def _unfinished_result(results: list[SoakSession], samples: list[dict[str, Any]]
     return make_result(GATE, GateStatus.FAILED, watch, summary, {**evidence, "failures": failures})
 
 
-STATUS = {Outcome.PASSED: GateStatus.PASSED, Outcome.FAILED: GateStatus.FAILED,
-          Outcome.INCONCLUSIVE: GateStatus.INCONCLUSIVE, Outcome.ERROR: GateStatus.FAILED}
+def _retried_result(results: list[SoakSession], samples: list[dict[str, Any]], watch: Stopwatch,
+                    extra: dict[str, Any], limit: float) -> GateResult:
+    """FAILED: more requests needed a retry than ``limit`` of those sent (soak_max_retry_share)."""
+    counted = [s for s in results if s.finished()]
+    evidence, stats = _common_evidence(results, samples, counted, extra)
+    summary = (f"{extra['transport_retries']} of {extra['attempts']} requests were retries of a transient failure "
+               f"({extra['retry_share']:.1%}), above soak_max_retry_share {limit:g}: the path fails intermittently; "
+               f"{stats}")
+    return make_result(GATE, GateStatus.FAILED, watch, summary, {**evidence, "failures": list(samples)})
 
 
 def _judge_sequential(results: list[SoakSession], referee: _Referee, samples: list[dict[str, Any]],

@@ -337,3 +337,28 @@ def test_a_design_that_cannot_work_names_its_settings(stub):
     server = stub({CHAT: model()})
     with pytest.raises(ValueError, match="soak_acceptable_rate < soak_max_corruption_rate"):
         sequential(server, max_corruption_rate=0.001)
+
+
+def test_retries_above_their_share_fail_the_soak_and_a_few_are_counted(stub):
+    answer = model()
+    lock, seen = threading.Lock(), set()
+
+    def flaky(request: Request):
+        # every request's first try meets a transient 503: its retry answers, as an intermittent PD path would
+        key = json.dumps(request.body["messages"], sort_keys=True)
+        with lock:
+            first = key not in seen
+            seen.add(key)
+        return (503, {"object": "error", "message": "busy"}) if first else answer(request)
+
+    result = soak(stub({CHAT: flaky}))
+    assert result.status is GateStatus.FAILED, result.summary
+    assert "above soak_max_retry_share 0.05: the path fails intermittently" in result.summary
+    assert result.evidence["transport_retries"] > 0.05 * result.evidence["attempts"]
+
+    def once(request: Request):
+        return (503, {"object": "error", "message": "busy"}) if request.n == 0 else answer(request)
+
+    fine = soak(stub({CHAT: once}))
+    assert fine.status is GateStatus.PASSED, fine.summary
+    assert (fine.evidence["transport_retries"], fine.evidence["attempts"]) == (1, 73)
