@@ -53,8 +53,10 @@ def main() -> int:
                 fault = decode_env(host, SGLANG_DSV4_BF16_INDEX_K="1",
                                    DSV4_SIM_FAULTS="tool_call_corruption=0.15") if faulty else []
                 for rule, extra in RULES.items():
-                    # a new release each time (the soak seed differs), so every run runs its gates
-                    host.playbook("deploy.yml", *GATES, *fault, *extra, "-e", f"soak_seed={n * 10 + len(medians)}")
+                    # a new release each time (a harmless environment variable differs), so every run runs its gates
+                    run = f"{n}-{int(faulty)}-{rule}"
+                    host.playbook("deploy.yml", *GATES, *fault, *extra,
+                                  "-e", json.dumps({"server_env_extra": {"DSV4_BENCH_RUN": run}}))
                     soak = next(g for g in host.report()["gates"] if g["name"] == "soak")
                     ev = soak["evidence"]
                     medians.setdefault((faulty, rule), []).append(soak["seconds"])
