@@ -178,7 +178,8 @@ def _gate_soak(args: argparse.Namespace, api_key: str | None) -> Any:
     return run_soak(checked_url(args.url, "--url"), args.model, sessions=given(args.sessions, d.soak_sessions),
                     turns=given(args.turns, d.soak_turns), concurrency=given(args.concurrency, d.soak_concurrency),
                     max_corruption_rate=given(args.max_corruption_rate, d.soak_max_corruption_rate),
-                    deadline_s=args.deadline or d.soak_deadline_s, api_key=api_key, progress=stderr_progress("soak"))
+                    design=d.soak_design(), deadline_s=args.deadline or d.soak_deadline_s, api_key=api_key,
+                    progress=stderr_progress("soak"))
 
 
 GATE_RUNNERS: dict[str, Callable[[argparse.Namespace, str | None], Any]] = {
@@ -201,8 +202,8 @@ def format_gate(result: Any) -> list[str]:
 
 
 def add_gate(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Run one gate by hand against a live server or router; exit 0 passed, 1 failed, "
-                          "2 bad input. Progress goes to stderr.")
+    parser.description = ("Run one gate by hand against a live server or router; exit 0 passed, 1 failed or "
+                          "inconclusive, 2 bad input. Progress goes to stderr.")
     parser.add_argument("gate", choices=sorted(GATE_RUNNERS), help="which gate")
     parser.add_argument("--url", help="the router (PD) or the combined server, e.g. http://127.0.0.1:30000")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"served model name (default {DEFAULT_MODEL})")

@@ -16,7 +16,14 @@ from dsv4deploy.controller.action import ValidatedAction
 from dsv4deploy.gates import GateStatus, skipped
 from dsv4deploy.gates.bake import BakeSettings
 from dsv4deploy.gates.result import Stopwatch, make_result
-from dsv4deploy.gates.runner import GateSettingsError, chain_problem, retired_warnings, run_chain, run_gate
+from dsv4deploy.gates.runner import (
+    GateSettingsError,
+    chain_problem,
+    counts_as_failed,
+    retired_warnings,
+    run_chain,
+    run_gate,
+)
 from dsv4deploy.report import predraw_heatmap
 
 display = Display()
@@ -30,8 +37,8 @@ class GateTaskAction(ValidatedAction):
         `args["then"]` once every gate before it passed; update and return `result` with their evidence
         (`gates`, `gate`, `passed`), or with `failed` and `msg` when the task itself cannot run them.
 
-        `args` holds dsv4_run_gates' options (name, then, keep_going, plan, logs, api_key, api_key_problem,
-        settings, probes, baseline, bake)."""
+        `args` holds dsv4_run_gates' options (name, then, keep_going, inconclusive, plan, logs, api_key,
+        api_key_problem, settings, probes, baseline, bake)."""
         groups = [args["name"], *([g] if isinstance(g, str) else list(g) for g in args["then"])]
         problem = next((p for p in map(chain_problem, groups) if p), "")
         if problem:
@@ -86,8 +93,11 @@ class GateTaskAction(ValidatedAction):
                 _predraw(gate)
             return data
 
-        gates = run_chain(groups, run_one, args["keep_going"])
-        failed = [g for g in gates if g["status"] == "failed"]
+        policy = args.get("inconclusive", "fail")
+        gates = run_chain(groups, run_one, args["keep_going"], policy)
+        for g in gates:  # what the role stops on: failed, or inconclusive under dsv4_gates_inconclusive: fail
+            g["refused"] = counts_as_failed(g, policy)
+        failed = [g for g in gates if g["refused"]]
         # None failed: every group ran, and the gate is the last group's first.
         result.update(changed=False, gates=gates, gate=(failed or gates[-len(groups[-1]):])[0], passed=not failed)
         if warnings:

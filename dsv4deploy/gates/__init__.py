@@ -10,7 +10,7 @@ from dsv4deploy.gates.needle import NeedleCell, recall_curve, run_needle
 from dsv4deploy.gates.readiness import WorkerEndpoint, check_readiness
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, skipped
 from dsv4deploy.gates.smoke import run_smoke
-from dsv4deploy.gates.soak import run_soak, wilson_interval
+from dsv4deploy.gates.soak import SoakDesign, run_soak
 
 __all__ = [
     "GateResult",
@@ -19,6 +19,7 @@ __all__ = [
     "NeedleCell",
     "Progress",
     "ServerConfigInput",
+    "SoakDesign",
     "WorkerEndpoint",
     "build_haystack",
     "check_config",
@@ -29,5 +30,4 @@ __all__ = [
     "run_smoke",
     "run_soak",
     "skipped",
-    "wilson_interval",
 ]

@@ -12,10 +12,18 @@ measurement phases):
 - a canary needle (one cell of the needle gate) and a tool-call probe (a few one-turn soak sessions).
 
 The counters are read as their change over the interval (the traffic of the interval: users' and the
-probes'); a rate of nothing (no request counted) or metrics that cannot be read are inconclusive, never
-a pass. The bake fails once more intervals failed than ``failure_limit`` (Argo's ``failureLimit``),
-ends ``inconclusive`` after ``inconclusive_limit`` inconclusive intervals in a row, and passes when
-its time is up otherwise.
+probes'). A rate over fewer than ``min_requests`` requests is inconclusive, never a pass; a rate above its
+limit fails only when an exact binomial test says so (p < 0.05 against the limit), else it is
+inconclusive: one 5xx among a few probe requests is no evidence. Metrics that cannot be read are an
+``error`` (could not measure), kept apart from ``inconclusive`` as Argo Rollouts keeps its
+``consecutiveErrorLimit`` apart from its ``inconclusiveLimit``.
+
+The bake fails once more intervals failed than ``failure_limit`` (Argo's ``failureLimit``), and at a
+failed interval when no more intervals remain than the failure limit (a bake of one interval can fail);
+it ends ``error`` after ``error_limit`` error intervals in a row, ``inconclusive`` after
+``inconclusive_limit`` inconclusive intervals in a row or when its time is up with no interval
+successful, and passes otherwise. An error refuses the release like a failure; an inconclusive bake
+leaves it serving, reported as not baked.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsv4deploy.gates import prom
+from dsv4deploy.gates.evidence import rate_above_p_value
 from dsv4deploy.gates.http import describe_error, make_client
 from dsv4deploy.gates.needle import run_needle
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result, notify
@@ -52,6 +61,7 @@ class Phase(StrEnum):
     SUCCESSFUL = "successful"
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
+    ERROR = "error"  # could not measure (metrics unreadable): kept apart from inconclusive, as Argo does
 
 
 class BakeSettings(BaseModel):
@@ -63,11 +73,15 @@ class BakeSettings(BaseModel):
     interval_s: float = Field(60, gt=0)
     failure_limit: int = Field(1, ge=0)
     inconclusive_limit: int = Field(3, ge=1)
+    error_limit: int = Field(2, ge=1)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_abort_rate: float = Field(0.01, ge=0, le=1)
     max_transfer_failures: int = Field(0, ge=0)
+    # Fewer requests than this in an interval: its rates are inconclusive (the probes send about 33).
+    min_requests: int = Field(20, ge=1)
     canary_tokens: int = Field(1000, ge=100)
-    probe_sessions: int = Field(2, ge=1)
+    # One-turn sessions at once: the soak's concurrency, where the seeds' corruption lives.
+    probe_sessions: int = Field(16, ge=1)
     probe_deadline_s: float = Field(120, gt=0)
 
     def intervals(self) -> int:
@@ -101,22 +115,39 @@ class Interval:
 
 
 def interval_phase(analyses: Sequence[Analysis]) -> Phase:
-    """Failed when any analysis failed; inconclusive when none failed and any was inconclusive."""
+    """Failed when any analysis failed; else error when any could not measure; else inconclusive when any
+    was; else successful."""
     phases = {a.phase for a in analyses}
-    if Phase.FAILED in phases:
-        return Phase.FAILED
-    return Phase.INCONCLUSIVE if Phase.INCONCLUSIVE in phases else Phase.SUCCESSFUL
+    for worst in (Phase.FAILED, Phase.ERROR, Phase.INCONCLUSIVE):
+        if worst in phases:
+            return worst
+    return Phase.SUCCESSFUL
 
 
-def rate(name: str, bad: float | None, total: float | None, limit: float, what: str) -> Analysis:
-    """A rate analysis: failed above `limit`, inconclusive with nothing counted or nothing read."""
+#: The significance at which an interval's rate is judged above its limit.
+RATE_SIGNIFICANCE = 0.05
+
+
+def rate(name: str, bad: float | None, total: float | None, limit: float, what: str,
+         min_requests: int = 1) -> Analysis:
+    """A rate analysis: failed when significantly above `limit` (exact binomial test, p < 0.05), inconclusive
+    when above it without significance or over fewer than `min_requests` requests, error when unread."""
     if bad is None or total is None:
-        return Analysis(name, Phase.INCONCLUSIVE, f"no {what} metrics could be read")
+        return Analysis(name, Phase.ERROR, f"no {what} metrics could be read")
     if total <= 0:
         return Analysis(name, Phase.INCONCLUSIVE, f"no request counted in the interval ({what})")
     value = bad / total
-    phase = Phase.FAILED if value > limit else Phase.SUCCESSFUL
-    return Analysis(name, phase, f"{bad:g} of {total:g} ({value:.1%}, limit {limit:.1%}) [{what}]", round(value, 4))
+    text = f"{bad:g} of {total:g} ({value:.1%}, limit {limit:.1%}) [{what}]"
+    if total < min_requests:
+        why = f"{text}: fewer than {min_requests} requests (dsv4_bake_min_requests)"
+        return Analysis(name, Phase.INCONCLUSIVE, why, round(value, 4))
+    if value <= limit:
+        return Analysis(name, Phase.SUCCESSFUL, text, round(value, 4))
+    p = rate_above_p_value(round(bad), round(total), limit) if limit > 0 else 0.0
+    if p < RATE_SIGNIFICANCE:
+        return Analysis(name, Phase.FAILED, f"{text}, p={p:.2g}", round(value, 4))
+    return Analysis(name, Phase.INCONCLUSIVE, f"{text}, above the limit but not significantly (p={p:.2g})",
+                    round(value, 4))
 
 
 def router_counts(text: str) -> tuple[float, float]:
@@ -200,17 +231,17 @@ def metric_analyses(change: Counters, settings: BakeSettings, pd: bool, has_rout
     out: list[Analysis] = []
     if has_router:
         requests, errors = change.router if change.router else (None, None)
-        out.append(rate("error rate", errors, requests, settings.max_error_rate, "router"))
+        out.append(rate("error rate", errors, requests, settings.max_error_rate, "router", settings.min_requests))
     if not has_servers:
         return out
     servers = change.servers
     # A counter a server does not serve counts nothing (read_counters fills each one it read).
     out.append(rate("abort rate", servers.get(SERVER_ABORTS, 0.0) if servers is not None else None,
                     servers.get(SERVER_REQUESTS, 0.0) if servers is not None else None, settings.max_abort_rate,
-                    "servers"))
+                    "servers", settings.min_requests))
     if pd:
         if servers is None:
-            out.append(Analysis("transfer failures", Phase.INCONCLUSIVE, "no server metrics could be read"))
+            out.append(Analysis("transfer failures", Phase.ERROR, "no server metrics could be read"))
         else:
             count = sum(servers.get(n, 0.0) for n in TRANSFER_FAILURES)
             phase = Phase.FAILED if count > settings.max_transfer_failures else Phase.SUCCESSFUL
@@ -228,7 +259,7 @@ def run_probes(endpoint: str, model: str, *, canary_tokens: int, probe_sessions:
                         required_tokens=canary_tokens, deadline_s=deadline_s, concurrency=1, seed=seed,
                         api_key=api_key)
     tools = run_soak(endpoint, model, sessions=probe_sessions, turns=1, concurrency=probe_sessions,
-                     max_corruption_rate=0.0, deadline_s=deadline_s, seed=seed, api_key=api_key)
+                     max_corruption_rate=0.0, sequential=False, deadline_s=deadline_s, seed=seed, api_key=api_key)
     return needle, tools
 
 
@@ -254,7 +285,7 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
     watch = Stopwatch()
     total = settings.intervals()
     intervals: list[Interval] = []
-    failed = inconclusive_run = 0
+    failed = inconclusive_run = error_run = 0
     verdict = Phase.SUCCESSFUL
     with make_client(api_key, timeout_s=30) as client:
         for index in range(total):
@@ -271,12 +302,21 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
                    + "".join(f"; {a.name}: {a.detail}" for a in interval.failures()))
             failed += interval.phase is Phase.FAILED
             inconclusive_run = inconclusive_run + 1 if interval.phase is Phase.INCONCLUSIVE else 0
-            if failed > settings.failure_limit:
+            error_run = error_run + 1 if interval.phase is Phase.ERROR else 0
+            remaining = total - (index + 1)
+            if failed > settings.failure_limit or (interval.phase is Phase.FAILED
+                                                   and remaining <= settings.failure_limit):
                 verdict = Phase.FAILED
+                break
+            if error_run >= settings.error_limit:
+                verdict = Phase.ERROR
                 break
             if inconclusive_run >= settings.inconclusive_limit:
                 verdict = Phase.INCONCLUSIVE
                 break
+        else:
+            if not any(i.phase is Phase.SUCCESSFUL for i in intervals):
+                verdict = Phase.INCONCLUSIVE  # its time is up and no interval could be judged a success
     # Said in the evidence: without the router's metrics there is no error-rate analysis.
     return _result(watch, settings, intervals, verdict, total,
                    router_metrics_url or "not read (no router, or not reachable from here)",
@@ -292,7 +332,8 @@ def _result(watch: Stopwatch, settings: BakeSettings, intervals: list[Interval],
                                 "intervals": [asdict(i) for i in intervals]}
     counts = {p: sum(i.phase is p for i in intervals) for p in Phase}
     tally = (f"{counts[Phase.SUCCESSFUL]} successful, {counts[Phase.FAILED]} failed, "
-             f"{counts[Phase.INCONCLUSIVE]} inconclusive of {len(intervals)} interval(s) of {settings.interval_s:g} s")
+             f"{counts[Phase.INCONCLUSIVE]} inconclusive, {counts[Phase.ERROR]} error of {len(intervals)} interval(s) "
+             f"of {settings.interval_s:g} s")
     last_bad = next((i for i in reversed(intervals) if i.phase is not Phase.SUCCESSFUL), None)
     why = ""
     if last_bad is not None:
@@ -302,11 +343,20 @@ def _result(watch: Stopwatch, settings: BakeSettings, intervals: list[Interval],
                      "error": str(a.phase)}
                     for i in intervals for a in i.analyses if a.phase is Phase.FAILED]
         evidence["failures"] = failures
+        failed = counts[Phase.FAILED]
+        rule = (f"more than the failure limit ({settings.failure_limit}) failed" if failed > settings.failure_limit
+                else f"a failed interval with no more intervals left than the failure limit ({settings.failure_limit})")
         return make_result(GATE, GateStatus.FAILED, watch,
-                           f"failed after {len(intervals)} of {total} interval(s): more than the failure limit "
-                           f"({settings.failure_limit}) failed ({tally}){why}", evidence)
+                           f"failed after {len(intervals)} of {total} interval(s): {rule} ({tally}){why}", evidence)
+    if verdict is Phase.ERROR:
+        return make_result(GATE, GateStatus.ERROR, watch,
+                           f"error: {settings.error_limit} interval(s) in a row could not be measured (metrics "
+                           f"unreadable, dsv4_bake_error_limit); not a pass ({tally}){why}", evidence)
     if verdict is Phase.INCONCLUSIVE:
+        run = next((n for n in range(len(intervals), 0, -1)
+                    if all(i.phase is Phase.INCONCLUSIVE for i in intervals[-n:])), 0)
+        cause = (f"{settings.inconclusive_limit} interval(s) in a row could not be judged"
+                 if run >= settings.inconclusive_limit else "its time was up with no interval successful")
         return make_result(GATE, GateStatus.INCONCLUSIVE, watch,
-                           f"inconclusive: {settings.inconclusive_limit} interval(s) in a row could not be judged; "
-                           f"the release stays, not baked ({tally}){why}", evidence)
+                           f"inconclusive: {cause}; the release stays, not baked ({tally}){why}", evidence)
     return make_result(GATE, GateStatus.PASSED, watch, f"baked {settings.seconds:g} s: {tally}{why}", evidence)

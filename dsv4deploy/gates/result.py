@@ -23,8 +23,12 @@ class GateStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
-    # Ran, but could not judge (the bake: no traffic, metrics unreadable); neither passed nor failed.
+    # Ran, but the evidence did not decide (the soak's budget or deadline spent, the bake: no traffic);
+    # neither passed nor failed. The deploy refuses it unless dsv4_gates_inconclusive is pass.
     INCONCLUSIVE = "inconclusive"
+    # Could not measure (the bake: metrics unreadable), kept apart from inconclusive as Argo Rollouts does;
+    # never a pass.
+    ERROR = "error"
 
 
 class GateResult(BaseModel):

@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dsv4deploy.gates import (
     GateResult,
     GateStatus,
     Progress,
     ServerConfigInput,
+    SoakDesign,
     WorkerEndpoint,
     check_config,
     check_readiness,
@@ -109,15 +110,24 @@ def names_problems(value: Any) -> list[str]:
     return problems
 
 
+def counts_as_failed(gate: Mapping[str, Any], inconclusive: str = "fail") -> bool:
+    """Whether a gate's result (as a dict) refuses the release: failed or error (could not measure), or
+    inconclusive when ``inconclusive`` is "fail" (dsv4_gates_inconclusive). The bake keeps its own rule:
+    inconclusive, the release stays."""
+    status = gate["status"]
+    return status in (GateStatus.FAILED, GateStatus.ERROR) or (
+        status == GateStatus.INCONCLUSIVE and inconclusive == "fail" and gate.get("name") != "bake")
+
+
 def run_chain(groups: list[list[str]], run_one: Callable[[str], dict[str, Any]],
-              keep_going: bool = False) -> list[dict[str, Any]]:
+              keep_going: bool = False, inconclusive: str = "fail") -> list[dict[str, Any]]:
     """Run each group's gates at the same time (`run_one(name)` -> the gate's result as a dict), the groups
     in order, each only once every gate before it passed (unless `keep_going`); the results, in order."""
     gates: list[dict[str, Any]] = []
     for names in groups:
         with ThreadPoolExecutor(len(names)) as pool:
             gates += list(pool.map(run_one, names))
-        if not keep_going and any(g["status"] == GateStatus.FAILED for g in gates):
+        if not keep_going and any(counts_as_failed(g, inconclusive) for g in gates):
             break  # what follows needs these gates passed
     return gates
 
@@ -154,12 +164,29 @@ class GateSettings(BaseModel):
     needle_size_tolerance: float = Field(0.02, gt=0, lt=0.5)
     needle_seed: int = 0
     soak_enabled: bool = True
-    soak_sessions: int = Field(50, ge=1)
+    # The soak decides by Wald's sequential test (dsv4deploy.gates.evidence, docs/evidence.md): it tells a
+    # clean release (at most soak_acceptable_rate corrupted sessions) from a bad one (at least
+    # soak_max_corruption_rate), refusing a clean one with risk soak_alpha and promoting a bad one with risk
+    # soak_beta; model mistakes (a well-formed call that is not the one asked for) against their own pair.
+    # soak_sessions is the budget: a clean release passes after 65 sessions, the seeds' PD fault (15 %)
+    # fails in about 20; undecided at the budget or the deadline, the soak is inconclusive.
+    soak_sessions: int = Field(300, ge=1)
     soak_turns: int = Field(4, ge=1)
     soak_concurrency: int = Field(16, ge=1)
-    soak_max_corruption_rate: float = Field(0.02, ge=0, le=1)
-    soak_deadline_s: float = Field(600, gt=0)
+    soak_acceptable_rate: float = Field(0.005, gt=0, lt=1)
+    soak_max_corruption_rate: float = Field(0.05, gt=0, lt=1)
+    soak_acceptable_mistake_rate: float = Field(0.02, gt=0, lt=1)
+    soak_max_mistake_rate: float = Field(0.10, gt=0, lt=1)
+    soak_alpha: float = Field(0.01, gt=0, lt=0.5)
+    soak_beta: float = Field(0.05, gt=0, lt=0.5)
+    # Transient failures retried, as a share of the soak's requests, above which it fails (a retry must not
+    # hide an intermittent PD failure).
+    soak_max_retry_share: float = Field(0.05, ge=0, le=1)
+    soak_deadline_s: float = Field(900, gt=0)
     soak_seed: int = 0
+    # false: run all soak_sessions and judge them at once (the isolation experiment, whose two sides are
+    # compared by Fisher's exact test at a sample size chosen for the question).
+    soak_sequential: bool = True
     # The performance gate's fixed load (a few seconds on the embedded host) and how much worse than
     # the last good release a figure may be: 1.0 lets a latency double (generous, so that a loaded CI
     # machine does not refuse a clean release; a 3x slower decode still fails).
@@ -178,6 +205,23 @@ class GateSettings(BaseModel):
             return self.readiness_deadline_s
         profile = (plan or {}).get("readiness_deadline_s")
         return float(profile) if profile else DEFAULT_READINESS_DEADLINE_S
+
+    @model_validator(mode="after")
+    def _soak_design_works(self) -> GateSettings:
+        if self.soak_acceptable_rate >= self.soak_max_corruption_rate:
+            raise ValueError(f"soak_acceptable_rate {self.soak_acceptable_rate:g} must be below "
+                             f"soak_max_corruption_rate {self.soak_max_corruption_rate:g}")
+        if self.soak_acceptable_mistake_rate >= self.soak_max_mistake_rate:
+            raise ValueError(f"soak_acceptable_mistake_rate {self.soak_acceptable_mistake_rate:g} must be below "
+                             f"soak_max_mistake_rate {self.soak_max_mistake_rate:g}")
+        return self
+
+    def soak_design(self) -> SoakDesign:
+        """What the soak tells apart, and at what risk."""
+        return SoakDesign(acceptable_rate=self.soak_acceptable_rate, max_rate=self.soak_max_corruption_rate,
+                          acceptable_mistake_rate=self.soak_acceptable_mistake_rate,
+                          max_mistake_rate=self.soak_max_mistake_rate, alpha=self.soak_alpha, beta=self.soak_beta,
+                          max_retry_share=self.soak_max_retry_share)
 
     def required_tokens(self, index_topk: int | None) -> int:
         """The needle requirement: as set, else what ``index_topk`` must recall."""
@@ -220,6 +264,43 @@ def settings_from_vars(variables: Mapping[str, Any], template: Callable[[Any], A
     if problems:
         raise GateSettingsError(problems)
     return settings
+
+
+#: The gate list a deploy runs when dsv4_gates_names is not set (roles/dsv4_gates/defaults/main.yml).
+DEFAULT_GATE_NAMES = ("readiness", "config", "smoke", "needle", "soak")
+
+
+def weakened(settings: GateSettings, index_topk: int | None, variables: Mapping[str, Any],
+             template: Callable[[Any], Any]) -> list[str]:
+    """Each setting that makes the gates weaker than the spec implies, named with what it should be: the
+    run is then marked WEAKENED on the plan line and the report's first line.
+
+    `variables` are the play's (dsv4_gates_names, dsv4_gates_inconclusive, dsv4_bake_s,
+    dsv4_bake_canary_tokens; unset ones take their defaults)."""
+    out: list[str] = []
+    topk = index_topk or DEFAULT_INDEX_TOPK
+    implied = REQUIRED_BY_TOPK.get(topk, round(REQUIRED_BY_TOPK[512] * topk / 512))
+    required = settings.required_tokens(index_topk)
+    if required < implied:
+        out.append(f"needle_required_tokens {required} is below the {implied} that index_topk {topk} implies")
+    defaults = GateSettings()
+    for name in ("soak_acceptable_rate", "soak_max_corruption_rate", "soak_acceptable_mistake_rate",
+                 "soak_max_mistake_rate", "soak_alpha", "soak_beta", "soak_max_retry_share"):
+        if getattr(settings, name) > getattr(defaults, name):
+            out.append(f"{name} {getattr(settings, name):g} is above the default {getattr(defaults, name):g}")
+    if not settings.soak_enabled:
+        out.append("soak_enabled is false")
+    raw = variables.get("dsv4_gates_names")
+    names = {n for entry in (template(raw) if raw is not None else DEFAULT_GATE_NAMES)
+             for n in ([entry] if isinstance(entry, str) else entry)}
+    out += [f"{gate} is left out of dsv4_gates_names" for gate in ("needle", "soak") if gate not in names]
+    if str(template(variables.get("dsv4_gates_inconclusive", "fail"))) == "pass":
+        out.append("dsv4_gates_inconclusive is pass (an undecided gate lets the release through)")
+    bake_s = float(template(variables.get("dsv4_bake_s", 0)) or 0)
+    canary = int(template(variables.get("dsv4_bake_canary_tokens", BakeSettings().canary_tokens)))
+    if bake_s > 0 and required > canary:
+        out.append(f"dsv4_bake_canary_tokens {canary} is shorter than the needle requirement {required}")
+    return out
 
 
 def retired_warnings(variables: Mapping[str, Any]) -> list[str]:
@@ -335,8 +416,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                         api_key=api_key, progress=progress)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
-                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key,
-                    progress=progress)
+                    design=settings.soak_design(), sequential=settings.soak_sequential,
+                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key, progress=progress)
 
 
 def _metrics_workers(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -16,18 +16,26 @@ end. Each session's requests still go one after another, each with its own histo
 request goes first follows a plan of equal requests cut into equal lanes (``_due``): the sessions
 end one after another, as a whole session per lane did, not all together at the end.
 
-The corruption rate is corrupted sessions / finished sessions with a 95 % Wilson interval; the
-gate fails when the rate exceeds ``max_corruption_rate``, when a session cannot finish (an error
-that survives retries), or when the deadline leaves sessions unrun: once it has passed no request
-is sent, and a session with turns left ends "not run: gate deadline reached" (prefixed with its turn
-when it had started). A session's ``seconds`` is the time its own requests took, not its waits for
-a lane.
+Each finished session is corrupted (markup leaked, arguments that do not parse or are off the tool's
+schema: what the seeds' serving fault produced), a model mistake (a well-formed call that is not the one
+asked for: another tool, another value) or clean; the two kinds are counted apart, each against its own
+limits (:class:`SoakDesign`). The gate decides by Wald's sequential test (``evidence.BernoulliSPRT``), one
+for each kind, fed the finished sessions in session order (not in the order they end, which would favour
+the short, corrupted ones): it stops as soon as both pass or either fails, so a clean release passes after
+about 65 sessions at the defaults and the seeds' PD fault (15-18 %) fails in about 20. Sessions not yet
+run when it decides are not run; those under way are stopped between requests. When the budget
+(``sessions``) or the deadline ends it undecided it is ``inconclusive``, saying how many more sessions
+would decide. A session that cannot finish (an error that survives retries) fails the gate.
+
+``sequential=False`` judges all ``sessions`` at once instead (the bake's tool-call probe): failed when
+more than ``max_rate`` of them are corrupted (or more than ``max_mistake_rate`` mistaken). Every verdict
+shows the rates with their exact 95 % intervals. A session's ``seconds`` is the time its own requests took,
+not its waits for a lane.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -37,21 +45,23 @@ from typing import Any
 from pydantic import BaseModel
 
 from dsv4deploy.gates.chat import ChatReply, ReplyKind, post_chat, with_retries
+from dsv4deploy.gates.evidence import BernoulliSPRT, Outcome, exact_interval, rate_above_p_value
 from dsv4deploy.gates.http import check_url, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
 from dsv4deploy.gates.toolcalls import (
+    MISTAKE,
     SYSTEM,
     TOOLS,
     Turn,
     check_followup,
     check_tool_reply,
+    classify,
     session_script,
     tool_result,
 )
 
 GATE = "soak"
 SAMPLES_KEPT = 10  # corrupted replies kept verbatim in the evidence
-Z95 = 1.959964
 
 
 class SoakSession(BaseModel):
@@ -62,18 +72,39 @@ class SoakSession(BaseModel):
     tool_calls: int = 0
     requests: int = 0
     corrupted: bool = False
-    error: str | None = None
+    mistake: bool = False  # a well-formed call that was not the one asked for (not corruption)
+    error: str | None = None  # could not finish: an error that survived retries
+    stopped: str | None = None  # not run to its end by design: the test had decided, or the deadline passed
     seconds: float = 0.0  # the time its requests took (waits for a free lane not counted)
 
+    def finished(self) -> bool:
+        """True when the session counts: it ended at a wrong reply or ran all its turns."""
+        return self.corrupted or self.mistake or (self.error is None and self.stopped is None)
 
-def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a rate ``k/n`` (``(0, 1)`` when ``n`` is 0)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+
+class SoakDesign(BaseModel):
+    """What the soak tells apart, and at what risk: a clean release has at most ``acceptable_rate``
+    corrupted sessions (``acceptable_mistake_rate`` mistaken ones), a bad one at least ``max_rate``
+    (``max_mistake_rate``). ``alpha`` is the risk of refusing a clean release, ``beta`` of promoting a bad one."""
+
+    acceptable_rate: float = 0.005
+    max_rate: float = 0.05
+    acceptable_mistake_rate: float = 0.02
+    max_mistake_rate: float = 0.10
+    alpha: float = 0.01
+    beta: float = 0.05
+    #: Transient failures retried, as a share of the requests sent, above which the gate fails.
+    max_retry_share: float = 0.05
+
+    def tests(self, budget: int) -> tuple[BernoulliSPRT, BernoulliSPRT]:
+        """The two sequential tests, corruption first (ValueError naming the setting when one cannot work)."""
+        try:
+            return (BernoulliSPRT(self.acceptable_rate, self.max_rate, self.alpha, self.beta, budget),
+                    BernoulliSPRT(self.acceptable_mistake_rate, self.max_mistake_rate, self.alpha, self.beta,
+                                  budget))
+        except ValueError as exc:
+            raise ValueError(f"soak design: {exc} (soak_acceptable_rate < soak_max_corruption_rate, "
+                             f"soak_acceptable_mistake_rate < soak_max_mistake_rate, soak_alpha/soak_beta)") from None
 
 
 def run_soak(
@@ -85,6 +116,8 @@ def run_soak(
     concurrency: int,
     max_corruption_rate: float,
     deadline_s: float,
+    design: SoakDesign | None = None,
+    sequential: bool = True,
     seed: int = 0,
     api_key: str | None = None,
     retries: int = 2,
@@ -93,7 +126,9 @@ def run_soak(
     progress: Progress | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> GateResult:
-    """Run the sessions and judge the corruption rate; ``progress`` gets ``(sessions done, total, note)``."""
+    """Run the sessions and judge the corruption and mistake rates; ``progress`` gets ``(sessions done, total,
+    note)``. ``max_corruption_rate`` is the rate a bad release has (``design.max_rate``; the other
+    figures of the design from ``design``, else its defaults); ``sessions`` the budget."""
     base = check_url(url)
     if sessions < 1 or turns < 1 or concurrency < 1 or retries < 0:
         raise ValueError(f"need sessions, turns and concurrency >= 1 (got {sessions}, {turns}, {concurrency})")
@@ -102,10 +137,13 @@ def run_soak(
     if not served_model_name:
         raise ValueError("served_model_name must be the name clients use (--served-model-name)")
 
+    design = (design or SoakDesign()).model_copy(update={"max_rate": max_corruption_rate})
+    referee = _Referee(design.tests(sessions)) if sequential else None
     watch = Stopwatch(deadline_s)
     samples: list[dict[str, Any]] = []
     lock = threading.Lock()
     done = [0]
+    tries = [0, 0]  # requests sent (retries included), and of them retries of a transient failure
 
     def keep(state: SoakSession, reply: ChatReply, problem: str, expected: str | None) -> None:
         with lock:
@@ -116,8 +154,13 @@ def run_soak(
 
     def ended(state: SoakSession) -> None:
         with lock:
+            if referee is not None:
+                referee.ended(state)
+            if state.stopped and state.requests == 0:
+                return  # never started: nothing to tell
             done[0] += 1
-            outcome = "corrupted" if state.corrupted else (state.error or "clean")
+            outcome = ("corrupted" if state.corrupted else "model mistake" if state.mistake
+                       else (state.error or state.stopped or "clean"))
             notify(progress, done[0], sessions, f"session {state.session}: {outcome}")
 
     steps = 2 * turns  # requests per session: each turn's tool call, then the reply to the tool's result
@@ -133,14 +176,29 @@ def run_soak(
             payload = {"model": served_model_name, "messages": messages, "tools": list(TOOLS),
                        "tool_choice": "auto", "max_tokens": max_tokens, "temperature": 0, **(extra_body or {})}
             timeout = min(request_timeout_s, max(watch.remaining(), 0.2))
-            return with_retries(lambda: post_chat(client, base, payload, timeout_s=timeout), retries, watch, sleep)[0]
+            reply, attempts = with_retries(lambda: post_chat(client, base, payload, timeout_s=timeout), retries,
+                                           watch, sleep)
+            with lock:
+                tries[0] += attempts
+                tries[1] += attempts - 1
+            return reply
 
-        _serve(talks, min(concurrency, sessions), ask, watch, ended)
+        _serve(talks, min(concurrency, sessions), ask, watch, ended, referee)
 
-    return _judge([t.state for t in talks], samples, watch, {
-        "sessions": sessions, "turns": turns, "concurrency": concurrency, "seed": seed,
-        "max_corruption_rate": max_corruption_rate, "deadline_s": deadline_s,
-    })
+    extra = {"sessions": sessions, "turns": turns, "concurrency": concurrency, "seed": seed,
+             "max_corruption_rate": max_corruption_rate, "deadline_s": deadline_s,
+             "design": design.model_dump(), "sequential": sequential,
+             # Transient failures retried: an intermittent PD failure a retry hides still counts here.
+             "attempts": tries[0], "transport_retries": tries[1],
+             "retry_share": round(tries[1] / tries[0], 4) if tries[0] else 0.0}
+    results = [t.state for t in talks]
+    if referee is not None:
+        judged = _judge_sequential(results, referee, samples, watch, extra)
+    else:
+        judged = _judge_all(results, design, samples, watch, extra)
+    if judged.status is not GateStatus.FAILED and tries[1] > design.max_retry_share * tries[0]:
+        return _retried_result(results, samples, watch, extra, design.max_retry_share)
+    return judged
 
 
 Request = tuple[list[dict[str, Any]], int]  # (the conversation so far, max_tokens)
@@ -164,7 +222,11 @@ def _conversation(
         return True
 
     def corrupted(reply: ChatReply, problem: str, expected: str | None) -> None:
-        state.corrupted = True
+        if classify(problem) == MISTAKE:
+            state.mistake = True
+            problem = f"model mistake: {problem}"
+        else:
+            state.corrupted = True
         keep(state, reply, problem, expected)
 
     for turn in script:
@@ -206,13 +268,17 @@ class _Talk:
         by its due step (earliest first), then the session's number."""
         return self.due - self.left, self.state.session
 
-    def step(self, ask: Ask, watch: Stopwatch) -> bool:
+    def step(self, ask: Ask, watch: Stopwatch, referee: _Referee | None = None) -> bool:
         """Send the next request and check its reply: True while the session has another request to send."""
         state = self.state
-        if watch.expired():
+        why = ("gate deadline reached" if watch.expired()
+               else referee.decided_at() if referee is not None else None)
+        if why:
             where = f"turn {state.turns_done + 1}: " if state.requests else ""
-            state.error = f"{where}not run: gate deadline reached"
+            state.stopped = f"{where}not run: {why}"
             return False
+        if referee is not None and state.requests == 0:
+            referee.started(state.session)
         began = time.monotonic()
         reply = ask(*self.request)
         self.spent += time.monotonic() - began
@@ -237,7 +303,60 @@ def _due(index: int, sessions: int, steps: int, lanes: int) -> int:
     return last + 1 - (first // span) * span
 
 
-def _serve(talks: list[_Talk], lanes: int, ask: Ask, watch: Stopwatch, ended: Callable[[SoakSession], None]) -> None:
+class _Referee:
+    """The sequential tests, fed the finished sessions in the order they started (a session is counted once
+    every session started before it has ended: the order is fixed before any outcome is known, so the short,
+    corrupted sessions do not come first); says when the tests have decided."""
+
+    def __init__(self, tests: tuple[BernoulliSPRT, BernoulliSPRT]) -> None:
+        self.corruption, self.mistakes = tests
+        self.lock = threading.Lock()
+        self.order: list[int] = []  # sessions in the order their first request was sent
+        self.ended_sessions: dict[int, SoakSession] = {}
+        self.next = 0
+        self.counted: list[int] = []  # the sessions the tests counted, in order
+        self.decision_after: int | None = None  # sessions counted when the tests decided
+
+    def started(self, session: int) -> None:
+        """A session's first request is about to be sent."""
+        with self.lock:
+            self.order.append(session)
+
+    def ended(self, state: SoakSession) -> None:
+        """Take one ended session and count every session now due, until the tests decide."""
+        with self.lock:
+            self.ended_sessions[state.session] = state
+            self._count()
+
+    def _count(self) -> None:
+        while (self.decision_after is None and self.next < len(self.order)
+               and self.order[self.next] in self.ended_sessions):
+            done = self.ended_sessions[self.order[self.next]]
+            self.next += 1
+            if not done.finished():
+                continue  # an error (judged apart) or not run: no trial
+            self.counted.append(done.session)
+            self.corruption.observe(done.corrupted)
+            self.mistakes.observe(done.mistake)
+            if self.outcome() in (Outcome.PASSED, Outcome.FAILED):
+                self.decision_after = len(self.counted)
+
+    def outcome(self) -> Outcome | None:
+        """Failed when either test failed, passed when both passed, else None (still undecided)."""
+        states = {self.corruption.state(), self.mistakes.state()}
+        if Outcome.FAILED in states:
+            return Outcome.FAILED
+        return Outcome.PASSED if states == {Outcome.PASSED} else None
+
+    def decided_at(self) -> str | None:
+        """Why no more requests are needed, once the tests have decided."""
+        if self.decision_after is None:
+            return None
+        return f"the test had decided ({self.outcome()}) after {self.decision_after} sessions"
+
+
+def _serve(talks: list[_Talk], lanes: int, ask: Ask, watch: Stopwatch, ended: Callable[[SoakSession], None],
+           referee: _Referee | None = None) -> None:
     """Serve every session's requests on ``lanes`` lanes, one request in flight per lane, until every session
     has ended. A lane takes the ready request (a session's next, or a new session's first) that is furthest
     behind its plan (``_Talk.key``): the sessions keep the lanes busy to the end, and still end one after
@@ -259,7 +378,7 @@ def _serve(talks: list[_Talk], lanes: int, ask: Ask, watch: Stopwatch, ended: Ca
                 held[0] += 1
             more = False
             try:
-                more = talks[n].step(ask, watch)
+                more = talks[n].step(ask, watch, referee)
             except BaseException as exc:  # stop the other lanes too, then raise it from the gate
                 with cond:
                     broken.append(exc)
@@ -278,43 +397,126 @@ def _serve(talks: list[_Talk], lanes: int, ask: Ask, watch: Stopwatch, ended: Ca
             future.result()
 
 
-def _judge(results: list[SoakSession], samples: list[dict[str, Any]], watch: Stopwatch,
-           extra: dict[str, Any]) -> GateResult:
-    finished = [s for s in results if s.corrupted or s.error is None]
-    unfinished = [s for s in results if s.error is not None and not s.corrupted]
-    bad = sum(s.corrupted for s in finished)
+def _common_evidence(results: list[SoakSession], samples: list[dict[str, Any]], counted: list[SoakSession],
+                     extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The evidence every soak verdict shows, and its phrase of the counts."""
+    bad = sum(s.corrupted for s in counted)
+    mistakes = sum(s.mistake for s in counted)
     calls = sum(s.tool_calls for s in results)
-    rate = bad / len(finished) if finished else 0.0
-    low, high = wilson_interval(bad, len(finished))
-    limit = extra["max_corruption_rate"]
+    low, high = exact_interval(bad, len(counted))
+    rate = bad / len(counted) if counted else 0.0
     evidence: dict[str, Any] = {
         **extra,
-        "finished": len(finished),
+        "finished": len(counted),
         "corrupted_sessions": bad,
         "corruption_rate": round(rate, 4),
         "interval_95": [round(low, 4), round(high, 4)],
+        "mistaken_sessions": mistakes,
+        "mistake_rate": round(mistakes / len(counted), 4) if counted else 0.0,
         "tool_calls_checked": calls,
         "requests": sum(s.requests for s in results),
         "samples": samples,
         "session_results": [s.model_dump() for s in results],
     }
-    stats = (f"{bad} of {len(finished)} sessions corrupted (rate {rate:.1%}, 95% interval "
-             f"{low:.1%}-{high:.1%}; {calls} tool calls checked)")
-    failures = list(samples)
-    failures += [{"what": f"session {s.session} did not finish", "status": None, "body": s.error or ""}
-                 for s in unfinished[:SAMPLES_KEPT]]
-    if failures:
-        evidence["failures"] = failures
-    if unfinished:
-        first = unfinished[0]
-        summary = (f"{len(unfinished)} of {len(results)} sessions did not finish; first: session "
-                   f"{first.session}: {first.error}; {stats}")
-        return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
-    if rate > limit:
+    stats = (f"{bad} of {len(counted)} sessions corrupted (rate {rate:.1%}, 95% interval "
+             f"{low:.1%}-{high:.1%}), {mistakes} with a model mistake; {calls} tool calls checked")
+    return evidence, stats
+
+
+def _unfinished_result(results: list[SoakSession], samples: list[dict[str, Any]], watch: Stopwatch,
+                       evidence: dict[str, Any], stats: str) -> GateResult | None:
+    """FAILED when a session could not finish (an error that survived retries), else None."""
+    unfinished = [s for s in results if s.error is not None and not s.corrupted and not s.mistake]
+    if not unfinished:
+        return None
+    failures = list(samples) + [{"what": f"session {s.session} did not finish", "status": None, "body": s.error or ""}
+                                for s in unfinished[:SAMPLES_KEPT]]
+    first = unfinished[0]
+    summary = (f"{len(unfinished)} of {len(results)} sessions did not finish; first: session "
+               f"{first.session}: {first.error}; {stats}")
+    return make_result(GATE, GateStatus.FAILED, watch, summary, {**evidence, "failures": failures})
+
+
+def _retried_result(results: list[SoakSession], samples: list[dict[str, Any]], watch: Stopwatch,
+                    extra: dict[str, Any], limit: float) -> GateResult:
+    """FAILED: more requests needed a retry than ``limit`` of those sent (soak_max_retry_share)."""
+    counted = [s for s in results if s.finished()]
+    evidence, stats = _common_evidence(results, samples, counted, extra)
+    summary = (f"{extra['transport_retries']} of {extra['attempts']} requests were retries of a transient failure "
+               f"({extra['retry_share']:.1%}), above soak_max_retry_share {limit:g}: the path fails intermittently; "
+               f"{stats}")
+    return make_result(GATE, GateStatus.FAILED, watch, summary, {**evidence, "failures": list(samples)})
+
+
+def _judge_sequential(results: list[SoakSession], referee: _Referee, samples: list[dict[str, Any]],
+                      watch: Stopwatch, extra: dict[str, Any]) -> GateResult:
+    counted = [results[n] for n in referee.counted]
+    evidence, stats = _common_evidence(results, samples, counted, extra)
+    failed = _unfinished_result(results, samples, watch, evidence, stats)
+    if failed is not None:
+        return failed
+    cut = "the gate deadline passed" if watch.expired() or any(
+        s.stopped and "deadline" in s.stopped for s in results) else None
+    corruption = referee.corruption.decision("sessions", cut_short=cut)
+    mistakes = referee.mistakes.decision("sessions", cut_short=cut)
+    evidence["corruption"] = corruption.evidence()
+    evidence["mistakes"] = mistakes.evidence()
+    outcome = referee.outcome() or Outcome.INCONCLUSIVE
+    evidence["decision"] = str(outcome)
+    design = SoakDesign.model_validate(extra["design"])
+    risks = (f"sequential test: a clean release (corrupted at most {design.acceptable_rate:.1%}) is refused "
+             f"with risk {design.alpha:g}, a bad one (at least {design.max_rate:.1%}) promoted with risk "
+             f"{design.beta:g}")
+    if outcome is Outcome.FAILED:
+        evidence["failures"] = list(samples)
+        which = corruption if corruption.outcome is Outcome.FAILED else mistakes
+        limit = ("soak_max_corruption_rate" if which is corruption else "soak_max_mistake_rate")
         first = samples[0]["what"] if samples else "?"
-        summary = f"{stats}, above soak_max_corruption_rate {limit:g}; first: {first}"
+        summary = (f"{stats}: {'corruption' if which is corruption else 'model mistakes'} above the acceptable "
+                   f"rate ({limit} {design.max_rate if which is corruption else design.max_mistake_rate:g}, "
+                   f"p={which.p_value:.2g}); {risks}; first: {first}")
         return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
-    summary = (f"{stats}, within soak_max_corruption_rate {limit:g} "
+    if outcome is Outcome.PASSED:
+        summary = (f"{stats}; passed after {len(counted)} sessions ({extra['turns']} turns each, "
+                   f"{extra['concurrency']} at a time); {risks}")
+        return make_result(GATE, GateStatus.PASSED, watch, summary, evidence)
+    more = max(d.more_trials or 0 for d in (corruption, mistakes))
+    evidence["more_sessions_to_decide"] = more
+    evidence["failures"] = list(samples)
+    why = cut or f"the budget of {extra['sessions']} sessions was spent"
+    summary = (f"inconclusive: {stats}; undecided when {why}; at least {more} more clean sessions would decide "
+               f"(soak_sessions, soak_deadline_s); {risks}")
+    return make_result(GATE, GateStatus.INCONCLUSIVE, watch, summary, evidence)
+
+
+def _judge_all(results: list[SoakSession], design: SoakDesign, samples: list[dict[str, Any]], watch: Stopwatch,
+               extra: dict[str, Any]) -> GateResult:
+    """All the sessions judged at once: failed when either rate is above its limit (the bake's probe)."""
+    counted = [s for s in results if s.finished()]
+    evidence, stats = _common_evidence(results, samples, counted, extra)
+    failed = _unfinished_result(results, samples, watch, evidence, stats)
+    if failed is not None:
+        return failed
+    stopped = [s for s in results if s.stopped]
+    if stopped:
+        evidence["failures"] = [{"what": f"session {s.session} did not finish", "status": None, "body": s.stopped}
+                                for s in stopped[:SAMPLES_KEPT]]
+        return make_result(GATE, GateStatus.FAILED, watch,
+                           f"{len(stopped)} of {len(results)} sessions did not finish; first: session "
+                           f"{stopped[0].session}: {stopped[0].stopped}; {stats}", evidence)
+    n = len(counted)
+    bad = evidence["corrupted_sessions"]
+    mistakes = evidence["mistaken_sessions"]
+    if bad > design.max_rate * n or mistakes > design.max_mistake_rate * n:
+        evidence["failures"] = list(samples)
+        corrupt = bad > design.max_rate * n
+        limit = (f"soak_max_corruption_rate {design.max_rate:g}" if corrupt
+                 else f"soak_max_mistake_rate {design.max_mistake_rate:g}")
+        p = rate_above_p_value(bad if corrupt else mistakes, n,
+                               design.acceptable_rate if corrupt else design.acceptable_mistake_rate)
+        first = samples[0]["what"] if samples else "?"
+        return make_result(GATE, GateStatus.FAILED, watch,
+                           f"{stats}, above {limit} (p={p:.2g} against a clean release); first: {first}", evidence)
+    summary = (f"{stats}, within soak_max_corruption_rate {design.max_rate:g} "
                f"({extra['turns']} turns each, {extra['concurrency']} at a time)")
     return make_result(GATE, GateStatus.PASSED, watch, summary, evidence)
-

@@ -125,8 +125,35 @@ def _parsed_arguments(call: Any) -> tuple[str | None, Any]:
     return None, value
 
 
+#: A check's finding: the reply is corrupted (the serving path broke it) or a model mistake (well formed,
+#: but not what was asked). The soak counts them apart, each against its own limit.
+CORRUPTED = "corrupted"
+MISTAKE = "mistake"
+
+
+def classify(problem: str) -> str:
+    """Whether a problem :func:`check_tool_reply` found is corruption or a model mistake.
+
+    A model mistake is a well-formed call that is not the one asked for: another tool, or arguments of
+    the tool's schema (the same keys, each of its declared type) with another value. Everything else (markup
+    in the text, a wrong count of calls, arguments that do not parse, keys or types off the schema) is
+    corruption: what the seeds' serving fault produced."""
+    return MISTAKE if problem.startswith(("wrong tool: ", "wrong value: ")) else CORRUPTED
+
+
+def _well_formed(name: str, arguments: dict[str, Any]) -> bool:
+    """True when ``arguments`` carry exactly the tool's declared keys, each of its declared JSON type."""
+    schema = next((t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name), None)
+    if schema is None or set(arguments) != set(schema["properties"]):
+        return False
+    kinds = {"string": str, "integer": int}
+    return all(isinstance(arguments[k], kinds[p["type"]]) and not isinstance(arguments[k], bool)
+               for k, p in schema["properties"].items())
+
+
 def check_tool_reply(reply: ChatReply, turn: Turn) -> str | None:
-    """Why ``reply`` is not exactly ``turn``'s tool call, or None when it is."""
+    """Why ``reply`` is not exactly ``turn``'s tool call, or None when it is (:func:`classify` tells a
+    model mistake from corruption)."""
     marker = leaked_markup(f"{reply.content}\n{reply.reasoning}")
     if marker:
         return f"tool-call markup {marker!r} leaked into the text"
@@ -138,9 +165,14 @@ def check_tool_reply(reply: ChatReply, turn: Turn) -> str | None:
         return problem
     name = call["function"].get("name")
     if name != turn.name:
-        return f"called {name!r}, expected {turn.name!r}"
+        if isinstance(name, str) and _well_formed(name, arguments):
+            return f"wrong tool: called {name!r}, expected {turn.name!r}"
+        return f"called {name!r} with arguments off its schema, expected {turn.name!r}"
     if arguments != turn.arguments:
-        return f"arguments {json.dumps(arguments, sort_keys=True)} differ from the expected"
+        shown = json.dumps(arguments, sort_keys=True)
+        if _well_formed(name, arguments):
+            return f"wrong value: arguments {shown} differ from the expected"
+        return f"arguments {shown} are off the tool's schema (keys or types)"
     return None
 
 

@@ -16,13 +16,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsv4deploy.gates.runner import GATES
+from dsv4deploy.isolate.compare import combine_suites, compare_needle, compare_soak
 from dsv4deploy.plan import gate_targets, host_layouts, make_plan
 from dsv4deploy.sglang import flags
 from dsv4deploy.spec import CombinedSpec, Deployment, Problem, SpecError, check_deployment
 
 #: Suites a side can run: gates of a deploy that test behaviour (readiness is always run first).
 SUITES = ("smoke", "needle", "soak")
-VERDICTS = ("pd_specific", "shared_path", "clean", "inconclusive")
+VERDICTS = ("pd_specific", "pd_amplified", "shared_path", "clean", "inconclusive")
 #: Model-affecting settings a worker may set for itself; the combined server takes the prefill's.
 _WORKER_MODEL_SETTINGS = ("index_topk", "model_overrides", "chat_template", "page_size", "kv_cache_dtype",
                           "context_length")
@@ -231,6 +232,35 @@ def decide(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str
             if not side["ready"] and not side.get("error"):
                 why = f"it never became ready: {why}"
             return "inconclusive", f"the {name} side could not be tested: {why}"
+    verdicts = [_suite_verdict(name, pd, combined) for name in SUITES if name in _ran(pd) and name in _ran(combined)]
+    if verdicts:
+        return combine_suites(verdicts)
+    return _flags_verdict(pd, combined)
+
+
+def _ran(side: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {g["name"]: g for g in side["gates"] if g["name"] in SUITES}
+
+
+def _suite_verdict(name: str, pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str]:
+    """One suite's verdict: soak and needle by an exact test of the two sides (dsv4deploy.isolate.compare),
+    smoke by its two results."""
+    mine, theirs = _ran(pd)[name], _ran(combined)[name]
+    if name == "soak" and "finished" in mine["evidence"] and "finished" in theirs["evidence"]:
+        verdict, why, _ = compare_soak(mine["evidence"], theirs["evidence"])
+        return verdict, why
+    if name == "needle" and mine["evidence"].get("cells") and theirs["evidence"].get("cells"):
+        verdict, why, _ = compare_needle(mine["evidence"], theirs["evidence"], pd["recall_breaks_at"],
+                                         combined["recall_breaks_at"])
+        return verdict, why
+    one = {**pd, "failed_suites": [name] if mine["status"] == "failed" else [], "passed": mine["status"] == "passed"}
+    other = {**combined, "failed_suites": [name] if theirs["status"] == "failed" else [],
+             "passed": theirs["status"] == "passed"}
+    return _flags_verdict(one, other)
+
+
+def _flags_verdict(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str]:
+    """The verdict from the two sides' pass/fail alone (smoke: one request, nothing to count)."""
     pd_failed, combined_failed = not pd["passed"], not combined["passed"]
     if pd_failed and combined_failed:
         return "shared_path", (f"fails in PD ({_failures(pd)}) and on the combined server ({_failures(combined)}): "

@@ -44,7 +44,9 @@ def build_report(
         raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     if not release:
         raise ValueError("release must be a release id")
-    failed = next((g for g in gates if g.status is GateStatus.FAILED), None)
+    failed = next((g for g in gates if g.status in (GateStatus.FAILED, GateStatus.ERROR)), None)
+    if failed is None and verdict in ("rolled_back", "failed"):  # refused as undecided (dsv4_gates_inconclusive)
+        failed = next((g for g in gates if g.status is GateStatus.INCONCLUSIVE and g.name != "bake"), None)
     return {
         "release": release,
         "previous_release": previous_release,
@@ -153,7 +155,9 @@ def update_latest(reports_root: Path | str, release: str) -> Path:
 def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_note: str | None = None,
                     perf_plot: Path | None = None) -> str:
     """The report a person reads: a summary line, the gates, the needle grid, raw failure bodies."""
-    lines = [f"# Deploy report: {data['release']}", "", summary_line(data), ""]
+    weak = data.get("weakened") or []
+    mark = f"**WEAKENED** ({'; '.join(weak)}). " if weak else ""
+    lines = [f"# Deploy report: {data['release']}", "", mark + summary_line(data), ""]
     lines += ["| | |", "|---|---|"]
     for label, key in (
         ("release", "release"),
@@ -263,7 +267,8 @@ def failure_sections(gates: list[dict[str, Any]]) -> list[str]:
         failures = gate.get("evidence", {}).get("failures") or []
         if not failures:
             continue
-        label = "failed" if gate["status"] == "failed" else f"{gate['status']}, after retries"
+        label = gate["status"] if gate["status"] in ("failed", "inconclusive", "error") else (
+            f"{gate['status']}, after retries")
         lines += ["", f"### {gate['name']} ({label})"]
         for failure in failures[:FAILURES_SHOWN]:
             status = failure.get("status")
@@ -291,7 +296,7 @@ def _mark(cell: dict[str, Any] | None) -> str:
 
 def status_mark(status: str) -> str:
     return {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
-            "inconclusive": "❔ inconclusive"}.get(status, status)
+            "inconclusive": "❔ inconclusive", "error": "⛔ error"}.get(status, status)
 
 
 def md_cell(value: Any) -> str:

@@ -14,6 +14,7 @@ KNOWN_FAULTS: dict[str, str] = {
     "ignore_override": "flag",
     "pd_transfer_truncate": "flag",
     "tool_call_corruption": "float",
+    "tool_call_mistakes": "float",
     "slow_release": "float",
     "kv_pool_fallback": "flag",
     "slow_decode": "float",
@@ -38,6 +39,7 @@ class Faults:
     ignore_override: bool = False
     pd_transfer_truncate: bool = False
     tool_call_corruption: float = 0.0
+    tool_call_mistakes: float = 0.0  # a well-formed tool call with a wrong value (a model mistake), any server
     slow_release: float = 0.0
     kv_pool_fallback: bool = False
     slow_decode: float = 1.0  # every decode step takes this many times as long (a release without CUDA graphs)
@@ -69,7 +71,8 @@ def parse_faults(spec: str | None) -> Faults:
             value = int(raw) if kind == "int" else float(raw)
         except ValueError:
             raise FaultError(f"fault {name!r} needs a {kind} value, got {raw!r}") from None
-        if value < 0 or (name == "tool_call_corruption" and value > 1) or (name == "slow_decode" and value < 1):
+        rate = name in ("tool_call_corruption", "tool_call_mistakes")
+        if value < 0 or (rate and value > 1) or (name == "slow_decode" and value < 1):
             raise FaultError(f"fault {name!r} value out of range: {raw!r}")
         values[name] = value
     return Faults(**values)  # type: ignore[arg-type]

@@ -175,6 +175,18 @@ def corrupt_tool_call(call: dict[str, Any], salt: str) -> Answer:
     return Answer(text=_markup([call])[:60], finish_reason="stop")  # the parser missed a cut-off call
 
 
+def mistaken_tool_call(call: dict[str, Any]) -> Answer:
+    """A model mistake, not corruption: the same tool with one value wrong but of its type (a number one
+    more, a string reversed), the arguments still valid JSON of the tool's schema."""
+    fn = call["function"]
+    args = json.loads(fn["arguments"])
+    key = next(iter(args))
+    value = args[key]
+    args[key] = value + 1 if isinstance(value, int) else str(value)[::-1] + "x"
+    wrong = dict(call, function={"name": fn["name"], "arguments": json.dumps(args)})
+    return Answer(tool_calls=[wrong], finish_reason="tool_calls")
+
+
 def generate(
     kv: PromptKV,
     last_user_text: str,

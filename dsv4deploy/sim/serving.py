@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .model import Answer, corrupt_tool_call, garble, generate, raw_tool_markup
+from .model import Answer, corrupt_tool_call, garble, generate, mistaken_tool_call, raw_tool_markup
 from .pd import KVTransferError, fetch_kv
 from .recall import PromptKV, compute_kv, truncate_distant_entries, unit_hash
 from .tokenizer import count_tokens, message_text, render_chat, tokenize
@@ -195,6 +195,9 @@ def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room
         answer = generate(kv, prompt.last_text, index_topk=s.index_topk, tools=prompt.tools,
                           last_role=prompt.last_role, call_id=f"call_{uuid.uuid4().hex[:24]}",
                           salt=salt)
+        mistakes = sim.env.faults.tool_call_mistakes
+        if answer.tool_calls and mistakes and unit_hash(salt, uuid.uuid4().hex, "mistake") < mistakes:
+            answer = mistaken_tool_call(answer.tool_calls[0])
         if s.mode == "decode":
             answer = _decode_side_effects(sim, kv, answer, room)
         elif s.mode == "combined":

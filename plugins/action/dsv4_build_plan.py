@@ -10,7 +10,7 @@ from typing import Any
 
 from dsv4deploy.controller.action import ValidatedAction
 from dsv4deploy.gates import reach
-from dsv4deploy.gates.runner import GateSettingsError
+from dsv4deploy.gates.runner import GateSettingsError, plan_index_topk, weakened
 from dsv4deploy.inventory import names, plain
 from dsv4deploy.inventory.checks import inventory_problems, vault_var_problems, view_of
 from dsv4deploy.inventory.varnames import ALLOW_VAR
@@ -116,7 +116,7 @@ class ActionModule(ValidatedAction):
                               + "\n- ".join(str(p) for p in exc.problems))
             return result
         try:  # the gates' settings too: a needle grid that cannot prove its requirement is refused now
-            self.gate_settings(task_vars, plan)
+            gates = self.gate_settings(task_vars, plan)
         except GateSettingsError as exc:
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
@@ -126,9 +126,11 @@ class ActionModule(ValidatedAction):
             result.update(failed=True, problems=[problem],
                           msg=f"the deployment spec is invalid; nothing was changed:\n- {problem}")
             return result
-        result.update(changed=False, ansible_facts={fact: plan},
+        # Settings weaker than the spec implies: named on the plan line and the report's first line.
+        weak = weakened(gates, plan_index_topk(plan), task_vars, self.templated)
+        result.update(changed=False, ansible_facts={fact: plan, "dsv4_plan_weakened": weak},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
-                          f"endpoint {plan['endpoint']}")
+                          f"endpoint {plan['endpoint']}" + (f"; WEAKENED: {'; '.join(weak)}" if weak else ""))
         return result
 
     def _locate(self, result: dict, args: dict, task_vars: dict) -> dict:

@@ -16,6 +16,7 @@ ARGUMENT_SPEC = {
     "name": {"type": "list", "elements": "str", "required": True, "choices": list(GATES)},
     "then": {"type": "list", "elements": "raw", "default": []},
     "keep_going": {"type": "bool", "default": False},
+    "inconclusive": {"type": "str", "default": "fail", "choices": ["fail", "pass"]},
     "plan": {"type": "dict", "required": True},
     "logs": {"type": "dict", "default": {}},
     "api_key": {"type": "str", "default": "", "no_log": True},

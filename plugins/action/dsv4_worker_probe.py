@@ -95,7 +95,8 @@ class ActionModule(GateTaskAction):
         only one the gates wait on): the gate's result goes into result["verdict"]. When the gate task itself
         could not run (settings, the key file), no verdict: the gate task then runs and fails saying why."""
         host = task_vars["inventory_hostname"]
-        gate_args = {"name": ["readiness"], "then": [], "keep_going": False, "plan": args["plan"], "logs": {},
+        gate_args = {"name": ["readiness"], "then": [], "keep_going": False, "inconclusive": "fail",
+                     "plan": args["plan"], "logs": {},
                      "api_key": result.get("api_key") or args["api_key"],
                      "api_key_problem": result.get("api_key_problem", ""), "settings": args["settings"],
                      "probes": {host: result["probe"]}, "baseline": {}, "bake": {}}

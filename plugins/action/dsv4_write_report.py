@@ -65,6 +65,8 @@ class ActionModule(ReportAction):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        # Settings weaker than the spec implies (dsv4_build_plan named them): said on the first line.
+        data["weakened"] = list(task_vars.get("dsv4_plan_weakened") or [])
         if args.get("rolling_table"):
             data["rolling_table"] = list(args["rolling_table"])
         # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.

@@ -40,6 +40,15 @@ options:
     default: false
     description:
       - Run every entry of O(then) even after a gate failed (an experiment's suite, where a failure is data).
+  inconclusive:
+    type: str
+    default: fail
+    choices: [fail, pass]
+    description:
+      - What an C(inconclusive) gate counts as - a gate that ran but whose evidence did not decide within its
+        budget or deadline (the soak's sequential test says how many more sessions would decide). V(fail)
+        refuses the release; V(pass) lets it through, still marked inconclusive in the report. The bake keeps
+        its own rule (an inconclusive bake leaves the release serving, reported as not baked).
   plan:
     type: dict
     required: true
@@ -84,7 +93,7 @@ options:
     default: {}
     description:
       - "The bake's settings (C(dsv4deploy.gates.bake.BakeSettings): C(seconds), C(interval_s),
-        C(failure_limit), C(inconclusive_limit), C(max_error_rate), C(max_abort_rate),
+        C(failure_limit), C(inconclusive_limit), C(error_limit), C(min_requests), C(max_error_rate), C(max_abort_rate),
         C(max_transfer_failures), C(canary_tokens), C(probe_sessions), C(probe_deadline_s)), which the
         C(bake) gate runs with; empty or C(seconds) 0 skips the bake."
 extends_documentation_fragment:

@@ -25,6 +25,10 @@ WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [10
 # Far beyond the window and well within what index_topk 1024 recalls (6144 tokens for certain).
 NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.5]}']
 # Beyond what index_topk 512 can ever recall (4096 tokens) yet within 1024's certain range.
+# The same requirement at four depths: 8 cells paired on identical prompts, enough for McNemar's test to tell
+# PD from the combined server (6 cells missed in PD alone decide at 0.05; 2 cannot).
+NEEDLE_2K_PAIRED = ["-e", "needle_required_tokens=2200",
+                    "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.1, 0.3, 0.5, 0.7]}']
 NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
 
@@ -107,8 +111,9 @@ def experiment(host: SimHost, faults: str, needle: list[str]) -> tuple[str, dict
 
 def test_pd_transfer_truncation_gives_pd_specific_and_the_release_is_restored(sim_host: SimHost) -> None:
     # A production whose PD transfer loses every fact beyond the window (a weak needle check would pass it).
-    release, report = experiment(sim_host, "pd_transfer_truncate", NEEDLE_2K)
+    release, report = experiment(sim_host, "pd_transfer_truncate", NEEDLE_2K_PAIRED)
     assert report["verdict"] == "pd_specific", report["why"]
+    assert "McNemar p=0.0078" in report["why"], report["why"]  # 8 cells missed in PD alone: 2/2^8
     pd, combined = report["sides"]["pd"], report["sides"]["combined"]
     assert pd["passed"] is False and pd["failed_suites"] == ["needle"] and pd["recall_breaks_at"] == 2000
     assert combined["passed"] is True and combined["recall_breaks_at"] is None

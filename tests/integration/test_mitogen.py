@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import SMALL_SOAK, SimHost
 
-FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120",
-        "-e", '{"soak_sessions": 6, "soak_turns": 2}']
+FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -87,3 +88,15 @@ def test_memory_model_matches_the_seeds() -> None:
     assert fits(0.85, 512) and not fits(0.85, 1024) and fits(0.80, 1024)
     assert not fits(0.30, 512)  # 33 GiB of weights per GPU do not fit in 28.8
     assert memory.oom_stage(memory.plan(4, 0.80, 96, 512, True), 96, held_by_others_gib=40) is not None
+
+
+def test_a_model_mistake_is_a_well_formed_call_with_one_value_wrong() -> None:
+    from dsv4deploy.sim.model import mistaken_tool_call
+
+    call = {"id": "c", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"days": 3, "city": "Oslo"})}}
+    wrong = mistaken_tool_call(call).tool_calls[0]["function"]
+    assert wrong["name"] == "get_weather" and json.loads(wrong["arguments"]) == {"days": 4, "city": "Oslo"}
+    assert parse_faults("tool_call_mistakes=0.1").tool_call_mistakes == 0.1
+    with pytest.raises(FaultError):
+        parse_faults("tool_call_mistakes=2")

@@ -85,7 +85,10 @@ def produced(documents: list[Any]) -> set[str]:
             if key in SET_FACT and isinstance(value, dict):
                 names |= set(value)
             elif key in PLAN_ACTION:
-                names.add((value or {}).get("fact", "dsv4_plan"))
+                fact = (value or {}).get("fact", "dsv4_plan")
+                names.add(fact)
+                if fact == "dsv4_plan":  # a deploy's plan has a second fact: the settings weaker than the spec
+                    names.add("dsv4_plan_weakened")
         if "register" in task:
             names.add(task["register"])
         names.add((task.get("loop_control") or {}).get("loop_var", "item"))

@@ -319,11 +319,16 @@ def test_gate_needle_small_grid(capsys: pytest.CaptureFixture[str], sim_server: 
 
 def test_gate_soak_by_hand(capsys: pytest.CaptureFixture[str], sim_server: tuple[str, Path]) -> None:
     url, _ = sim_server
-    code, out, err = run(capsys, "gate", "soak", "--url", url, "--sessions", "4", "--turns", "2",
-                         "--concurrency", "2", "--deadline", "60")
+    # the sequential test at its defaults: 65 clean sessions pass a release
+    code, out, err = run(capsys, "gate", "soak", "--url", url, "--sessions", "80", "--turns", "1",
+                         "--concurrency", "8", "--deadline", "120")
     assert code == 0, out
-    assert out.startswith("soak: passed in ") and "0 of 4 sessions corrupted" in out
-    assert "soak: [4/4] session" in err  # progress on stderr
+    assert out.startswith("soak: passed in ") and "0 of 65 sessions corrupted" in out
+    assert "soak: [1/80] session" in err  # progress on stderr
+    # a budget too small to decide: inconclusive, which is not a pass, saying how many more would decide
+    code, out, _ = run(capsys, "gate", "soak", "--url", url, "--sessions", "4", "--turns", "1", "--deadline", "60")
+    assert code == 1 and out.startswith("soak: inconclusive in "), out
+    assert "at least 61 more clean sessions would decide" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [

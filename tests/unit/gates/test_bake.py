@@ -36,10 +36,14 @@ def test_router_errors_of_sglang_router_02_take_the_larger_of_its_counters() -> 
 
 
 @pytest.mark.parametrize(("bad", "total", "phase"), [
-    (0, 10, Phase.SUCCESSFUL), (1, 100, Phase.SUCCESSFUL), (2, 100, Phase.FAILED),
-    (0, 0, Phase.INCONCLUSIVE), (None, None, Phase.INCONCLUSIVE)])
-def test_a_rate_fails_above_its_limit_and_is_inconclusive_with_nothing_to_judge(bad, total, phase) -> None:
-    assert rate("error rate", bad, total, 0.01, "router").phase is phase
+    (0, 40, Phase.SUCCESSFUL), (1, 100, Phase.SUCCESSFUL), (0, 10, Phase.INCONCLUSIVE),
+    (2, 100, Phase.INCONCLUSIVE),  # 2 % against a 1 % limit over 100 requests: p=0.26, no evidence
+    (6, 100, Phase.FAILED),  # p=0.0005
+    (1, 6, Phase.INCONCLUSIVE),  # one 5xx among six probe requests: fewer than min_requests
+    (30, 30, Phase.FAILED),  # every request an error
+    (0, 0, Phase.INCONCLUSIVE), (None, None, Phase.ERROR)])
+def test_a_rate_fails_only_when_significantly_above_its_limit(bad, total, phase) -> None:
+    assert rate("error rate", bad, total, 0.01, "router", min_requests=20).phase is phase
 
 
 def test_counters_change_over_an_interval_and_a_source_missing_on_either_side_is_missing() -> None:
@@ -51,8 +55,10 @@ def test_counters_change_over_an_interval_and_a_source_missing_on_either_side_is
 
 
 def test_an_interval_fails_on_any_failed_analysis_and_is_inconclusive_only_without_one() -> None:
-    ok, bad, unsure = (Analysis("a", p, "") for p in (Phase.SUCCESSFUL, Phase.FAILED, Phase.INCONCLUSIVE))
-    assert interval_phase([ok, unsure, bad]) is Phase.FAILED
+    ok, bad, unsure, unread = (Analysis("a", p, "") for p in (Phase.SUCCESSFUL, Phase.FAILED, Phase.INCONCLUSIVE,
+                                                               Phase.ERROR))
+    assert interval_phase([ok, unsure, unread, bad]) is Phase.FAILED
+    assert interval_phase([ok, unsure, unread]) is Phase.ERROR
     assert interval_phase([ok, unsure]) is Phase.INCONCLUSIVE
     assert interval_phase([ok, ok]) is Phase.SUCCESSFUL
 
@@ -92,19 +98,47 @@ def test_inconclusive_intervals_in_a_row_end_the_bake_inconclusive_and_say_so(mo
     assert len(result.evidence["intervals"]) == 4
 
 
+def test_a_bake_of_one_interval_can_fail(monkeypatch) -> None:
+    # failure_limit 1 used to need two failed intervals: one interval with everything failed read "passed"
+    _scripted(monkeypatch, [Phase.FAILED])
+    result = _run(BakeSettings(seconds=1, interval_s=1, failure_limit=1))
+    assert result.status == "failed", result.summary
+    assert "a failed interval with no more intervals left than the failure limit (1)" in result.summary
+
+
+def test_a_failed_interval_near_the_end_fails_the_bake(monkeypatch) -> None:
+    _scripted(monkeypatch, [Phase.SUCCESSFUL, Phase.SUCCESSFUL, Phase.FAILED, Phase.SUCCESSFUL])
+    result = _run(BakeSettings(seconds=4, interval_s=1, failure_limit=1))
+    assert result.status == "failed" and len(result.evidence["intervals"]) == 3
+
+
+def test_a_bake_with_no_interval_successful_is_inconclusive_not_passed(monkeypatch) -> None:
+    _scripted(monkeypatch, [Phase.INCONCLUSIVE, Phase.INCONCLUSIVE])
+    result = _run(BakeSettings(seconds=2, interval_s=1, inconclusive_limit=3))
+    assert result.status == "inconclusive", result.summary
+    assert result.summary.startswith("inconclusive: its time was up with no interval successful")
+
+
+def test_metrics_that_cannot_be_read_end_the_bake_in_error_not_inconclusive(monkeypatch) -> None:
+    _scripted(monkeypatch, [Phase.ERROR, Phase.ERROR, Phase.SUCCESSFUL])
+    result = _run(BakeSettings(seconds=3, interval_s=1, error_limit=2))
+    assert result.status == "error" and result.evidence["verdict"] == "error"
+    assert result.summary.startswith("error: 2 interval(s) in a row could not be measured")
+
+
 def test_bad_bake_settings_name_the_field() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         BakeSettings(seconds=10, interval_s=0)
 
 
-def test_sources_not_read_by_design_give_no_analysis_and_read_ones_that_fail_are_inconclusive() -> None:
+def test_sources_not_read_by_design_give_no_analysis_and_read_ones_that_fail_are_errors() -> None:
     settings = BakeSettings(seconds=1)
     # No router, no worker the controller reaches (loopback on a remote host): nothing to be unsure of.
     assert bake.metric_analyses(Counters(), settings, pd=True, has_router=False, has_servers=False) == []
     unread = bake.metric_analyses(Counters(), settings, pd=True, has_router=True, has_servers=True)
     assert [a.name for a in unread] == ["error rate", "abort rate", "transfer failures"]
-    assert {a.phase for a in unread} == {Phase.INCONCLUSIVE}
-    change = Counters((10, 0), {"sglang:num_requests_total": 10, "sglang:num_transfer_failed_reqs_total": 1})
+    assert {a.phase for a in unread} == {Phase.ERROR}
+    change = Counters((40, 0), {"sglang:num_requests_total": 40, "sglang:num_transfer_failed_reqs_total": 1})
     judged = {a.name: a.phase for a in bake.metric_analyses(change, settings, pd=True, has_router=True)}
     assert judged == {"error rate": Phase.SUCCESSFUL, "abort rate": Phase.SUCCESSFUL,
                       "transfer failures": Phase.FAILED}

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dsv4deploy.gates.runner import GATE_NEEDS, GATES, chain_problem, group_problem, names_problems, run_chain
+from dsv4deploy.gates.runner import (
+    GATE_NEEDS,
+    GATES,
+    chain_problem,
+    counts_as_failed,
+    group_problem,
+    names_problems,
+    run_chain,
+)
 from tests.integration.simhost import REPO
 
 
@@ -57,6 +65,19 @@ def test_the_chain_starts_the_needle_and_the_soak_only_after_smoke_passed() -> N
     assert [(g["name"], g["status"]) for g in run_chain(groups, run_one)] == [("config", "passed"),
                                                                                ("smoke", "failed")]
     assert "needle" not in began and "soak" not in began
+
+
+def test_an_inconclusive_gate_refuses_the_release_unless_the_operator_says_pass() -> None:
+    groups = [["smoke"], ["soak"], ["perf"]]
+    run_one, _ = _chain_of({"soak": "inconclusive"})
+    assert [g["name"] for g in run_chain(groups, run_one)] == ["smoke", "soak"]  # perf never starts
+    assert counts_as_failed({"name": "soak", "status": "inconclusive"})
+    run_one, _ = _chain_of({"soak": "inconclusive"})
+    assert [g["name"] for g in run_chain(groups, run_one, inconclusive="pass")] == ["smoke", "soak", "perf"]
+    assert not counts_as_failed({"name": "soak", "status": "inconclusive"}, "pass")
+    # the bake keeps its own rule: inconclusive, the release stays (reported as not baked)
+    assert not counts_as_failed({"name": "bake", "status": "inconclusive"})
+    assert counts_as_failed({"name": "bake", "status": "failed"}, "pass")
 
 
 def test_a_failed_config_gate_ends_the_chain_by_its_name_unless_told_to_keep_going() -> None:

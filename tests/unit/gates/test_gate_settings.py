@@ -68,3 +68,28 @@ def test_the_readiness_deadline_is_the_settings_then_the_model_profiles_then_600
     assert GateSettings().readiness_deadline() == 600
     assert GateSettings().readiness_deadline({"readiness_deadline_s": 4500}) == 4500
     assert GateSettings(readiness_deadline_s=15).readiness_deadline({"readiness_deadline_s": 4500}) == 15
+
+def _weak(index_topk=1024, **variables):
+    from dsv4deploy.gates.runner import settings_from_vars, weakened
+
+    settings = settings_from_vars({k: v for k, v in variables.items() if not k.startswith("dsv4_")}, lambda v: v,
+                                  None, index_topk)
+    return weakened(settings, index_topk, variables, lambda v: v)
+
+
+def test_the_defaults_are_not_weakened():
+    assert _weak() == [] and _weak(index_topk=512) == []
+
+
+def test_each_setting_weaker_than_the_spec_implies_is_named():
+    found = _weak(needle_required_tokens=2000, soak_max_corruption_rate=0.2, soak_enabled=False,
+                  dsv4_gates_names=["readiness", ["config", "smoke"], "needle"], dsv4_gates_inconclusive="pass",
+                  dsv4_bake_s=600)
+    assert found == [
+        "needle_required_tokens 2000 is below the 5500 that index_topk 1024 implies",
+        "soak_max_corruption_rate 0.2 is above the default 0.05",
+        "soak_enabled is false",
+        "soak is left out of dsv4_gates_names",
+        "dsv4_gates_inconclusive is pass (an undecided gate lets the release through)",
+        "dsv4_bake_canary_tokens 1000 is shorter than the needle requirement 2000",
+    ]

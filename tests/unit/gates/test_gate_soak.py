@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from dsv4deploy.gates import GateStatus, run_soak, wilson_interval
+from dsv4deploy.gates import GateStatus, run_soak
 from dsv4deploy.gates.chat import classify
-from dsv4deploy.gates.toolcalls import check_followup, check_tool_reply, session_script
+from dsv4deploy.gates.toolcalls import CORRUPTED, MISTAKE, check_followup, check_tool_reply, session_script
+from dsv4deploy.gates.toolcalls import classify as kind_of
 
 from .stubs import Request
 
@@ -55,15 +56,10 @@ def model(corrupt=lambda call, request: None):
 
 
 def soak(server, **kw):
+    """All the sessions judged at once (the bake's probe); the sequential tests below say sequential=True."""
     args = {"sessions": 12, "turns": 3, "concurrency": 4, "max_corruption_rate": 0.02, "deadline_s": 30,
-            "sleep": sleeps} | kw
+            "sleep": sleeps, "sequential": False} | kw
     return run_soak(server.url, "dsv4", **args)
-
-
-def test_wilson_interval_matches_known_values():
-    assert wilson_interval(0, 50) == pytest.approx((0.0, 0.0713), abs=1e-4)
-    assert wilson_interval(5, 50) == pytest.approx((0.0435, 0.2136), abs=1e-4)
-    assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
 def test_clean_sessions_pass_with_every_call_checked_and_progress(stub):
@@ -73,7 +69,7 @@ def test_clean_sessions_pass_with_every_call_checked_and_progress(stub):
     assert result.status is GateStatus.PASSED, result.summary
     ev = result.evidence
     assert (ev["corrupted_sessions"], ev["tool_calls_checked"], ev["requests"]) == (0, 36, 72)
-    assert result.summary.startswith("0 of 12 sessions corrupted (rate 0.0%, 95% interval 0.0%-24.2%")
+    assert result.summary.startswith("0 of 12 sessions corrupted (rate 0.0%, 95% interval 0.0%-26.5%)")
     assert sorted(progress) == [(i, 12) for i in range(1, 13)]
     assert server.max_in_flight <= 4 and server.count(CHAT) == 72
 
@@ -107,12 +103,28 @@ def test_each_kind_of_corruption_is_caught_and_kept_verbatim(stub, damage, probl
     assert result.evidence["requests"] == 3  # a session stops at its first corrupted reply
 
 
-def test_values_typed_differently_are_not_the_expected_call():
+def _call(name: str, arguments: dict) -> object:
+    body = {"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}}]}
+    return classify(200, json.dumps(body))
+
+
+def test_values_typed_differently_are_corruption_not_a_mistake():
     turn = next(t for t in session_script(3, 0, 20) if any(isinstance(v, int) for v in t.arguments.values()))
     stringly = {k: str(v) for k, v in turn.arguments.items()}
-    body = {"choices": [{"message": {"content": None, "tool_calls": [
-        {"id": "1", "type": "function", "function": {"name": turn.name, "arguments": json.dumps(stringly)}}]}}]}
-    assert "differ from the expected" in check_tool_reply(classify(200, json.dumps(body)), turn)
+    problem = check_tool_reply(_call(turn.name, stringly), turn)
+    assert "off the tool's schema" in problem and kind_of(problem) == CORRUPTED
+
+
+def test_a_well_formed_call_with_another_value_or_tool_is_a_model_mistake():
+    turn = next(t for t in session_script(3, 0, 20) if t.name == "get_weather")
+    other = {**turn.arguments, "days": turn.arguments["days"] % 7 + 1}
+    problem = check_tool_reply(_call(turn.name, other), turn)
+    assert problem.startswith("wrong value: ") and kind_of(problem) == MISTAKE
+    wrong_tool = check_tool_reply(_call("lookup_order", {"order_id": "ORD-12345"}), turn)
+    assert wrong_tool.startswith("wrong tool: called 'lookup_order'") and kind_of(wrong_tool) == MISTAKE
+    garbled = check_tool_reply(_call("get_wether", turn.arguments), turn)
+    assert kind_of(garbled) == CORRUPTED
 
 
 def test_markup_after_the_tool_result_is_corruption():
@@ -236,5 +248,117 @@ def test_the_deadline_stops_sessions_between_requests_and_counts_the_unrun(stub)
                                      "deadline reached; 0 of 0 sessions corrupted")
     records = result.evidence["session_results"]
     assert [(r["requests"], r["tool_calls"]) for r in records] == [(1, 1)] + [(0, 0)] * 4
-    assert [r["error"] for r in records[1:]] == ["not run: gate deadline reached"] * 4
+    assert [r["stopped"] for r in records[1:]] == ["not run: gate deadline reached"] * 4
     assert server.count(CHAT) == 2
+
+
+# The sequential decision (the soak gate's own): Wald's test at the soak's design.
+
+def sequential(server, **kw):
+    args = {"sessions": 300, "turns": 1, "concurrency": 4, "max_corruption_rate": 0.05, "deadline_s": 60,
+            "sleep": sleeps} | kw
+    return run_soak(server.url, "dsv4", **args)
+
+
+def test_a_clean_release_passes_as_soon_as_the_test_decides_and_runs_no_more(stub):
+    server = stub({CHAT: model()})
+    result = sequential(server)
+    assert result.status is GateStatus.PASSED, result.summary
+    ev = result.evidence
+    # 65 clean sessions reach the pass bound at 0.5 % vs 5 %, alpha .01, beta .05; the lanes had a few under way
+    assert ev["finished"] == 65 and ev["corruption"]["outcome"] == "passed"
+    assert ev["corruption"]["risks"] == {"acceptable_rate": 0.005, "refused_rate": 0.05, "alpha": 0.01, "beta": 0.05,
+                                         "budget": 300}
+    assert server.count(CHAT) <= 2 * (65 + 4)
+    assert "passed after 65 sessions" in result.summary and "refused with risk 0.01" in result.summary
+    stopped = [r for r in ev["session_results"] if r["stopped"]]
+    assert stopped and all("the test had decided (passed) after 65 sessions" in r["stopped"] for r in stopped)
+
+
+def test_the_seeds_corruption_rate_fails_within_a_few_sessions(stub):
+    lock, count = threading.Lock(), [0]
+
+    def every_third(call, request):
+        with lock:
+            count[0] += 1
+            hit = count[0] % 3 == 0
+        return {"content": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather"} if hit else None
+
+    server = stub({CHAT: model(every_third)})
+    result = sequential(server)
+    assert result.status is GateStatus.FAILED, result.summary
+    assert result.evidence["finished"] <= 10 and result.evidence["corrupted_sessions"] >= 2
+    assert "corruption above the acceptable rate (soak_max_corruption_rate 0.05" in result.summary
+    assert result.evidence["corruption"]["p_value"] < 0.01
+
+
+def test_model_mistakes_are_counted_apart_with_their_own_limit(stub):
+    def wrong_days(call, request):
+        if request.body["messages"][-1]["content"].find("get_weather") < 0:
+            return None
+        fn = call["tool_calls"][0]["function"]
+        args = json.loads(fn["arguments"])
+        args["days"] = args["days"] % 7 + 1
+        return call | {"tool_calls": [{**call["tool_calls"][0], "function": {**fn, "arguments": json.dumps(args)}}]}
+
+    server = stub({CHAT: model(wrong_days)})
+    result = sequential(server)
+    ev = result.evidence
+    assert result.status is GateStatus.FAILED, result.summary
+    assert ev["corrupted_sessions"] == 0 and ev["mistaken_sessions"] > 0
+    assert "model mistakes above the acceptable rate (soak_max_mistake_rate 0.1" in result.summary
+    assert ev["samples"][0]["what"].endswith(ev["samples"][0]["what"].split(": ", 1)[1])
+    assert "model mistake: wrong value" in ev["samples"][0]["what"]
+
+
+def test_a_budget_spent_undecided_is_inconclusive_and_says_how_many_more_would_decide(stub):
+    server = stub({CHAT: model()})
+    result = sequential(server, sessions=30)
+    assert result.status is GateStatus.INCONCLUSIVE, result.summary
+    assert result.evidence["more_sessions_to_decide"] == 35  # 65 clean sessions decide; 30 were run
+    assert "undecided when the budget of 30 sessions was spent; at least 35 more clean sessions" in result.summary
+
+
+def test_a_deadline_before_the_decision_is_inconclusive(stub):
+    answer = model()
+
+    def slow(request: Request):
+        time.sleep(0.05)  # 0.1 s a session on one lane: about 10 sessions by the deadline, 65 needed
+        return answer(request)
+
+    server = stub({CHAT: slow})
+    result = sequential(server, concurrency=1, deadline_s=1.0)
+    assert result.status is GateStatus.INCONCLUSIVE, result.summary
+    assert "undecided when the gate deadline passed" in result.summary
+    assert result.evidence["more_sessions_to_decide"] == 65 - result.evidence["finished"] > 0
+
+
+def test_a_design_that_cannot_work_names_its_settings(stub):
+    server = stub({CHAT: model()})
+    with pytest.raises(ValueError, match="soak_acceptable_rate < soak_max_corruption_rate"):
+        sequential(server, max_corruption_rate=0.001)
+
+
+def test_retries_above_their_share_fail_the_soak_and_a_few_are_counted(stub):
+    answer = model()
+    lock, seen = threading.Lock(), set()
+
+    def flaky(request: Request):
+        # every request's first try meets a transient 503: its retry answers, as an intermittent PD path would
+        key = json.dumps(request.body["messages"], sort_keys=True)
+        with lock:
+            first = key not in seen
+            seen.add(key)
+        return (503, {"object": "error", "message": "busy"}) if first else answer(request)
+
+    result = soak(stub({CHAT: flaky}))
+    assert result.status is GateStatus.FAILED, result.summary
+    assert "above soak_max_retry_share 0.05: the path fails intermittently" in result.summary
+    assert result.evidence["transport_retries"] > 0.05 * result.evidence["attempts"]
+
+    def once(request: Request):
+        return (503, {"object": "error", "message": "busy"}) if request.n == 0 else answer(request)
+
+    fine = soak(stub({CHAT: once}))
+    assert fine.status is GateStatus.PASSED, fine.summary
+    assert (fine.evidence["transport_retries"], fine.evidence["attempts"]) == (1, 73)

@@ -221,3 +221,25 @@ def test_an_inconclusive_bake_is_said_on_the_first_line():
     md = render_markdown(data)
     assert "**PROMOTED** `r2`: 1 of 2 gates passed. INCONCLUSIVE: bake (the release stays, not judged)." in md
     assert "| bake | ❔ inconclusive | 3.0 | inconclusive: ... |" in md
+
+
+def test_a_soak_that_could_not_decide_is_the_gate_that_refused_a_rolled_back_release():
+    soak = GateResult(name="soak", status=GateStatus.INCONCLUSIVE, seconds=9.0,
+                      summary="inconclusive: 0 of 30 sessions corrupted; at least 35 more clean sessions would decide",
+                      evidence={"more_sessions_to_decide": 35})
+    refused = build_report(release="r2", previous_release="r1", topology="pd", verdict="rolled_back",
+                           endpoint="http://h:8000", gates=[gate("readiness", "passed"), soak])
+    assert refused["failed_gate"] == "soak"
+    # let through by dsv4_gates_inconclusive: pass, it refused nothing
+    passed = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                          endpoint="http://h:8000", gates=[gate("readiness", "passed"), soak])
+    assert passed["failed_gate"] is None
+
+
+def test_a_weakened_run_is_marked_on_the_first_line_naming_each_setting():
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="promoted",
+                        endpoint="http://h:8000", gates=[gate("readiness", "passed")])
+    data["weakened"] = ["soak_enabled is false", "needle is left out of dsv4_gates_names"]
+    first = render_markdown(data).splitlines()[2]
+    assert first.startswith("**WEAKENED** (soak_enabled is false; needle is left out of dsv4_gates_names). "
+                            "**PROMOTED** `r2`")

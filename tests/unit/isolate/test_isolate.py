@@ -105,11 +105,16 @@ def gate(name, status, phase, summary="fine", **evidence):
     return {"name": name, "status": status, "seconds": 1.0, "summary": summary, "evidence": evidence, "phase": phase}
 
 
+DEPTHS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # 8 cells a length: enough pairs for McNemar to decide
+
+
 def needle(status, phase, fractions):
-    cells = [{"context_tokens": n, "prompt_tokens": n + 3, "depth": 0.5, "recalled": f == 1, "error": None}
-             for n, f in fractions.items()]
-    curve = [{"context_tokens": n, "prompt_tokens": n + 3, "cells": 1, "recalled": int(f), "errors": 0,
-              "fraction": f} for n, f in fractions.items()]
+    """A needle result whose cells are the same prompts on both sides (same lengths, depths and codes)."""
+    cells = [{"context_tokens": n, "prompt_tokens": n + 3, "depth": d, "code": f"c{n}-{d}",
+              "recalled": i < round(f * len(DEPTHS)), "error": None}
+             for n, f in fractions.items() for i, d in enumerate(DEPTHS)]
+    curve = [{"context_tokens": n, "prompt_tokens": n + 3, "cells": len(DEPTHS), "recalled": round(f * len(DEPTHS)),
+              "errors": 0, "fraction": f} for n, f in fractions.items()]
     return gate("needle", status, phase, f"needle {status}", cells=cells, curve=curve, required_tokens=2200)
 
 
@@ -125,7 +130,8 @@ READY = gate("readiness", "passed", "x")
 ])
 def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
     pd = side(READY, needle("passed" if pd_ok else "failed", "pd", {2000: 1.0 if pd_ok else 0.0}))
-    combined = side(READY, needle("passed" if combined_ok else "failed", "combined", {2000: 1.0}))
+    combined = side(READY, needle("passed" if combined_ok else "failed", "combined",
+                                  {2000: 1.0 if combined_ok else 0.0}))
     got, why = decide(pd, combined)
     assert got == verdict
     assert why
@@ -178,7 +184,7 @@ def test_report_json_has_the_contract_fields(tmp_path):
     assert [g["name"] for g in saved["sides"]["combined"]["gates"]] == ["readiness", "config", "needle"]
     md = paths["md"].read_text()
     assert md.startswith("# Isolation report") and "**PD_SPECIFIC**" in md and "restored and verified" in md
-    assert "| 2000 | 0/1 (0%) | 1/1 (100%) |" in md
+    assert "| 2000 | 0/8 (0%) | 8/8 (100%) |" in md
     assert "Needle grid: PD" in md and "Needle grid: the combined server" in md
     assert "env A set on purpose" in md
 
