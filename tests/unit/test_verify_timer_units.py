@@ -14,9 +14,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "roles" / "dsv4_verify_timer" / "templates"
-VARS = {"__dsv4_verify_timer_deployment": "prod", "__dsv4_verify_timer_unit": "dsv4-verify-prod", "__dsv4_verify_timer_user": "daemon",
-        "__dsv4_verify_timer_config": "/opt/dsv4deploy/verify-timer/watch.json", "dsv4_verify_timer_python": "/usr/bin/python3",
-        "__dsv4_verify_timer_metrics": "/opt/dsv4deploy/verify-timer/metrics",
+P = "__dsv4_verify_timer_"  # the role's internal names
+VARS = {f"{P}deployment": "prod", f"{P}unit": "dsv4-verify-prod", f"{P}user": "daemon",
+        f"{P}config": "/opt/dsv4deploy/verify-timer/watch.json", f"{P}metrics": "/opt/dsv4deploy/verify-timer/metrics",
+        "dsv4_verify_timer_python": "/usr/bin/python3",
         "dsv4_verify_timer_textfile_dir": "/var/lib/prometheus/node-exporter", "dsv4_verify_timer_interval_s": 300}
 
 
@@ -60,7 +61,8 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
 def test_the_service_is_exposed_little(tmp_path: Path) -> None:
     """#37: an HTTP client that writes one file scores at most 1.5 (it was 7.7: no capability bound, devices,
     system call filter, address families or namespaces restricted)."""
-    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(_render(tmp_path)["service"])],
+    service = _render(tmp_path)["service"]
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(service)],
                           capture_output=True, text=True, timeout=60)
     level = float(proc.stdout.rsplit("dsv4-verify-prod.service:", 1)[1].split()[0])
     assert level <= 1.5, proc.stdout
@@ -77,8 +79,8 @@ def test_supervisord_reads_the_verification_program_beside_the_releases(tmp_path
                              keep_trailing_newline=True)
     env.filters["quote"] = shlex.quote  # Ansible's
     text = env.get_template("dsv4-verify.supervisor.conf.j2").render(
-        {**VARS, "__dsv4_verify_timer_user": "", "__dsv4_verify_timer_dir": f"{root}/verify-timer", "dsv4_verify_timer_interval_s": 30,
-         "__dsv4_verify_timer_config": f"{root}/verify-timer/100% watch.json", "dsv4_plan_host": {"install_root": str(root)}})
+        {**VARS, f"{P}user": "", f"{P}dir": f"{root}/verify-timer", "dsv4_verify_timer_interval_s": 30,
+         f"{P}config": f"{root}/verify-timer/100% watch.json", "dsv4_plan_host": {"install_root": str(root)}})
     for rel, body in {"verify-timer/supervisor/dsv4-verify-prod.conf": text,
                       "current/supervisor/sglang-dsv4.conf": "[program:sglang-dsv4]\ncommand=/bin/true\n"}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
