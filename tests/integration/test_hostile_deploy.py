@@ -48,6 +48,16 @@ CASES = [
     ("server_env_extra.HF_TOKEN: a secret value contains a control", {"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}),
     ("server_env_extra_by_role.docode: Input should be", {"server_env_extra_by_role": {"docode": {"X": "1"}}}),
     ("server_env_extra: 'X;touch", {"server_env_extra": {f"X;touch {CANARY}": "1"}}),
+    # #37 item 8: roots a purge would share with others.
+    ("install_root (host local)", {"install_root": "/home/alice"}),
+    ("install_root (host local)", {"install_root": "/var/lib/docker/dsv4"}),
+]
+# #37 item 4: continuous verification's settings, written into units, programs and paths root creates.
+VERIFY_CASES = [
+    {"dsv4_verify_timer_textfile_dir": f"/tmp/x\n[program:injected]\ncommand=/bin/touch {CANARY}"},
+    {"dsv4_verify_timer_textfile_dir": "/var/lib/../../etc"},
+    {"dsv4_verify_timer_python": f"/usr/bin/python3 -c 'open(\"{CANARY}\", \"w\")'"},
+    {"dsv4_verify_timer_interval_s": "5\n[program:injected]"},
 ]
 
 
@@ -88,6 +98,19 @@ def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, fie
     assert not CANARY.exists(), "a hostile value was executed"
     assert snapshot(host.install_root) == before
     assert host.pids() == pids
+
+
+@pytest.mark.parametrize("extra", VERIFY_CASES, ids=[json.dumps(e)[:50] for e in VERIFY_CASES])
+def test_hostile_verification_settings_are_refused_before_anything_is_written(serving: SimHost, extra: dict) -> None:
+    host = serving
+    CANARY.unlink(missing_ok=True)
+    before = snapshot(host.install_root)
+    proc = host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=local", "-e", json.dumps(extra))
+    assert proc.returncode != 0
+    assert "a continuous-verification setting is not plain" in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not CANARY.exists() and not (host.install_root / "verify-timer").exists()
+    assert snapshot(host.install_root) == before
 
 
 def test_a_misspelt_variable_in_group_vars_is_named_with_its_file(serving: SimHost) -> None:
