@@ -99,6 +99,28 @@ def test_the_service_user_cannot_reach_root_or_node_exporters_folder(host: SimHo
     assert sorted(p.name for p in textfile_dir.iterdir()) == ["node.prom"] and other.read_text() == "node_custom 1\n"
 
 
+def test_another_install_roots_verification_of_the_same_name_is_neither_overwritten_nor_removed(
+        host: SimHost) -> None:
+    """#37 item 14: /opt/dsv4deploy and /srv/dsv4deploy both made dsv4-verify-dsv4deploy; one overwrote and
+    removed the other's. Here the other deployment (same derived name, another install root) linked its file."""
+    textfile_dir = host.root / "shared-textfile"
+    textfile_dir.mkdir(mode=0o755)
+    name = "install"  # the name derived from this host's install root (.../install), as the server units derive it
+    theirs = textfile_dir / f"dsv4deploy-{name}.prom"
+    theirs.symlink_to("/srv/install/verify-timer/metrics/" + theirs.name)
+    for state in ("present", "absent"):
+        proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir), "-e", f"dsv4_verify_timer_state={state}")
+        if state == "present":
+            assert proc.returncode != 0
+            out = " ".join(proc.stdout.split())
+            assert f"{theirs} belongs to another deployment on this host" in out, out[-3000:]
+            assert "set deployment_name to a name of this deployment's own" in out
+            assert not (host.install_root / "verify-timer").exists()
+        else:
+            assert proc.returncode == 0, proc.stdout[-5000:]
+        assert os.readlink(theirs) == "/srv/install/verify-timer/metrics/" + theirs.name
+
+
 def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHost) -> None:
     """Item 3, as the review saw it: "deployment": "/../../keep/important", then stop -e dsv4_stop_purge=true."""
     textfile_dir = host.root / "textfile"
