@@ -124,7 +124,9 @@ def test_another_install_roots_verification_of_the_same_name_is_neither_overwrit
 def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHost) -> None:
     """Item 3, as the review saw it: "deployment": "/../../keep/important", then stop -e dsv4_stop_purge=true."""
     textfile_dir = host.root / "textfile"
-    keep = host.root / "keep" / "important"
+    # What the review deleted: <textfile_dir>/dsv4deploy-/../../keep/important.prom, a folder outside, once the
+    # service user (who owned the textfile directory then) made the dsv4deploy- folder the path climbs out of.
+    keep = host.root / "keep" / "important.prom"
     keep.mkdir(parents=True)
     (keep / "data.txt").write_text("precious\n")
     proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir))
@@ -133,7 +135,8 @@ def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHos
     # As an older install left it: the service user owned the folder and could write watch.json.
     config = json.loads((vt / "watch.json").read_text())
     (vt / "watch.json").write_text(json.dumps({**config, "deployment": "/../../keep/important",
-                                               "textfile_dir": str(keep)}))
+                                               "textfile_dir": str(textfile_dir)}))
+    (textfile_dir / "dsv4deploy-").mkdir()
     # A planted link in place of our record: removal must not trust what it points at.
     (vt / "installed.json").unlink()
     forged = host.root / "forged.json"
@@ -143,5 +146,7 @@ def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHos
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert (keep / "data.txt").read_text() == "precious\n"
     assert not vt.exists() and textfile_dir.is_dir()
-    assert [p.name for p in textfile_dir.iterdir()] == []  # our link went; the folder (created by us) is empty
+    # Our link went; the planted folder is not ours to remove (the textfile directory was created by us, but
+    # our record was replaced, so nothing says so).
+    assert [p.name for p in textfile_dir.iterdir()] == ["dsv4deploy-"]
     assert forged.exists()
