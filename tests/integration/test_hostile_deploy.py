@@ -59,7 +59,7 @@ VERIFY_CASES = [
     (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": "/var/lib/../../etc"}),
     (NOT_PLAIN, {"dsv4_verify_timer_python": f"/usr/bin/python3 -c 'open(\"{CANARY}\", \"w\")'"}),
     # The role's argument spec refuses it first.
-    ("argument 'dsv4_verify_timer_interval_s' is of type str and we were unable to convert to int",
+    ("dsv4_verify_timer_interval_s'' is of type str and we were unable to convert to int",
      {"dsv4_verify_timer_interval_s": "5\n[program:injected]"}),
 ]
 
