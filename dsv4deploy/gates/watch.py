@@ -75,6 +75,9 @@ def write_metrics(path: Path, deployment: str, release: str, needle: GateResult,
           ["deployment"], registry=registry).labels(deployment).set(round(seconds, 3))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_to_textfile(str(path), registry)
+    # node_exporter runs as another user: readable by all, whatever umask the service manager gave (027 under
+    # supervisord would make it 0640, and the staleness alert would never fire on a missing series).
+    os.chmod(path, 0o644)
 
 
 def verify_once(config: WatchConfig) -> tuple[GateResult, GateResult]:

@@ -14,7 +14,7 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_ato
 # What dsv4deploy creates under an install root. Purge removes one of these only when the ownership
 # marker proves dsv4deploy made it: the marker lists what was there before the first install.
 OURS = ("current", "releases", store.STATE_FILE, "supervisor", "logs", "secrets", "deploy.lock")
-OWNER_MARKER = ".dsv4deploy-owner.json"
+OWNER_MARKER = store.OWNER_MARKER
 
 
 # Our scratch names (the pointer switch, atomic writes, lock takeovers) and the marker itself.
@@ -64,8 +64,20 @@ def legacy_proof(root: str, name: str) -> bool:
     if name == "logs":  # supervisord's childlogdir, named in its config
         return legacy_proof(root, "supervisor")
     if name == "secrets":
-        return os.path.isdir(path) and set(os.listdir(path)) <= {"api_key"}
+        return secrets_proof(path)
     return False
+
+
+# What dsv4deploy writes into secrets/: the API key, the per-host digest salt, each service's secret env file.
+SECRET_FILES = ("api_key", "digest_salt")
+
+
+def secrets_proof(path: str) -> bool:
+    """Whether the folder `path` holds nothing but the regular files dsv4deploy writes into secrets/."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return False
+    return all((n in SECRET_FILES or n.endswith(".env")) and os.path.isfile(os.path.join(path, n))
+               and not os.path.islink(os.path.join(path, n)) for n in os.listdir(path))
 
 
 def is_legacy(root: str) -> bool:
@@ -108,6 +120,9 @@ def claim(root: str, check_mode: bool = False) -> None:
                       "create and a deploy would overwrite; nothing was written. Fix: choose an empty "
                       "or new install_root (a folder of its own, e.g. /opt/dsv4deploy)")
     os.makedirs(root, exist_ok=True)
+    # created: what dsv4deploy makes from now on, each entry as it is made (release_store.note_created); an
+    # adopted root's provable entries count as made.
+    adopted = [n for n in names if legacy and n in OURS and n not in foreign and n != "deploy.lock"]
     marker = {"id": uuid.uuid4().hex, "claimed_at": time.time(), "foreign": foreign,
-              "root_was_empty": not foreign, "adopted": legacy}
+              "root_was_empty": not foreign, "adopted": legacy, "created": adopted}
     write_atomic(os.path.join(root, OWNER_MARKER), json.dumps(marker, indent=2, sort_keys=True) + "\n")

@@ -4,27 +4,41 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import ownership
 from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
 
 
+def _no_link_between(base: str, path: str) -> bool:
+    """Whether no folder from `base` down to `path`'s own is a symbolic link (unlinking through one would
+    delete a file outside the release)."""
+    folder = os.path.dirname(path)
+    while folder.startswith(base + os.sep):
+        if os.path.islink(folder):
+            return False
+        folder = os.path.dirname(folder)
+    return folder == base
+
+
 def _purge_release(base: str, left: dict) -> None:
-    """Remove the files a release's manifest lists (and its manifest); anything else in it stays."""
+    """Remove the files a release's manifest lists (and its manifest); anything else in it stays, and nothing is
+    reached through a symbolic link (a release's bin/ made a link stays, with what it points at)."""
     listed = store.read_json(os.path.join(base, store.MANIFEST)).get("files") or {}
     for rel in [*listed, store.MANIFEST]:
         path = os.path.normpath(os.path.join(base, rel))
-        if path.startswith(base + os.sep) and (os.path.isfile(path) or os.path.islink(path)):
+        if (path.startswith(base + os.sep) and _no_link_between(base, path)
+                and (os.path.islink(path) or os.path.isfile(path))):
             os.unlink(path)
     for folder, _dirs, _files in sorted(os.walk(base), key=lambda w: -len(w[0])):
         if not os.listdir(folder):
             os.rmdir(folder)
     if os.path.isdir(base):
-        for folder, _dirs, files in os.walk(base):
-            for name in files:
-                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(os.path.dirname(base)))
-                left[rel] = "not in its release's manifest"
+        top = os.path.dirname(os.path.dirname(base))
+        for folder, dirs, files in os.walk(base):
+            for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+                left[os.path.relpath(os.path.join(folder, name), top)] = "not in its release's manifest"
 
 
 def _purge_releases(check_mode: bool, root: str, ours: bool, removed: list, left: dict) -> None:
@@ -52,6 +66,34 @@ def _purge_releases(check_mode: bool, root: str, ours: bool, removed: list, left
         left["releases"] = "was there before dsv4deploy's first install (only our releases in it were removed)"
 
 
+def unsafe_root(root: str) -> str:
+    """Why `root` is a folder no install root may be (a home, /root's, a /usr/local top, Docker's), or ''."""
+    parts = [p for p in root.split("/") if p]
+    homes = {os.path.normpath(u.pw_dir) for u in pwd.getpwall() if u.pw_dir.startswith("/") and u.pw_dir != "/"}
+    if root in homes or (parts[:1] == ["home"] and len(parts) == 2):
+        return "it is a user's home directory"
+    if parts[:1] == ["root"]:
+        return "it is under root's home (/root)"
+    if parts[:2] == ["usr", "local"] and len(parts) == 3:
+        return "it is a top folder of /usr/local"
+    if parts[:3] == ["var", "lib", "docker"]:
+        return "it is Docker's data folder"
+    return ""
+
+
+def _made_by_us(root: str, name: str, owner: dict) -> bool:
+    """Whether the marker proves dsv4deploy made `name`: recorded as it was made (a marker from before such
+    records: any of our names not there at the first install), or by its content (the lock, secrets/)."""
+    if "created" not in owner:
+        return name in ownership.OURS
+    path = os.path.join(root, name)
+    if name == "deploy.lock":  # taken before the first install wrote the marker
+        return ownership.is_our_lock(path)
+    if name == "secrets":  # written by the deploy's tasks
+        return ownership.secrets_proof(path)
+    return name in owner["created"]
+
+
 def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
     """Remove what dsv4deploy provably created under `root`, and say what was left and why.
 
@@ -63,6 +105,9 @@ def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
     parts = [p for p in root.split("/") if p]
     if not root.startswith("/") or os.path.normpath(root) != root or len(parts) < 2:
         raise ownership.Refused(f"refusing to purge {root!r}: not an absolute, normalised path two levels deep")
+    why = unsafe_root(root)
+    if why:
+        raise ownership.Refused(f"refusing to purge {root!r}: {why}; choose a folder of its own, e.g. /opt/dsv4deploy")
     if not os.path.isdir(root):
         return {"changed": False, "removed": [], "left": [], "left_why": {}}, ""
     owner = ownership.read_owner(root)
@@ -77,7 +122,7 @@ def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
         if name in foreign:
             mine = False
         elif owner:
-            mine = name in ownership.OURS or name.startswith(ownership.OUR_SCRATCH)
+            mine = name.startswith(ownership.OUR_SCRATCH) or _made_by_us(root, name, owner)
         else:
             mine = legacy and name in ownership.OURS and ownership.legacy_proof(root, name)
         if name == "releases" and os.path.isdir(path) and not os.path.islink(path):

@@ -13,6 +13,8 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_ato
 
 MANIFEST = "manifest.json"
 STATE_FILE = "state.json"
+# The ownership marker (module_utils.ownership): what was there before the first install, and what dsv4deploy made.
+OWNER_MARKER = ".dsv4deploy-owner.json"
 
 
 # A release id names a folder under releases/: one plain path component, never '.' or '..'.
@@ -78,11 +80,27 @@ def releases_dir(root: str) -> str:
 
 
 def list_releases(root: str) -> list[str]:
-    """The releases installed under `root`, sorted (staging folders, dot-named, are not releases)."""
+    """The releases installed under `root`, sorted (staging folders, dot-named, are not releases, nor is a link:
+    we never make one, and pruning or purging through it would reach outside)."""
     path = releases_dir(root)
     if not os.path.isdir(path):
         return []
-    return sorted(n for n in os.listdir(path) if not n.startswith(".") and os.path.isdir(os.path.join(path, n)))
+    return sorted(n for n in os.listdir(path) if not n.startswith(".") and os.path.isdir(os.path.join(path, n))
+                  and not os.path.islink(os.path.join(path, n)))
+
+
+def note_created(root: str, name: str) -> None:
+    """Record in `root`'s ownership marker that dsv4deploy created the entry `name` (purge removes only those).
+
+    Called right after the entry is made, when it was not there before; without a marker (the deploy lock is
+    taken before the first install writes one) nothing is recorded: the marker's claim judges what is there.
+    """
+    path = os.path.join(root, OWNER_MARKER)
+    marker = read_json(path)
+    if not marker.get("id") or name in marker.get("created", []):
+        return
+    marker["created"] = sorted({*marker.get("created", []), name})
+    write_atomic(path, json.dumps(marker, indent=2, sort_keys=True) + "\n")
 
 
 def active(root: str) -> str | None:
@@ -131,7 +149,10 @@ def summary(root: str) -> dict:
 def save_state(root: str, **changes: object) -> None:
     """Write `changes` over `root`'s state.json, atomically."""
     state = {**read_state(root), **changes}
+    new = not os.path.lexists(os.path.join(root, STATE_FILE))
     write_atomic(os.path.join(root, STATE_FILE), json.dumps(state, indent=2, sort_keys=True) + "\n")
+    if new:
+        note_created(root, STATE_FILE)
 
 
 class Refused(Exception):
@@ -164,8 +185,11 @@ def activate(root: str, release_id: str, keep: int, prune: bool = True, check: b
     tmp = os.path.join(root, f".current-{os.getpid()}")
     if os.path.lexists(tmp):
         os.unlink(tmp)
+    first = not os.path.lexists(link)
     os.symlink(os.path.join("releases", release_id), tmp)
     os.replace(tmp, link)  # rename over the old link: there is never a moment without one
+    if first:
+        note_created(root, "current")
     state = read_state(root)
     history = [r for r in state.get("history", []) if r != release_id] + [release_id]
     save_state(root, active=release_id, previous=was, history=history)
@@ -180,7 +204,8 @@ def _prune(root: str, keep: int, protected: set) -> None:
     for name in releases:
         if excess <= 0:
             break
-        if name in protected:
+        path = os.path.join(releases_dir(root), name)
+        if name in protected or os.path.islink(path):
             continue
-        shutil.rmtree(os.path.join(releases_dir(root), name))
+        shutil.rmtree(path)
         excess -= 1

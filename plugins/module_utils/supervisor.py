@@ -14,6 +14,7 @@ import subprocess
 import time
 import xmlrpc.client
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_text
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import MANAGED_MARK
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
@@ -102,7 +103,9 @@ class Supervisor:
         """Write the config and start supervisord when it is not running; True when anything changed."""
         changed = False
         for path in (self.dir, os.path.join(self.root, "logs")):
-            os.makedirs(path, mode=LOG_DIR_MODE, exist_ok=True)
+            if not os.path.isdir(path):
+                os.makedirs(path, mode=LOG_DIR_MODE)
+                store.note_created(self.root, os.path.basename(path))
             if os.stat(path).st_mode & 0o777 != LOG_DIR_MODE:
                 os.chmod(path, LOG_DIR_MODE)  # folders made by an older version were 0755
                 changed = True

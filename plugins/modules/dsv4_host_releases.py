@@ -315,7 +315,9 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
                              "releases are immutable: deploy again to get a new release id")
     staging = None
     try:
-        os.makedirs(releases, exist_ok=True)
+        if not os.path.isdir(releases):
+            os.makedirs(releases)
+            store.note_created(root, "releases")
         staging = tempfile.mkdtemp(dir=releases, prefix=f".{release_id}-")
         for rel, content in sorted(files.items()):
             path = os.path.join(staging, rel)

@@ -48,6 +48,19 @@ CASES = [
     ("server_env_extra.HF_TOKEN: a secret value contains a control", {"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}),
     ("server_env_extra_by_role.docode: Input should be", {"server_env_extra_by_role": {"docode": {"X": "1"}}}),
     ("server_env_extra: 'X;touch", {"server_env_extra": {f"X;touch {CANARY}": "1"}}),
+    # #37 item 8: roots a purge would share with others.
+    ("install_root (host local)", {"install_root": "/home/alice"}),
+    ("install_root (host local)", {"install_root": "/var/lib/docker/dsv4"}),
+]
+# #37 item 4: continuous verification's settings, written into units, programs and paths root creates.
+NOT_PLAIN = "a continuous-verification setting is not plain"
+VERIFY_CASES = [
+    (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": f"/tmp/x\n[program:injected]\ncommand=/bin/touch {CANARY}"}),
+    (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": "/var/lib/../../etc"}),
+    (NOT_PLAIN, {"dsv4_verify_timer_python": f"/usr/bin/python3 -c 'open(\"{CANARY}\", \"w\")'"}),
+    # The role's argument spec refuses it first.
+    ("dsv4_verify_timer_interval_s'' is of type str and we were unable to convert to int",
+     {"dsv4_verify_timer_interval_s": "5\n[program:injected]"}),
 ]
 
 
@@ -88,6 +101,20 @@ def test_hostile_spec_through_the_playbook_changes_nothing(serving: SimHost, fie
     assert not CANARY.exists(), "a hostile value was executed"
     assert snapshot(host.install_root) == before
     assert host.pids() == pids
+
+
+@pytest.mark.parametrize(("said", "extra"), VERIFY_CASES, ids=[json.dumps(e)[:50] for _, e in VERIFY_CASES])
+def test_hostile_verification_settings_are_refused_before_anything_is_written(serving: SimHost, said: str,
+                                                                              extra: dict) -> None:
+    host = serving
+    CANARY.unlink(missing_ok=True)
+    before = snapshot(host.install_root)
+    proc = host.playbook("verify_timer.yml", "-e", "dsv4_verify_timer_host=local", "-e", json.dumps(extra))
+    assert proc.returncode != 0
+    assert said in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not CANARY.exists() and not (host.install_root / "verify-timer").exists()
+    assert snapshot(host.install_root) == before
 
 
 def test_a_misspelt_variable_in_group_vars_is_named_with_its_file(serving: SimHost) -> None:

@@ -264,6 +264,7 @@ def test_continuous_verification_runs_under_the_hosts_supervisord_and_its_remova
         sim_host: SimHost, tmp_path: Path) -> None:
     release = sim_host.active_release()
     textfile_dir = tmp_path / "textfile"
+    textfile_dir.mkdir()  # node_exporter's (a folder the role created it removes when empty)
     config = sim_host.install_root / "verify-timer" / "watch.json"
     args = _timer_args(textfile_dir)
     try:

@@ -102,10 +102,21 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
     textfile_dir = "/var/lib/prometheus/node-exporter"  # the role's default, Debian's node_exporter's
     args = ["-e", "dsv4_verify_timer_host=gpu1", "-e", f"dsv4_verify_timer_python={checks.install_watch_env(gpu1)}",
             "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+    # node_exporter's package made its folder, with another collector's file: both stay as they are (#37 item 2).
+    gpu1.sh(f"mkdir -p {textfile_dir} && chmod 0755 {textfile_dir} && echo 'node_custom 1' > {textfile_dir}/node.prom")
     try:
         proc = lab.playbook("verify_timer.yml", inventory, *args, reports=tmp_path)
         assert proc.returncode == 0, output(proc)
         unit = gpu1.sh("cd /etc/systemd/system && ls dsv4-verify-*.timer").stdout.strip()[:-len(".timer")]
+        vt = f"{checks.INSTALL_ROOT}/verify-timer"
+        # #37 items 1-3, as the real service user: nothing of root's to rename, rewrite or add to.
+        for attack in (f"mv {vt} {vt}-away", f"echo '{{}}' > {vt}/watch.json", f"echo '{{}}' > {vt}/installed.json",
+                       f"echo evil 1 > {textfile_dir}/evil.prom", f"rm -f {textfile_dir}/node.prom"):
+            tried = gpu1.exec(["runuser", "-u", "sglang", "--", "sh", "-c", attack], check=False)
+            assert tried.returncode != 0, attack
+        scored = gpu1.exec(["systemd-analyze", "security", "--offline=true", "--no-pager",
+                            f"/etc/systemd/system/{unit}.service"], check=False).stdout
+        assert float(scored.rsplit(f"{unit}.service:", 1)[1].split()[0]) <= 1.5, scored[-2000:]
         assert checks.unit_state(gpu1, f"{unit}.timer") == ("active", "enabled")
         # Triggered by hand (what the timer does every interval): the oneshot runs as the service user.
         started = gpu1.exec(["systemctl", "start", f"{unit}.service"], check=False, timeout=300)
@@ -120,8 +131,10 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
         for gate in ("canary_needle", "tool_calls"):
             assert samples[("dsv4deploy_gate_passed", (*labels, ("gate", gate)))] == 1
         assert samples[("dsv4deploy_last_verification_timestamp_seconds", labels)] > 0
-        owner = gpu1.exec(["stat", "-c", "%U", f"{textfile_dir}/dsv4deploy-{deployment}.prom"]).stdout.strip()
-        assert owner == "sglang"
+        # Written by the service user in its own folder, readable by node_exporter; linked by root.
+        written = gpu1.exec(["stat", "-L", "-c", "%U %a", f"{textfile_dir}/dsv4deploy-{deployment}.prom"]).stdout
+        assert written.split() == ["sglang", "644"], written
+        assert gpu1.exec(["stat", "-c", "%U %a", textfile_dir]).stdout.split() == ["root", "755"]
     finally:
         removed = lab.playbook("verify_timer.yml", inventory, *args, "-e", "dsv4_verify_timer_state=absent",
                                reports=tmp_path)
@@ -130,7 +143,8 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
                    f"{textfile_dir}/dsv4deploy-{deployment}.prom 2>/dev/null || true").stdout
     assert left == "", left
     assert gpu1.exec(["systemctl", "is-active", f"{unit}.timer"], check=False).stdout.strip() == "inactive"
-    assert gpu1.exec(["test", "-d", textfile_dir], check=False).returncode == 0  # node_exporter's, it stays
+    # node_exporter's folder and the other collector's file stay.
+    assert gpu1.exec(["cat", f"{textfile_dir}/node.prom"], check=False).stdout == "node_custom 1\n"
 
 
 def test_stop_keeps_the_deployment_stopped_across_a_reboot(lab: Lab, inventory: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -163,16 +164,61 @@ def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
     (root / "logs").mkdir()
     (root / "models").mkdir()
     (root / "models" / "weights.bin").write_text("precious")
+    (root / "logs" / "notes.txt").write_text("a user's, made after the first install")
     out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
-    assert out["removed"] == ["logs", "releases/r1", "releases", ".dsv4deploy-owner.json"]
-    assert out["left"] == ["models"]
+    # #37 item 8: logs/ was not there at the first install, yet dsv4deploy never made it: it stays.
+    assert out["removed"] == ["releases/r1", "releases", ".dsv4deploy-owner.json"]
+    assert out["left"] == ["logs", "models"]
     assert (root / "models" / "weights.bin").read_text() == "precious"
+    assert (root / "logs" / "notes.txt").exists()
+    shutil.rmtree(root / "logs")
     (root / "models" / "weights.bin").unlink()
     (root / "models").rmdir()
     run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="r1",
                files=release_files())
     assert run_module(RELEASES, tmp_path, install_root=str(root), state="purged")["left"] == []
     assert not root.exists()
+
+
+def test_purge_never_deletes_through_a_releases_symlinked_folder(tmp_path: Path) -> None:
+    """#37 item 13: a release's bin/ replaced by a link to a folder outside; purge removed the file there."""
+    root = tmp_path / "root"
+    install_and_activate(tmp_path, root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    bin_dir = root / "releases" / "r1" / "bin"
+    for script in bin_dir.iterdir():
+        (outside / script.name).write_text("not ours")
+    shutil.rmtree(bin_dir)
+    bin_dir.symlink_to(outside)
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
+    assert not out.get("failed"), out
+    assert sorted(p.read_text() for p in outside.iterdir()) == ["not ours"] * len(list(outside.iterdir()))
+    assert any(name.endswith("r1/bin") for name in out["left"]), out["left"]
+
+
+def test_a_symlinked_release_is_neither_pruned_nor_a_failure_after_the_switch(tmp_path: Path) -> None:
+    """#37 item 13: pruning raised on a release that is a link, after `current` had switched."""
+    root = tmp_path / "root"
+    install_and_activate(tmp_path, root, "r1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("theirs")
+    (root / "releases" / "a-link").symlink_to(elsewhere)
+    for rid in ("r2", "r3"):
+        files = render_release(combined_spec("supervisor").model_copy(update={"deployment_name": rid}), "gpu1")
+        assert not run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id=rid,
+                              files=files).get("failed")
+        out = run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id=rid, keep=2)
+        assert not out.get("failed"), out
+    assert (elsewhere / "keep.txt").read_text() == "theirs" and (root / "releases" / "a-link").is_symlink()
+    assert os.readlink(root / "current") == "releases/r3"
+
+
+@pytest.mark.parametrize("root", ["/home/alice", "/root/dsv4", "/usr/local/lib", "/var/lib/docker/x"])
+def test_purge_refuses_homes_and_shared_system_folders(tmp_path: Path, root: str) -> None:
+    out = run_module(RELEASES, tmp_path, install_root=root, state="purged")
+    assert out["failed"] and "refusing to purge" in out["msg"], out
 
 
 def install_and_activate(tmp_path: Path, root: Path, release_id: str = "r1") -> None:

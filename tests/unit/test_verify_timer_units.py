@@ -4,6 +4,7 @@ repeats it at the interval."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,14 +14,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "roles" / "dsv4_verify_timer" / "templates"
-VARS = {"__dsv4_vt_deployment": "prod", "__dsv4_vt_unit": "dsv4-verify-prod", "__dsv4_vt_user": "daemon",
-        "__dsv4_vt_config": "/opt/dsv4deploy/verify-timer/watch.json", "dsv4_verify_timer_python": "/usr/bin/python3",
+P = "__dsv4_verify_timer_"  # the role's internal names
+VARS = {f"{P}deployment": "prod", f"{P}unit": "dsv4-verify-prod", f"{P}user": "daemon",
+        f"{P}config": "/opt/dsv4deploy/verify-timer/watch.json", f"{P}metrics": "/opt/dsv4deploy/verify-timer/metrics",
+        "dsv4_verify_timer_python": "/usr/bin/python3",
         "dsv4_verify_timer_textfile_dir": "/var/lib/prometheus/node-exporter", "dsv4_verify_timer_interval_s": 300}
 
 
 def _render(tmp_path: Path) -> dict[str, Path]:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True)
+    env.filters["quote"] = shlex.quote  # Ansible's
     out = {}
     for kind in ("service", "timer"):
         path = tmp_path / f"dsv4-verify-prod.{kind}"
@@ -35,7 +39,9 @@ def test_the_service_runs_the_watch_once_as_the_service_user_and_the_timer_repea
     assert "ExecStart=/usr/bin/python3 -m dsv4deploy.watch --config /opt/dsv4deploy/verify-timer/watch.json --once" \
         in service
     assert "Type=oneshot" in service and "User=daemon" in service
-    assert "ReadWritePaths=/var/lib/prometheus/node-exporter" in service
+    # It writes its one file in its own metrics folder (linked from node_exporter's), nothing else.
+    assert "\nReadWritePaths=/opt/dsv4deploy/verify-timer/metrics\n" in service
+    assert "\nProtectSystem=strict\n" in service and "\nCapabilityBoundingSet=\n" in service
     assert "OnUnitActiveSec=300" in timer and "Unit=dsv4-verify-prod.service" in timer
 
 
@@ -50,11 +56,21 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="systemd-analyze is not installed (apt-get install systemd)")
+def test_the_service_is_exposed_little(tmp_path: Path) -> None:
+    """#37: an HTTP client that writes one file scores at most 1.5 (it was 7.7: no capability bound, devices,
+    system call filter, address families or namespaces restricted)."""
+    service = _render(tmp_path)["service"]
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(service)],
+                          capture_output=True, text=True, timeout=60)
+    level = float(proc.stdout.rsplit("dsv4-verify-prod.service:", 1)[1].split()[0])
+    assert level <= 1.5, proc.stdout
+
+
 def test_supervisord_reads_the_verification_program_beside_the_releases(tmp_path: Path) -> None:
     """The program as the role renders it, in the folder our supervisord.conf includes beside the active
     release's programs: supervisord's own parser loads both, the program started with supervisord."""
-    import shlex
-
     supervisor_options = pytest.importorskip("supervisor.options", reason="supervisor not installed")
     from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
 
@@ -63,8 +79,8 @@ def test_supervisord_reads_the_verification_program_beside_the_releases(tmp_path
                              keep_trailing_newline=True)
     env.filters["quote"] = shlex.quote  # Ansible's
     text = env.get_template("dsv4-verify.supervisor.conf.j2").render(
-        {**VARS, "__dsv4_vt_user": "", "__dsv4_vt_dir": f"{root}/verify-timer", "dsv4_verify_timer_interval_s": 30,
-         "__dsv4_vt_config": f"{root}/verify-timer/100% watch.json", "dsv4_plan_host": {"install_root": str(root)}})
+        {**VARS, f"{P}user": "", f"{P}dir": f"{root}/verify-timer", "dsv4_verify_timer_interval_s": 30,
+         f"{P}config": f"{root}/verify-timer/100% watch.json", "dsv4_plan_host": {"install_root": str(root)}})
     for rel, body in {"verify-timer/supervisor/dsv4-verify-prod.conf": text,
                       "current/supervisor/sglang-dsv4.conf": "[program:sglang-dsv4]\ncommand=/bin/true\n"}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@ a Prometheus (node_exporter's textfile collector) would, with no temporary file 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,14 @@ def test_a_bad_config_is_refused_naming_the_field(tmp_path: Path, capsys: pytest
                                   "textfile_dir": str(tmp_path), "probe_sessions": 0}))
     assert watch.main(["--config", str(config), "--once"]) == 2
     assert "probe_sessions" in capsys.readouterr().err
+
+
+def test_node_exporter_can_read_the_file_whatever_the_umask(tmp_path: Path) -> None:
+    """#37 item 11: supervisord's umask 027 made it 0640, unreadable to node_exporter (another user)."""
+    path = tmp_path / "dsv4deploy-prod.prom"
+    old = os.umask(0o027)
+    try:
+        watch.write_metrics(path, "prod", "a", _gate("n", GateStatus.PASSED), _gate("s", GateStatus.PASSED), 1)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

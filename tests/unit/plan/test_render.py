@@ -80,12 +80,22 @@ def test_scripts_and_units_shape():
         assert script.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in script
         assert "\nexec " in script and MANAGED_HEADER in script
         unit = files[f"units/sglang-dsv4-{name}.service"]
-        for line in ("Type=exec", "Restart=on-failure", "KillMode=mixed", "LimitMEMLOCK=infinity",
-                     "NoNewPrivileges=yes", "User=sglang", "WorkingDirectory=/opt/dsv4deploy/current"):
+        for line in ("Type=exec", "Restart=on-failure", "KillMode=mixed", "NoNewPrivileges=yes", "User=sglang",
+                     "WorkingDirectory=/opt/dsv4deploy/current"):
             assert f"\n{line}\n" in unit
         assert MANAGED_HEADER in unit
     server = files["units/sglang-dsv4-prefill.service"]
+    # GPU and RDMA kept: devices open, JIT allowed, pinned memory unlimited, pidfd_getfd (NCCL) let through.
     assert "\nPrivateDevices=" not in server and "\nMemoryDenyWriteExecute=" not in server
+    for line in ("LimitMEMLOCK=infinity", "ReadOnlyPaths=/opt/dsv4deploy", "ProtectHome=read-only",
+                 "ReadWritePaths=-/home/sglang", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+                 "SystemCallFilter=pidfd_getfd"):
+        assert f"\n{line}\n" in server, line
+    assert "@debug" in server and "@privileged" in server
+    router = files["units/sglang-dsv4-router.service"]
+    assert "LimitMEMLOCK" not in router
+    for line in ("ProtectProc=invisible", "ProcSubset=pid", "PrivateMounts=yes"):
+        assert f"\n{line}\n" in router, line
 
 
 def test_supervisor_program():

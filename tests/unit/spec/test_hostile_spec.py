@@ -121,6 +121,8 @@ HOST_BROKEN = [
     ("install_root", "/opt/../etc", "install_root"), ("install_root", "/opt", "install_root"),
     ("install_root", "/usr/local", "install_root"), ("install_root", "/opt/dsv4/", "install_root"),
     ("install_root", "/opt/" + "x" * 120, "install_root"), ("install_root", 5, "install_root"),
+    ("install_root", "/home/alice", "install_root"), ("install_root", "/root/dsv4", "install_root"),
+    ("install_root", "/usr/local/lib", "install_root"), ("install_root", "/var/lib/docker/dsv4", "install_root"),
     ("service_user", "sglang\\", "service_user"), ("service_user", "", "service_user"),
     ("service_user", "-rf", "service_user"), ("gpu_count", -1, "gpu_count"),
     ("gpu_memory_gib", 0, "gpu_memory_gib"), ("sglang_version", "9.9.9", "sglang_version"),

@@ -1,0 +1,152 @@
+"""#37 items 1-3: continuous verification gives the service user no way to root, and its removal deletes
+nothing the service user chose. On the embedded host (the deployment's supervisord runs as root), after a
+real install: the attacks of the security review, run as a real unprivileged user (`setpriv` to `nobody`),
+who is given what the service user owns (metrics/); then a forged watch.json and planted symlinks, and the
+removal, as stop.yml's purge runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import _missing_tools
+from tests.integration.simhost import SimHost, make_sim_host
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks run as another user (setpriv)"),
+    pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv is not installed (util-linux)"),
+]
+FAST = ["-e", json.dumps({"dsv4_gates_names": ["readiness", "smoke"]}), "-e", "readiness_deadline_s=30",
+        "-e", "smoke_deadline_s=30"]
+VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[SimHost]:
+    """An embedded host under a folder every user may enter (pytest's own is root's 0700), deployed."""
+    reason = _missing_tools()
+    if reason:
+        pytest.skip(reason)
+    base = Path("/tmp") / f"dsv4-priv-{os.getpid()}"
+    base.mkdir(mode=0o755)
+    base.chmod(0o755)
+    sim = make_sim_host(base)
+    try:
+        proc = sim.playbook("deploy.yml", *FAST)
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        yield sim
+    finally:
+        sim.teardown()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess:
+    """`argv` run as the unprivileged user nobody (no groups, no capabilities)."""
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all",
+                           *argv], capture_output=True, text=True, timeout=30, check=False)
+
+
+def timer_args(textfile_dir: Path) -> list[str]:
+    return ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
+            "-e", f"dsv4_verify_timer_python={VENV_PYTHON}", "-e", "dsv4_verify_timer_interval_s=30",
+            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+
+
+def test_the_service_user_cannot_reach_root_or_node_exporters_folder(host: SimHost) -> None:
+    textfile_dir = host.root / "node-exporter"
+    textfile_dir.mkdir(mode=0o755)
+    other = textfile_dir / "node.prom"
+    other.write_text("node_custom 1\n")
+    proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    vt = host.install_root / "verify-timer"
+    name = json.loads((vt / "installed.json").read_text())["deployment"]
+    # node_exporter's folder keeps its owner and mode; our file is a root-made link into our metrics folder.
+    assert (textfile_dir.stat().st_uid, textfile_dir.stat().st_mode & 0o777) == (0, 0o755)
+    link = textfile_dir / f"dsv4deploy-{name}.prom"
+    assert link.is_symlink() and os.readlink(link) == str(vt / "metrics" / link.name)
+    for path in (vt, vt / "supervisor", vt / "watch.json", vt / "installed.json"):
+        assert path.stat().st_uid == 0, path
+    # nobody as the service user: it owns its metrics folder, and that only.
+    os.chown(vt / "metrics", 65534, 65534)
+
+    # Item 1: rename supervisord's folder away and put one with a [program:x] without user= in its place.
+    assert as_nobody("mv", str(vt / "supervisor"), str(vt / "away")).returncode != 0
+    assert as_nobody("sh", "-c", f"echo '[program:x]' > {vt}/supervisor/x.conf").returncode != 0
+    assert sorted(p.name for p in (vt / "supervisor").iterdir()) == [f"dsv4-verify-{name}.conf"]
+    # Item 3's source: the settings and root's record are not the service user's to rewrite.
+    for path in (vt / "watch.json", vt / "installed.json"):
+        assert as_nobody("sh", "-c", f"echo '{{}}' > {path}").returncode != 0
+    # Item 2: node_exporter's folder stays closed: no file of its own, no replacing another collector's.
+    assert as_nobody("sh", "-c", f"echo evil 1 > {textfile_dir}/evil.prom").returncode != 0
+    assert as_nobody("rm", "-f", str(other)).returncode != 0
+    # In its own folder it may write (its metrics), and may plant a link; root never follows it.
+    victim = host.root / "victim.txt"
+    victim.write_text("root's\n")
+    metrics = vt / "metrics" / link.name
+    assert as_nobody("sh", "-c", f"rm -f {metrics}; ln -s {victim} {metrics}").returncode == 0
+
+    proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir), "-e", "dsv4_verify_timer_state=absent")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert victim.read_text() == "root's\n"
+    assert not vt.exists() and not link.is_symlink()
+    assert sorted(p.name for p in textfile_dir.iterdir()) == ["node.prom"] and other.read_text() == "node_custom 1\n"
+
+
+def test_another_install_roots_verification_of_the_same_name_is_neither_overwritten_nor_removed(
+        host: SimHost) -> None:
+    """#37 item 14: /opt/dsv4deploy and /srv/dsv4deploy both made dsv4-verify-dsv4deploy; one overwrote and
+    removed the other's. Here the other deployment (same derived name, another install root) linked its file."""
+    textfile_dir = host.root / "shared-textfile"
+    textfile_dir.mkdir(mode=0o755)
+    name = "install"  # the name derived from this host's install root (.../install), as the server units derive it
+    theirs = textfile_dir / f"dsv4deploy-{name}.prom"
+    theirs.symlink_to("/srv/install/verify-timer/metrics/" + theirs.name)
+    for state in ("present", "absent"):
+        proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir), "-e", f"dsv4_verify_timer_state={state}")
+        if state == "present":
+            assert proc.returncode != 0
+            out = " ".join(proc.stdout.split())
+            assert f"{theirs} belongs to another deployment on this host" in out, out[-3000:]
+            assert "set deployment_name to a name of this deployment's own" in out
+            assert not (host.install_root / "verify-timer").exists()
+        else:
+            assert proc.returncode == 0, proc.stdout[-5000:]
+        assert os.readlink(theirs) == "/srv/install/verify-timer/metrics/" + theirs.name
+
+
+def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHost) -> None:
+    """Item 3, as the review saw it: "deployment": "/../../keep/important", then stop -e dsv4_stop_purge=true."""
+    textfile_dir = host.root / "textfile"
+    # What the review deleted: <textfile_dir>/dsv4deploy-/../../keep/important.prom, a folder outside, once the
+    # service user (who owned the textfile directory then) made the dsv4deploy- folder the path climbs out of.
+    keep = host.root / "keep" / "important.prom"
+    keep.mkdir(parents=True)
+    (keep / "data.txt").write_text("precious\n")
+    proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    vt = host.install_root / "verify-timer"
+    # As an older install left it: the service user owned the folder and could write watch.json.
+    config = json.loads((vt / "watch.json").read_text())
+    (vt / "watch.json").write_text(json.dumps({**config, "deployment": "/../../keep/important",
+                                               "textfile_dir": str(textfile_dir)}))
+    (textfile_dir / "dsv4deploy-").mkdir()
+    # A planted link in place of our record: removal must not trust what it points at.
+    (vt / "installed.json").unlink()
+    forged = host.root / "forged.json"
+    forged.write_text(json.dumps({"deployment": "../../keep", "textfile_dir": "/", "textfile_dir_created": True}))
+    (vt / "installed.json").symlink_to(forged)
+    proc = host.playbook("stop.yml", "-e", "dsv4_stop_purge=true", *timer_args(textfile_dir))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert (keep / "data.txt").read_text() == "precious\n"
+    assert not vt.exists() and textfile_dir.is_dir()
+    # Our link went; the planted folder is not ours to remove (the textfile directory was created by us, but
+    # our record was replaced, so nothing says so).
+    assert [p.name for p in textfile_dir.iterdir()] == ["dsv4deploy-"]
+    assert forged.exists()
