@@ -51,6 +51,8 @@ class AccuracyPlan:
     seed: int = 0
     sampling: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
     max_tokens: int = 1024
+    # False: ask every question (no reference score to stop at; the score is recorded, not judged).
+    stop_when_decided: bool = True
 
 
 def reference_score(references: Mapping[str, Any] | None, task: str) -> tuple[float, str] | None:
@@ -119,7 +121,10 @@ def run_accuracy(endpoint: str, model: str, plan: AccuracyPlan, *, deadline_s: f
 
         for _ in range(plan.concurrency):
             submit()
-        while pending and test.state() is None and not watch.expired():
+        def going() -> bool:
+            return test.state() is None or not plan.stop_when_decided
+
+        while pending and going() and not watch.expired():
             done, _ = wait(pending, timeout=watch.remaining(), return_when=FIRST_COMPLETED)
             for future in done:
                 index = pending.pop(future)
@@ -135,7 +140,7 @@ def run_accuracy(endpoint: str, model: str, plan: AccuracyPlan, *, deadline_s: f
                     test.observe(not right)
                     rows.append({"index": index + 1, "right": right, "expected": q.answer, "got": got,
                                  "question": q.question, "answer": clip(text, 400)})
-                if test.state() is None:
+                if going():
                     submit()
             notify(progress, len(order), plan.count, f"{sum(order)} of {len(order)} right")
         for future in pending:

@@ -37,7 +37,7 @@ def accuracy_gate(plan: Mapping[str, Any], settings: Any, *, api_key: str | None
                        concurrency=settings.accuracy_concurrency, expected=expected if judged else 0.99,
                        expected_source=source, margin=settings.accuracy_margin, alpha=settings.accuracy_alpha,
                        beta=settings.accuracy_beta, seed=settings.accuracy_seed, sampling=sampling,
-                       max_tokens=settings.accuracy_max_tokens)
+                       max_tokens=settings.accuracy_max_tokens, stop_when_decided=judged)
     result = run_accuracy(plan["endpoint"], plan["served_model_name"], acc, deadline_s=settings.accuracy_deadline_s,
                           api_key=api_key, progress=progress)
     if judged or (result.status is GateStatus.FAILED and "cannot be read" in result.summary):
