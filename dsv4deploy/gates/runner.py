@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -37,9 +37,10 @@ from dsv4deploy.gates import (
 )
 from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.perf import PerfLoad, run_perf
+from dsv4deploy.gates.quality_runner import accuracy_gate, parity_gate
 from dsv4deploy.gates.result import Stopwatch, make_result
 
-GATES = ("readiness", "config", "smoke", "needle", "soak", "perf", "bake")
+GATES = ("readiness", "config", "smoke", "needle", "soak", "perf", "bake", "accuracy", "parity")
 # The bake's settings are the dsv4_bake role's variables (dsv4_bake_*), handed in whole, not gate variables.
 GATE_VAR_PREFIXES = tuple(f"{g}_" for g in GATES if g != "bake")
 # Gate variables no longer read, each with what to do instead; set, they warn and do not fail the plan.
@@ -64,6 +65,8 @@ GATE_NEEDS: dict[str, frozenset[str]] = {
     "soak": frozenset({"readiness", "smoke"}),
     "perf": frozenset({"readiness", "smoke"}),
     "bake": frozenset({"readiness", "smoke"}),
+    "accuracy": frozenset({"readiness", "smoke"}),
+    "parity": frozenset({"readiness", "smoke"}),
 }
 
 
@@ -198,6 +201,26 @@ class GateSettings(BaseModel):
     perf_p99_tolerance: float = Field(3.0, gt=0)  # a p99 of 16 requests is one or two of them: judged looser
     perf_noise_floor_s: float = Field(0.005, ge=0)
     perf_deadline_s: float = Field(300, gt=0)
+    # The accuracy gate (dsv4deploy.gates.accuracy): a question set ('builtin' or a JSONL path on the
+    # controller, GSM8K's format), judged against the model profile's reference score for accuracy_task
+    # (None: 'builtin' for the built-in set, 'gsm8k' for a file) or accuracy_expected, minus the margin.
+    accuracy_questions: str = "builtin"
+    accuracy_task: str | None = None
+    accuracy_expected: float | None = Field(None, gt=0, le=1)
+    accuracy_margin: float = Field(0.05, gt=0, lt=1)
+    accuracy_count: int = Field(200, ge=1)
+    accuracy_concurrency: int = Field(16, ge=1)
+    accuracy_temperature: float = Field(0.0, ge=0)
+    accuracy_top_p: float | None = Field(None, gt=0, le=1)
+    accuracy_max_tokens: int = Field(1024, ge=8)
+    accuracy_alpha: float = Field(0.05, gt=0, lt=0.5)
+    accuracy_beta: float = Field(0.1, gt=0, lt=0.5)
+    accuracy_seed: int = 0
+    accuracy_deadline_s: float = Field(600, gt=0)
+    # The parity gate (dsv4deploy.gates.parity): logprob tolerance (None: by hardware, gpu 0.05, cpu 0.01).
+    parity_hardware: Literal["gpu", "cpu"] = "gpu"
+    parity_tolerance: float | None = Field(None, ge=0)
+    parity_deadline_s: float = Field(300, gt=0)
 
     def readiness_deadline(self, plan: Mapping[str, Any] | None = None) -> float:
         """The readiness deadline: as set, else the model profile's (the plan's gate targets), else 600 s."""
@@ -341,13 +364,14 @@ def host_checks(plan: Mapping[str, Any], host: str, host_is_local: bool) -> list
 def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs: Mapping[str, str] | None = None,
              api_key: str | None = None, progress: Progress | None = None,
              probes: Mapping[str, Any] | None = None, baseline: Mapping[str, Any] | None = None,
-             bake: BakeSettings | None = None) -> GateResult:
+             bake: BakeSettings | None = None, parity_baseline: Mapping[str, Any] | None = None) -> GateResult:
     """Run gate `name` against the servers the plan deployed.
 
     `probes` maps each host to what ``dsv4_worker_probe`` found there: ``{"local": bool, "seconds":
     float, "workers": {name: answers}}``. Without it every host counts as reachable from here.
     `baseline` is the perf figures of the last good release (the perf gate judges against them);
-    `bake` the bake's settings (gate ``bake``; none or 0 seconds: skipped).
+    `bake` the bake's settings (gate ``bake``; none or 0 seconds: skipped); `parity_baseline` the parity
+    record of the last good release (gate ``parity`` compares with it).
     """
     if name not in GATES:
         raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
@@ -408,6 +432,10 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                         tolerance=settings.perf_tolerance, noise_floor_s=settings.perf_noise_floor_s,
                         baseline=baseline, deadline_s=settings.perf_deadline_s, api_key=api_key,
                         progress=progress, tail_tolerance=settings.perf_p99_tolerance)
+    if name == "accuracy":
+        return accuracy_gate(plan, settings, api_key=api_key, progress=progress)
+    if name == "parity":
+        return parity_gate(plan, settings, baseline=parity_baseline, api_key=api_key)
     if name == "bake":
         if bake is None or bake.seconds <= 0:
             return skipped("bake", "dsv4_bake_s is 0: no bake")

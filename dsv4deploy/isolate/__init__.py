@@ -22,7 +22,7 @@ from dsv4deploy.sglang import flags
 from dsv4deploy.spec import CombinedSpec, Deployment, Problem, SpecError, check_deployment
 
 #: Suites a side can run: gates of a deploy that test behaviour (readiness is always run first).
-SUITES = ("smoke", "needle", "soak")
+SUITES = ("smoke", "needle", "soak", "parity")
 VERDICTS = ("pd_specific", "pd_amplified", "shared_path", "clean", "inconclusive")
 #: Model-affecting settings a worker may set for itself; the combined server takes the prefill's.
 _WORKER_MODEL_SETTINGS = ("index_topk", "model_overrides", "chat_template", "page_size", "kv_cache_dtype",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4deploy.gates.result import GateResult
-from dsv4deploy.isolate import decide, side_summary
+from dsv4deploy.isolate import decide, parity_suite, side_summary
 from dsv4deploy.report import (
     JSON_NAME,
     MD_NAME,
@@ -69,7 +69,8 @@ def build_isolate_report(
                      **side_summary(by_phase["combined"], suite,
                                     "not run: the experiment was refused" if refused else combined_error)},
     }
-    verdict, why = decide(sides["pd"], sides["combined"])
+    parity = parity_suite.comparison(sides)  # the parity suite's hook (#39)
+    verdict, why = parity_suite.with_parity(decide(sides["pd"], sides["combined"]), parity)
     if refused:
         status = "refused"
     elif not restored:
@@ -90,6 +91,7 @@ def build_isolate_report(
         "restore": {"gates": by_phase["restore"], "error": restore_error, "manual_steps": manual_steps},
         "original_health": health,
         "sides": sides,
+        "parity": parity,
         "settings": list(settings),
         "notes": list(notes),
         "refused": refused,
@@ -162,6 +164,7 @@ def render_isolate_markdown(data: Mapping[str, Any], needles: Mapping[str, dict[
         lines.append("")
     if data["notes"]:
         lines += ["Differences on purpose or by necessity:", "", *[f"- {note}" for note in data["notes"]], ""]
+    lines += parity_suite.markdown(data.get("parity"))
     lines += _curve_table(sides)
     if heatmaps is not None:
         lines += [f"![needle recall, PD and combined side by side]({heatmaps.name})", ""]

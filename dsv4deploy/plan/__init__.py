@@ -157,6 +157,8 @@ def _targets(spec: Deployment, defs: list[services.ServiceDefinition]) -> dict[s
         "served_model_name": spec.model.served_name,
         # Whether smoke also wants the answer to say OK (the model profile's smoke_expects_ok).
         "smoke_expects_ok": memory.smoke_expects_ok(spec),
+        # The model profile's reference task scores (the accuracy gate's expected score).
+        "reference_scores": memory.reference_scores(spec),
         "endpoint": endpoint,
         "router_url": endpoint if spec.topology == "pd" else None,
         "router_metrics_url": _router_metrics_url(spec),

@@ -44,6 +44,8 @@ class ModelProfile(_Strict):
     # Whether the smoke gate also wants the answer to "Say OK" to contain OK (an instruction-following
     # model); the gate setting smoke_expect_ok overrides it.
     smoke_expects_ok: bool = True
+    # Reference task scores ({task: {score: fraction, source}}) the accuracy gate judges a release by.
+    reference_scores: dict[str, dict[str, Any]] = {}
     # This model's own headroom, merged key by key over the shared `headroom` (a dense model has no
     # sparse top-k buffers, a small one needs less context and graph memory).
     headroom: dict[str, Any] = {}
@@ -202,6 +204,12 @@ def smoke_expects_ok(spec: Deployment) -> bool:
     """Whether the model of `spec` is expected to answer ``Say OK`` with OK (its profile; True if unknown)."""
     model = load_profile(spec.memory_profile).models.get(spec.model.profile)
     return True if model is None else model.smoke_expects_ok
+
+
+def reference_scores(spec: Deployment) -> dict[str, dict[str, Any]]:
+    """The reference task scores of the model of `spec` (its profile's; none if unknown)."""
+    model = load_profile(spec.memory_profile).models.get(spec.model.profile)
+    return {} if model is None else dict(model.reference_scores)
 
 
 def _role(worker: WorkerSpec) -> Role:

@@ -41,6 +41,8 @@ class GateTargets(_Strict):
     served_model_name: str
     # Whether smoke also wants the answer to say OK (the model profile's smoke_expects_ok).
     smoke_expects_ok: bool = True
+    # The model profile's reference task scores ({task: {score, source}}), which the accuracy gate judges by.
+    reference_scores: dict[str, dict[str, Any]] = {}
     endpoint: str
     router_url: str | None
     # The router's Prometheus listener, as the controller reaches it (the bake reads its error counters).

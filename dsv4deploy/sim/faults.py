@@ -20,6 +20,7 @@ KNOWN_FAULTS: dict[str, str] = {
     "slow_decode": "float",
     "degrade_after": "int",
     "metrics_error": "flag",
+    "wrong_answers": "float",
 }
 
 
@@ -45,6 +46,7 @@ class Faults:
     slow_decode: float = 1.0  # every decode step takes this many times as long (a release without CUDA graphs)
     degrade_after: int = 0  # 0: never; N: wrong answers from the (N+1)-th generation on
     metrics_error: bool = False  # /metrics answers HTTP 500 while serving is unchanged (metrics that cannot be read)
+    wrong_answers: float = 0.0  # this share of arithmetic word problems is answered miscalculated
 
 
 def parse_faults(spec: str | None) -> Faults:
@@ -71,7 +73,7 @@ def parse_faults(spec: str | None) -> Faults:
             value = int(raw) if kind == "int" else float(raw)
         except ValueError:
             raise FaultError(f"fault {name!r} needs a {kind} value, got {raw!r}") from None
-        rate = name in ("tool_call_corruption", "tool_call_mistakes")
+        rate = name in ("tool_call_corruption", "tool_call_mistakes", "wrong_answers")
         if value < 0 or (rate and value > 1) or (name == "slow_decode" and value < 1):
             raise FaultError(f"fault {name!r} value out of range: {raw!r}")
         values[name] = value

@@ -181,7 +181,7 @@ class Handler(BaseHTTPRequestHandler):
         if stream is not None:
             stream.finish(prompt, answer, out_tokens)
             return
-        self._json(200, response_body(self.sim, path, prompt, answer, out_tokens, started))
+        self._json(200, response_body(self.sim, path, prompt, answer, out_tokens, started, body))
 
     def _start_stream(self) -> None:
         self.send_response(200)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import arith
 from .recall import SENTENCE, Fact, PromptKV, content_words, fact_visible, unit_hash
 
 # A request for information that does not end in "?": "Tell me the ...", "Give the ...".
@@ -24,6 +25,7 @@ class Answer:
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str = "stop"
+    seen: str = ""  # the fingerprint of the KV it was generated from (its logprobs follow it)
 
 
 def _plausible_wrong(value: str, salt: str) -> str:
@@ -196,8 +198,14 @@ def generate(
     last_role: str = "user",
     call_id: str = "call_0",
     salt: str = "",
+    wrong_share: float = 0.0,
 ) -> Answer:
-    """The model's turn for a prompt whose KV is ``kv`` and whose last user line is given."""
+    """The model's turn for a prompt whose KV is ``kv`` and whose last user line is given
+    (``wrong_share``: the share of word problems it miscalculates, the ``wrong_answers`` fault)."""
+    if last_role == "user":
+        solved = arith.answer_text(last_user_text, wrong_share)
+        if solved is not None:
+            return Answer(text=solved)
     answer = answer_question(kv, last_user_text, index_topk, salt)
     if answer is not None:
         return Answer(text=answer)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .logprobs import kv_fingerprint, logprob_fields, output_ids
 from .model import Answer, corrupt_tool_call, garble, generate, mistaken_tool_call, raw_tool_markup
 from .pd import KVTransferError, fetch_kv
 from .recall import PromptKV, compute_kv, truncate_distant_entries, unit_hash
@@ -194,7 +195,7 @@ def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room
                 sim.rooms.publish(int(room or 0), kv)
         answer = generate(kv, prompt.last_text, index_topk=s.index_topk, tools=prompt.tools,
                           last_role=prompt.last_role, call_id=f"call_{uuid.uuid4().hex[:24]}",
-                          salt=salt)
+                          salt=salt, wrong_share=sim.env.faults.wrong_answers)
         mistakes = sim.env.faults.tool_call_mistakes
         if answer.tool_calls and mistakes and unit_hash(salt, uuid.uuid4().hex, "mistake") < mistakes:
             answer = mistaken_tool_call(answer.tool_calls[0])
@@ -220,6 +221,7 @@ def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room
             finally:
                 sim.use_tokens(-out_tokens)
             first = times[0] if times else time.monotonic()
+    answer.seen = kv_fingerprint(kv)
     return prompt, answer, out_tokens, first, times
 
 
@@ -266,8 +268,8 @@ def _usage(prompt: Prompt, out_tokens: int) -> dict[str, Any]:
 
 
 def response_body(sim: SimServer, path: str, prompt: Prompt, answer: Answer,
-                  out_tokens: int, started: float) -> dict[str, Any]:
-    """The JSON sglang returns for this endpoint."""
+                  out_tokens: int, started: float, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON sglang returns for this endpoint (``/generate`` with ``return_logprob`` adds the logprobs)."""
     rid = uuid.uuid4().hex
     created = int(time.time())
     matched = 1 if answer.finish_reason == "stop" else None
@@ -288,10 +290,14 @@ def response_body(sim: SimServer, path: str, prompt: Prompt, answer: Answer,
     finish: dict[str, Any] = ({"type": "length", "length": out_tokens}
                               if answer.finish_reason == "length" else {"type": "stop", "matched": 1})
     text = answer.text or json.dumps([c["function"] for c in answer.tool_calls])
-    return {"text": text, "output_ids": list(range(1000, 1000 + out_tokens)),
-            "meta_info": {"id": rid, "finish_reason": finish, "prompt_tokens": prompt.tokens,
-                          "weight_version": "default", "completion_tokens": out_tokens,
-                          "cached_tokens": 0, "e2e_latency": round(time.time() - started, 4)}}
+    meta: dict[str, Any] = {"id": rid, "finish_reason": finish, "prompt_tokens": prompt.tokens,
+                            "weight_version": "default", "completion_tokens": out_tokens,
+                            "cached_tokens": 0, "e2e_latency": round(time.time() - started, 4)}
+    body = body or {}
+    if body.get("return_logprob"):
+        meta.update(logprob_fields(text, out_tokens, answer.seen, int(body.get("top_logprobs_num") or 0),
+                                   bool(body.get("return_text_in_logprobs"))))
+    return {"text": text, "output_ids": output_ids(text, out_tokens), "meta_info": meta}
 
 
 def stream_chunks(sim: SimServer, path: str, prompt: Prompt, answer: Answer, out_tokens: int,

@@ -24,10 +24,10 @@ options:
     type: list
     elements: str
     required: true
-    choices: [readiness, config, smoke, needle, soak, perf, bake]
+    choices: [readiness, config, smoke, needle, soak, perf, bake, accuracy, parity]
     description:
       - Gate to run, or several to run at the same time; none of them may need another (readiness
-        before all, smoke before needle, soak, perf and bake), else the task fails saying so.
+        before all, smoke before needle, soak, perf, bake, accuracy and parity), else the task fails saying so.
   then:
     type: list
     elements: raw

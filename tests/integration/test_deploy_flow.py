@@ -48,7 +48,7 @@ def test_pd_deploy_with_index_topk_1024_is_promoted(sim_host: SimHost) -> None:
     assert proc.returncode == 0, proc.stdout[-5000:]
     report = sim_host.report()
     assert report["verdict"] == "promoted"
-    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak"]
+    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak", "accuracy"]
     assert all(g["status"] == "passed" for g in report["gates"])
     assert report["endpoint"] == sim_host.endpoint
     assert report["needle"]["cells"], "the needle grid is in the report"

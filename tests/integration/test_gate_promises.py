@@ -40,7 +40,7 @@ def test_clean_pd_deploy_passes_the_soak_gate(sim_host: SimHost) -> None:
     assert proc.returncode == 0, proc.stdout[-5000:]
     report = sim_host.report()
     assert report["verdict"] == "promoted"
-    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak"]
+    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak", "accuracy"]
     soak = gate(report, "soak")
     assert soak["status"] == "passed", soak["summary"]
     assert soak["evidence"]["corrupted_sessions"] == 0

@@ -29,7 +29,7 @@ def test_a_gated_pd_deploy_under_mitogen_is_promoted(sim_host: SimHost, mitogen:
     assert proc.returncode == 0, proc.stdout[-5000:]
     report = sim_host.report()
     assert report["verdict"] == "promoted"
-    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak"]
+    assert [g["name"] for g in report["gates"]] == ["readiness", "config", "smoke", "needle", "soak", "accuracy"]
     assert all(g["status"] == "passed" for g in report["gates"])
     assert sim_host.active_release() == report["release"]
     assert set(sim_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
