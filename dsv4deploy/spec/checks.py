@@ -32,6 +32,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_extra_args(spec)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
+    problems += _check_router_policies(spec)
     return _unique(problems)
 
 
@@ -137,6 +138,8 @@ def _check_gpus(spec: Deployment) -> list[Problem]:
 # sglang-router 0.3.2 serves Prometheus metrics on this port (on 0.0.0.0) when --prometheus-port is not given.
 ROUTER_DEFAULT_PROMETHEUS_PORT = 29000
 PORT_FIX = "give every listener on a host its own port"
+# Ports below this need CAP_NET_BIND_SERVICE; the units grant no capability.
+PRIVILEGED_PORTS = 1024
 
 
 def _check_ports(spec: Deployment) -> list[Problem]:
@@ -144,6 +147,12 @@ def _check_ports(spec: Deployment) -> list[Problem]:
     used: dict[tuple[str, int], str] = {}
 
     def claim(host: str, port: int, field: str, fix: str = PORT_FIX) -> None:
+        if port < PRIVILEGED_PORTS:
+            out.append(Problem(field=field, host=host,
+                               message=f"port {port} is below {PRIVILEGED_PORTS}: binding it needs "
+                                       "CAP_NET_BIND_SERVICE, which the services do not have",
+                               fix=f"use a port of {PRIVILEGED_PORTS} or above (put a reverse proxy in front "
+                                   "for 80 or 443)"))
         if (host, port) in used:
             out.append(Problem(field=field, host=host, message=f"port {port} is also used by {used[(host, port)]}",
                                fix=fix))
@@ -291,3 +300,31 @@ def _check_router_launcher(spec: Deployment) -> list[Problem]:
     out += [Problem(field=f"router_launcher.{name}", message="is an empty command", fix="give the router's argv")
             for name, argv in launcher.items() if name in routers.IMPLEMENTATIONS and not argv]
     return out
+
+
+def _check_router_policies(spec: Deployment) -> list[Problem]:
+    """router.policy, prefill_policy and decode_policy must be choices of the chosen router's parser."""
+    if spec.topology != "pd" or spec.router is None:
+        return []
+    impl = routers.implementation(spec.router_implementation)
+    out = []
+    for name in ("policy", "prefill_policy", "decode_policy"):
+        value = getattr(spec.router, name)
+        allowed = impl.policies + (routers.PREFILL_ONLY_POLICIES if name == "prefill_policy" else ())
+        if value is None or not allowed or value in allowed:
+            continue
+        meant = _closest_choice(value, allowed)
+        out.append(Problem(field=f"router.{name}", host=spec.router.host,
+                           message=f"{impl.title} has no policy {value!r}",
+                           fix=(f"did you mean {meant}? " if meant else "") + f"use one of {', '.join(allowed)}"))
+    return out
+
+
+def _closest_choice(value: str, choices: tuple[str, ...]) -> str | None:
+    import difflib
+
+    aliases = {"rr": "round_robin", "p2c": "power_of_two"}
+    if value in aliases and aliases[value] in choices:
+        return aliases[value]
+    found = difflib.get_close_matches(value.replace("-", "_"), choices, n=1, cutoff=0.6)
+    return found[0] if found else None

@@ -394,3 +394,33 @@ def test_flags_0523_removed_or_deprecated_are_refused(flag: str, replacement: st
     assert problems(changed(**{"decode.0.extra_args": [flag]})) == [
         f"decode[0].extra_args (host gpu1): sglang 0.5.23 has removed or deprecated '{flag}'; "
         f"fix: remove it and use {replacement}"]
+
+
+# -- what a first day on one's own hosts runs into (issue: paths, ports, router policies) -----------
+
+@pytest.mark.parametrize("path", ["models/DeepSeek-V4-Flash", "~/models/DeepSeek-V4-Flash"])
+def test_a_model_path_that_is_not_absolute_is_refused(path):
+    assert problems(changed(**{"model.path": path})) == [
+        f"model.path: {path!r} is not an absolute path; fix: give the absolute path of the downloaded checkpoint "
+        "on the hosts (the folder holding config.json), e.g. /models/DeepSeek-V4-Flash; ~ is not expanded"]
+
+
+def test_a_relative_chat_template_file_is_refused_but_a_builtin_name_is_not():
+    assert problems(changed(chat_template="templates/dsv4.jinja"))[0].startswith(
+        "chat_template: 'templates/dsv4.jinja' is not an absolute path")
+    load_spec(changed(chat_template="chatml"), HOSTS)
+
+
+def test_a_port_below_1024_is_refused_since_the_units_have_no_capability_to_bind_it():
+    assert problems(changed(**{"router.port": 80})) == [
+        "router.port (host gpu1): port 80 is below 1024: binding it needs CAP_NET_BIND_SERVICE, which the "
+        "services do not have; fix: use a port of 1024 or above (put a reverse proxy in front for 80 or 443)"]
+
+
+def test_a_router_policy_the_router_does_not_know_is_refused_with_did_you_mean():
+    assert problems(changed(**{"router.policy": "rr"})) == [
+        "router.policy (host gpu1): sglang-router 0.3.2 has no policy 'rr'; fix: did you mean round_robin? use one "
+        "of random, round_robin, cache_aware, power_of_two, manual"]
+    load_spec(changed(**{"router.prefill_policy": "bucket", "router.policy": "cache_aware"}), HOSTS)
+    smg = {**changed(**{"router.policy": "least_load"}), "router_implementation": "smg"}
+    load_spec(smg, HOSTS)
