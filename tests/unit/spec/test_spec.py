@@ -177,10 +177,33 @@ def test_a_version_without_a_flag_table() -> None:
         "0.5.12, 0.5.18, 0.5.23 or add a flag table for it to dsv4deploy/sglang/flags.py"]
 
 
-def test_unknown_key_in_a_nested_mapping() -> None:
+def test_unknown_key_in_a_nested_mapping_says_which_key_was_meant() -> None:
     assert problems(changed(**{"router.polcy": "round_robin"})) == [
-        "router.polcy (host gpu1): unknown key 'polcy'; fix: remove it or check its spelling against the keys of "
-        "router"]
+        "router.polcy (host gpu1): unknown key 'polcy'; fix: did you mean policy? rename polcy to policy"]
+
+
+def test_a_misspelt_required_key_is_one_problem_with_did_you_mean_not_also_is_required() -> None:
+    common = seeds_pd()
+    common["decode"][0]["mem_fraction_statc"] = common["decode"][0].pop("mem_fraction_static")
+    assert problems(common) == [
+        "decode[0].mem_fraction_statc (host gpu1): unknown key 'mem_fraction_statc'; fix: did you mean "
+        "mem_fraction_static? rename mem_fraction_statc to mem_fraction_static"]
+
+
+@pytest.mark.parametrize(("value", "written", "fix"), [
+    ("/etc/dsv4deploy/api_key", "the text '/etc/dsv4deploy/api_key'", "write api_key: {file: /etc/dsv4deploy/api_key}"),
+    ([{"file": "/k"}], "a list of 1", "write api_key: {file: /etc/dsv4deploy/api_key} (a file only"),
+])
+def test_a_mapping_written_as_something_else_says_what_was_written_and_names_no_class(value, written, fix) -> None:
+    [problem] = problems(changed(api_key=value))
+    assert problem.startswith(f"api_key: is {written}, not a mapping; fix: {fix}")
+    assert "ApiKeyRef" not in problem and "instance of" not in problem
+
+
+def test_two_combined_servers_are_told_that_combined_runs_one() -> None:
+    [problem] = problems({**changed(topology="combined"), "combined": [seeds_pd()["combined"]] * 2})
+    assert "combined: is a list of 2, not a mapping" in problem and "the combined topology runs one server" in problem
+    assert "CombinedSpec" not in problem
 
 
 def test_unknown_key_in_the_model() -> None:
