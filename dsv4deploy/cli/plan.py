@@ -97,10 +97,21 @@ def format_memory(report: WorkerMemory, spec: Deployment) -> list[str]:
     return [head, *(f"    {line}" for line in report.explanation)]
 
 
+def version_note(version: str) -> str:
+    """`0.5.24 (flags of 0.5.23, the nearest known table; ...)` for a release without a table of its own."""
+    from dsv4deploy.sglang import versions
+
+    table = versions.table_version(version)
+    if table is None or table == version:
+        return version
+    return (f"{version} (flags of {table}, the nearest known table; preflight checks every command line with "
+            "the host's own sglang parser, and refuses the host if it has none)")
+
+
 def format_plan(result: Plan) -> list[str]:
     """The human-readable plan."""
     spec = result.spec
-    versions = sorted({f"{h}: sglang {spec.host(h).sglang_version}" for h in spec.hosts_in_use()})
+    versions = sorted({f"{h}: sglang {version_note(spec.host(h).sglang_version)}" for h in spec.hosts_in_use()})
     from dsv4deploy.plan import env_switch_lines, env_switches
     from dsv4deploy.rollout.rolling import describe_steps
 

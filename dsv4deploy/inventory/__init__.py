@@ -67,6 +67,11 @@ def load_inventory(
         if "," not in path and not Path(path).exists():  # "h1,h2," is a host list, as for ansible
             raise InventoryError(f"inventory {path}: no such file or directory; fix: pass -i with the folder or "
                                  "file of your inventory (e.g. one written by `dsv4deploy init DIR`)")
+    from dsv4deploy.inventory.yaml_errors import inventory_yaml_files, yaml_problems
+
+    broken = yaml_problems(inventory_yaml_files(inventory_paths, extra_vars))
+    if broken:
+        raise InventoryError("\n".join(broken))
     try:
         return _load(inventory_paths, extra_vars, keys, host_keys, key_prefixes)
     except AnsibleError as exc:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy.plan import access, memory, model_needs, render, services
+from dsv4deploy.plan import access, host_parsers, memory, model_needs, render, services
 from dsv4deploy.plan.models import GateTargets, Plan
 from dsv4deploy.sglang import routers
 from dsv4deploy.spec import Deployment, Problem, SpecError, secret_env
@@ -47,6 +47,8 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
             **layout,
             # Preflight (dsv4_access): the paths the services need.
             "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command(), model),
+            # Preflight (dsv4_host parsers): the command lines for the host's own sglang and router parsers.
+            "parsers": host_parsers.host_checks(spec, host_defs),
         }
     plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),

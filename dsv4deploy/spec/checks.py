@@ -80,11 +80,14 @@ def _check_versions(spec: Deployment) -> list[Problem]:
     out = []
     for name in spec.hosts_in_use():
         version = spec.host(name).sglang_version
-        if version not in versions.RELEASES:
+        if not versions.is_supported(version):
             out.append(Problem(field="sglang_version", host=name,
-                               message=f"no flag table for sglang {version}",
-                               fix=f"set sglang_version to one of {', '.join(versions.known_versions())} "
-                                   "or add a flag table for it to dsv4deploy/sglang/flags.py"))
+                               message=f"sglang {version} is older than, or of another series than, the releases "
+                                       f"dsv4deploy knows the flags of ({', '.join(versions.known_versions())}; a "
+                                       "newer patch release uses the nearest of them)",
+                               fix="set sglang_version to the version installed on the host (python -c 'import "
+                                   "sglang; print(sglang.__version__)'); for an older or newer series, install a "
+                                   "known release"))
     return out
 
 
@@ -206,7 +209,7 @@ def _check_overrides(spec: Deployment) -> list[Problem]:
         if topk is None:
             continue
         version = spec.host(w.host).sglang_version
-        if version not in versions.RELEASES:
+        if not versions.is_supported(version):
             continue
         allowed = versions.release(version).index_topk_allowed
         if allowed and topk not in allowed:
@@ -248,7 +251,7 @@ def _check_extra_args(spec: Deployment) -> list[Problem]:
     out = []
     for path, w in spec.workers():
         version = spec.host(w.host).sglang_version
-        forbidden = flags.forbidden_flags_in(version, w.extra_args) if version in versions.RELEASES else []
+        forbidden = flags.forbidden_flags_in(version, w.extra_args) if versions.is_supported(version) else []
         out += [_forbidden_flag(path, w.host, version, arg) for arg in forbidden]
         out += _rendered_flags(path, w.host, [a for a in w.extra_args if a not in forbidden], RENDERED_SERVER_FLAGS)
     if spec.topology == "pd" and spec.router:

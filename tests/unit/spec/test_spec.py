@@ -170,11 +170,23 @@ def test_mem_fraction_outside_0_1(fraction: float) -> None:
         "fix: use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)"]
 
 
-def test_a_version_without_a_flag_table() -> None:
-    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": "0.5.99"}}
+@pytest.mark.parametrize("version", ["0.5.11", "0.6.1", "latest"])
+def test_a_version_older_than_every_table_or_of_another_series_is_refused(version) -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": version}}
     assert problems(seeds_pd(), hosts) == [
-        "sglang_version (host gpu1): no flag table for sglang 0.5.99; fix: set sglang_version to one of "
-        "0.5.12, 0.5.18, 0.5.23 or add a flag table for it to dsv4deploy/sglang/flags.py"]
+        f"sglang_version (host gpu1): sglang {version} is older than, or of another series than, the releases "
+        "dsv4deploy knows the flags of (0.5.12, 0.5.18, 0.5.23; a newer patch release uses the nearest of them); "
+        "fix: set sglang_version to the version installed on the host (python -c 'import sglang; "
+        "print(sglang.__version__)'); for an older or newer series, install a known release"]
+
+
+@pytest.mark.parametrize(("version", "table"), [("0.5.24", "0.5.23"), ("0.5.23.post1", "0.5.23"),
+                                                ("0.5.19", "0.5.18"), ("0.5.12", "0.5.12")])
+def test_a_patch_release_without_a_table_uses_the_nearest_one_below(version, table) -> None:
+    from dsv4deploy.sglang import flags, versions
+
+    load_spec(seeds_pd(), {"gpu1": {**HOSTS["gpu1"], "sglang_version": version}})
+    assert versions.table_version(version) == table and flags.table(version).version == table
 
 
 def test_unknown_key_in_a_nested_mapping_says_which_key_was_meant() -> None:
