@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from dsv4deploy.sglang import flags, routers, versions
+from dsv4deploy.spec.extra_args import check_extra_args
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
 from dsv4deploy.spec.values import check_values
 
@@ -30,6 +31,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_agreement(spec)
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
+    problems += check_extra_args(spec, RENDERED_SERVER_FLAGS)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
     problems += _check_router_policies(spec)
