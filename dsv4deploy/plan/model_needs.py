@@ -11,6 +11,7 @@ outage until the old release loaded again). Here every server host gets, before 
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from dsv4deploy.spec import Deployment, Problem
@@ -53,6 +54,8 @@ def model_facts(spec: Deployment, profile: Any | None) -> dict[str, Any]:
     first = workers[0][1] if workers else None
     return {
         "path": spec.model.path,
+        # `--load-format dummy` (random weights, for tests) reads no weight files.
+        "weights": not any(_dummy_weights(w.extra_args) for _, w in workers),
         "profile": spec.model.profile,
         "architectures": list(profile.architectures) if profile is not None else [],
         "context_length": spec.effective(first, "context_length") if first is not None else None,
@@ -60,11 +63,15 @@ def model_facts(spec: Deployment, profile: Any | None) -> dict[str, Any]:
     }
 
 
+def _dummy_weights(args: list[str]) -> bool:
+    return "--load-format=dummy" in args or ("--load-format", "dummy") in pairwise(args)
+
+
 def needs_for(service: str, facts: dict[str, Any], common: dict[str, Any]) -> list[dict[str, Any]]:
     """The model folder and chat template needs of one server, as `access.PathNeed` data (`common`:
     service, hidden, no_dac_override)."""
     needs = [{**common, "path": facts["path"], "need": "model", "what": f"model.path of {service}",
-              "model": {k: facts[k] for k in ("profile", "architectures", "context_length")}}]
+              "model": {k: facts[k] for k in ("profile", "architectures", "context_length", "weights")}}]
     template = facts.get("chat_template")
     if template_is_file(template):
         needs.append({**common, "path": template, "need": "read", "what": f"chat_template of {service}"})

@@ -33,8 +33,9 @@ def _model_limit(config: dict) -> int | None:
 def check_folder(label: str, folder: str, want: dict, user: str, can_read: Callable[[str], bool]) -> list[str]:
     """Problems of the model folder `folder` for a service running as `user`, each '<label>: ...; fix: ...'.
 
-    `want` holds `profile`, `architectures` (any one is enough; empty: not checked) and `context_length`
-    (None: not checked); `can_read(path)` says whether `user` may read a file.
+    `want` holds `profile`, `architectures` (any one is enough; empty: not checked), `context_length`
+    (None: not checked) and `weights` (false: `--load-format dummy`, no weight files read); `can_read(path)`
+    says whether `user` may read a file.
     """
     if not os.path.isdir(folder):
         return [f"{label}: not a folder; fix: set model.path to the folder the checkpoint was downloaded to "
@@ -47,7 +48,7 @@ def check_folder(label: str, folder: str, want: dict, user: str, can_read: Calla
            f"(or make {user} its owner or a member of its group)"
            for name in ("config.json", _first(folder, WEIGHTS), _first(folder, TOKENIZER))
            if name and not can_read(os.path.join(folder, name))]
-    if not _first(folder, WEIGHTS):
+    if not _first(folder, WEIGHTS) and want.get("weights", True):
         out.append(f"{label}: holds no weights ({' or '.join(WEIGHTS)}); fix: finish the download (e.g. "
                    f"huggingface-cli download REPO --local-dir {folder})")
     if not _first(folder, TOKENIZER):

@@ -127,3 +127,11 @@ def test_a_chat_template_the_user_cannot_read_is_named(folder):
             "no_dac_override": True}
     [problem] = mod.check_need(need, who())
     assert "user svc cannot read it" in problem and f"fix: chmod o+r {template}" in problem
+
+
+def test_dummy_weights_need_no_weight_files(folder):
+    (folder / "model.safetensors.index.json").unlink()
+    assert mod.check_need(model_need(folder, weights=False), who()) == []
+    spec = pd_spec(decode={**pd_spec().decode[0].model_dump(), "extra_args": ["--load-format", "dummy"]})
+    [model] = [n for n in make_plan(spec, ["gpu1"])["hosts"]["gpu1"]["access"] if n["need"] == "model"]
+    assert model["model"]["weights"] is False
