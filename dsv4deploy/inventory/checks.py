@@ -141,6 +141,9 @@ def _vars_file(sources: Iterable[str], kind: str, entity: str, key: str) -> str:
 def misspelt_problems(view: InventoryView, allowed: Any) -> list[Problem]:
     """Variables close to one dsv4deploy reads ("did you mean"), unless `dsv4_allow_vars` lists them."""
     names, problems = varnames.allow_list(allowed)
+    # The variable api_key.vault_var names is the inventory's own, whatever it looks like (dsv4_api_key).
+    names += [str(value["vault_var"]) for _, value in view.values.get("api_key", [])
+              if isinstance(value, Mapping) and value.get("vault_var")]
     return problems + varnames.misspelt(view.origins, names)
 
 

@@ -167,7 +167,7 @@ def closest(name: str, known: Iterable[str]) -> str | None:
 # Words a setting's name may gain or lose without meaning another one: gpu_memory(_gib), listen(_address).
 _WORD = re.compile(r"[a-z0-9]+")
 # How alike (difflib's ratio) a name of that many characters must be to a known one: gpu_mem_gib ~ gpu_memory_gib.
-SIMILAR = 0.8
+SIMILAR = 0.85
 SIMILAR_MIN = 8
 
 

@@ -83,3 +83,10 @@ def test_inits_next_line_overrides_nothing_the_user_sets(capsys, tmp_path):
     assert code == 0
     [line] = [x for x in err.splitlines() if x.startswith("next:")]
     assert "index_topk" not in line and "-e topology" not in line and "an -e you add overrides them" in line
+
+
+def test_the_variable_api_key_vault_var_names_is_never_a_typo(capsys, site):
+    with (site / "group_vars" / "all" / "deployment.yml").open("a") as fh:
+        fh.write("api_key: {vault_var: dsv4_api_key}\ndsv4_api_key: sk-test\n")
+    code, _, err = run(capsys, "validate", "-i", str(site))
+    assert "dsv4_api_key: is not a variable" not in err, err
