@@ -38,6 +38,8 @@ PACKAGE_TREES: dict[str, str] = {
     "templates": "templates",
     "inventory/examples": "examples",
     "inventory/local/group_vars": "examples/local/group_vars",
+    # The embedded host's stand-in checkpoint (`init --example local` writes it as DIR/.model).
+    "inventory/local/.model": "examples/local/model",
 }
 
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")

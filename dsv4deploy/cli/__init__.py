@@ -104,7 +104,8 @@ def build_parser(subcommands: Mapping[str, Subcommand] = SUBCOMMANDS) -> argpars
         p = sub.add_parser(name, help=command.help)
         if command.reads_inventory:
             p.add_argument("-i", "--inventory", action="append", metavar="PATH",
-                           help="Ansible inventory (repeatable); default: ansible.cfg's, else inventory/local")
+                           help="Ansible inventory (repeatable); required unless an ansible.cfg here names one "
+                                "(a clone of this repository falls back to its inventory/local)")
             p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                            help="extra variables as for ansible-playbook: key=value, JSON/YAML or @file (repeatable)")
         command.add_arguments(p)

@@ -30,6 +30,7 @@ def run_init(args: argparse.Namespace) -> int:
         raise CliError([f"cannot write {args.dir}: {exc.strerror or exc}"]) from None
     for path in written:
         print(path)
-    print(f"next: dsv4deploy validate -i {args.dir}, then "
-          f"ansible-playbook dsv4.deploy.deploy -i {args.dir} -e topology=pd -e index_topk=1024", file=sys.stderr)
+    # No -e here: extra vars win over the inventory, so a suggested one would override what the user sets.
+    print(f"next: dsv4deploy validate -i {args.dir}, then ansible-playbook dsv4.deploy.deploy -i {args.dir} "
+          "(it deploys the inventory's values; an -e you add overrides them)", file=sys.stderr)
     return EXIT_OK

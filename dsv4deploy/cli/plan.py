@@ -9,7 +9,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dsv4deploy.cli.common import EXIT_BAD_INPUT, EXIT_OK, CliError, load_deployment, load_with_rollout
+from dsv4deploy.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    CliError,
+    default_inventory,
+    load_deployment,
+    load_with_rollout,
+)
 from dsv4deploy.plan.memory import WorkerMemory, problems_from_memory
 from dsv4deploy.spec import Deployment, Problem
 
@@ -90,10 +97,21 @@ def format_memory(report: WorkerMemory, spec: Deployment) -> list[str]:
     return [head, *(f"    {line}" for line in report.explanation)]
 
 
+def version_note(version: str) -> str:
+    """`0.5.24 (flags of 0.5.23, the nearest known table; ...)` for a release without a table of its own."""
+    from dsv4deploy.sglang import versions
+
+    table = versions.table_version(version)
+    if table is None or table == version:
+        return version
+    return (f"{version} (flags of {table}, the nearest known table; preflight checks every command line with "
+            "the host's own sglang parser, and refuses the host if it has none)")
+
+
 def format_plan(result: Plan) -> list[str]:
     """The human-readable plan."""
     spec = result.spec
-    versions = sorted({f"{h}: sglang {spec.host(h).sglang_version}" for h in spec.hosts_in_use()})
+    versions = sorted({f"{h}: sglang {version_note(spec.host(h).sglang_version)}" for h in spec.hosts_in_use()})
     from dsv4deploy.plan import env_switch_lines, env_switches
     from dsv4deploy.rollout.rolling import describe_steps
 
@@ -160,8 +178,27 @@ def add_render(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory to write into")
 
 
+def out_inside_inventory(out: Path, inventories: list[str]) -> str | None:
+    """The inventory folder `out` lies in, if any: Ansible would read the rendered scripts there as inventory."""
+    target = out.resolve()
+    for source in inventories:
+        if "," in source:  # a host list, not a path
+            continue
+        folder = Path(source).resolve()
+        folder = folder if folder.is_dir() else folder.parent
+        if target == folder or folder in target.parents:
+            return str(source)
+    return None
+
+
 def run_render(args: argparse.Namespace) -> int:
-    spec, _ = load_deployment(args.inventory, args.extra_vars)
+    inventories = args.inventory or default_inventory()
+    inside = out_inside_inventory(args.out, inventories)
+    if inside:
+        raise CliError([f"--out {args.out} is inside the inventory folder {inside}: Ansible would run the rendered "
+                        "scripts as dynamic inventory on the next -i there; fix: write them outside it, e.g. "
+                        f"--out {Path(inside).resolve().parent / 'rendered'}"])
+    spec, _ = load_deployment(inventories, args.extra_vars)
     try:
         written = write_files(render_files(spec), args.out)
     except OSError as exc:

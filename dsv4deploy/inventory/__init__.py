@@ -11,7 +11,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dsv4deploy.inventory.checks import InventoryView, inventory_problems, vault_var_problems, view_of
+from dsv4deploy.inventory.checks import (
+    InventoryView,
+    inventory_problems,
+    play_group_problems,
+    vault_var_problems,
+    view_of,
+)
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, SpecError, load_spec
 
@@ -61,6 +67,11 @@ def load_inventory(
         if "," not in path and not Path(path).exists():  # "h1,h2," is a host list, as for ansible
             raise InventoryError(f"inventory {path}: no such file or directory; fix: pass -i with the folder or "
                                  "file of your inventory (e.g. one written by `dsv4deploy init DIR`)")
+    from dsv4deploy.inventory.yaml_errors import inventory_yaml_files, yaml_problems
+
+    broken = yaml_problems(inventory_yaml_files(inventory_paths, extra_vars))
+    if broken:
+        raise InventoryError("\n".join(broken))
     try:
         return _load(inventory_paths, extra_vars, keys, host_keys, key_prefixes)
     except AnsibleError as exc:
@@ -184,7 +195,7 @@ def deployment_from_inventory(inventory_paths: list[str], extra_vars: list[str],
         spec = load_spec({k: v for k, v in common.items() if k in DEPLOYMENT_KEYS}, hostvars)
     except SpecError as exc:
         raise SpecError(problems + exc.problems) from None
-    problems += vault_var_problems(spec, view.origins)
+    problems += vault_var_problems(spec, view.origins) + play_group_problems(view, spec.hosts_in_use())
     if problems:
         raise SpecError(problems)
     others = {k: v for k, v in common.items() if k not in DEPLOYMENT_KEYS and k != ALLOW_VAR}

@@ -19,6 +19,8 @@ from dsv4deploy.spec import Deployment, Problem
 
 EXTRA_VARS = "-e"
 VAR_FILE_SUFFIXES = ("", ".yml", ".yaml", ".json")
+# The group every playbook targets (`hosts: dsv4`; tests/unit/inventory/test_inventory_checks.py keeps them equal).
+PLAY_GROUP = "dsv4"
 
 
 @dataclass
@@ -28,6 +30,11 @@ class InventoryView:
     origins: dict[str, list[str]] = field(default_factory=dict)
     values: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # The inventory's hosts, and those in PLAY_GROUP (the hosts a playbook runs on).
+    hosts: list[str] = field(default_factory=list)
+    play_hosts: set[str] = field(default_factory=set)
+    # host_vars files and folders (path, the host they are for) of the inventory's sources.
+    host_vars_files: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, name: str, where: str, value: Any) -> None:
         """Record that `name` is set in `where` (a file path, a group or host, or -e)."""
@@ -41,7 +48,10 @@ def view_of(inventory: Any, loader: Any, extra_vars: Mapping[str, Any]) -> Inven
     from ansible.vars.plugins import get_vars_from_inventory_sources
 
     sources = [str(s) for s in getattr(inventory, "_sources", []) or []]
-    view = InventoryView(extra=dict(extra_vars))
+    group = inventory.groups.get(PLAY_GROUP)
+    view = InventoryView(extra=dict(extra_vars), hosts=[h.name for h in inventory.get_hosts("all")],
+                         play_hosts={h.name for h in group.get_hosts()} if group is not None else set(),
+                         host_vars_files=_host_vars_files(sources))
     entities = [("group", g) for g in inventory.groups.values()] + [("host", h) for h in inventory.get_hosts("all")]
     for kind, entity in entities:
         inline = entity.vars if kind == "host" else entity.get_vars()
@@ -54,6 +64,53 @@ def view_of(inventory: Any, loader: Any, extra_vars: Mapping[str, Any]) -> Inven
     for name, value in extra_vars.items():
         view.add(str(name), EXTRA_VARS, value)
     return view
+
+
+def _host_vars_files(sources: Iterable[str]) -> list[tuple[str, str]]:
+    """Every host_vars/<host>[.yml|.yaml|.json] file or folder beside the inventory sources: (path, host)."""
+    out = []
+    for source in sources:
+        base = Path(source) if Path(source).is_dir() else Path(source).parent
+        folder = base / "host_vars"
+        if not folder.is_dir():
+            continue
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            name = entry.name
+            for suffix in VAR_FILE_SUFFIXES[1:]:
+                if entry.is_file() and name.endswith(suffix):
+                    name = name[: -len(suffix)]
+            out.append((str(entry), name))
+    return out
+
+
+def orphan_host_vars(view: InventoryView) -> list[Problem]:
+    """A host_vars file for a host the inventory does not have is read by nobody: a renamed host's leftover."""
+    known = set(view.hosts)
+    out = []
+    for path, host in view.host_vars_files:
+        if host in known:
+            continue
+        meant = varnames.closest(host, known)
+        hint = f"did you mean {meant}? rename it to {meant}; or " if meant else ""
+        out.append(Problem(field=path, message=f"is for host {host}, which is not in the inventory "
+                                               f"(its hosts: {', '.join(sorted(known))}), so nothing reads it",
+                           fix=f"{hint}add {host} to hosts.yml, or delete the file"))
+    return out
+
+
+def play_group_problems(view: InventoryView, used: Iterable[str]) -> list[Problem]:
+    """The hosts the spec places servers on must be in PLAY_GROUP, or every playbook runs on none of them."""
+    missing = sorted(set(used) - view.play_hosts)
+    if not missing:
+        return []
+    return [Problem(field="hosts.yml", message=f"host{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                                               f"{'are' if len(missing) > 1 else 'is'} not in the group "
+                                               f"{PLAY_GROUP}, which every playbook targets (hosts: {PLAY_GROUP}): "
+                                               "the deploy would run on no host",
+                    fix=f"put the hosts under all.children.{PLAY_GROUP}.hosts in hosts.yml (a group of your own "
+                        f"may be a child of {PLAY_GROUP})")]
 
 
 def _vars_file(sources: Iterable[str], kind: str, entity: str, key: str) -> str:
@@ -84,6 +141,9 @@ def _vars_file(sources: Iterable[str], kind: str, entity: str, key: str) -> str:
 def misspelt_problems(view: InventoryView, allowed: Any) -> list[Problem]:
     """Variables close to one dsv4deploy reads ("did you mean"), unless `dsv4_allow_vars` lists them."""
     names, problems = varnames.allow_list(allowed)
+    # The variable api_key.vault_var names is the inventory's own, whatever it looks like (dsv4_api_key).
+    names += [str(value["vault_var"]) for _, value in view.values.get("api_key", [])
+              if isinstance(value, Mapping) and value.get("vault_var")]
     return problems + varnames.misspelt(view.origins, names)
 
 
@@ -120,4 +180,4 @@ def vault_var_problems(spec: Deployment, defined: Iterable[str]) -> list[Problem
 
 def inventory_problems(view: InventoryView, allowed: Any) -> list[Problem]:
     """Every problem of the inventory as written that the spec model cannot see."""
-    return misspelt_problems(view, allowed) + dropped_switches(view)
+    return misspelt_problems(view, allowed) + dropped_switches(view) + orphan_host_vars(view)

@@ -52,6 +52,11 @@ def _local_group_vars() -> Path:
     return packaged if packaged.is_dir() else here.parent / "inventory" / "local" / "group_vars"
 
 
+def _local_model() -> Path:
+    packaged = PACKAGE_DIR / "examples" / "local" / "model"
+    return packaged if packaged.is_dir() else PACKAGE_DIR.parent / "inventory" / "local" / ".model"
+
+
 def starter_files(example: str) -> dict[str, bytes]:
     """The files of example `example`: path relative to the inventory folder -> content."""
     if example not in EXAMPLES:
@@ -60,6 +65,10 @@ def starter_files(example: str) -> dict[str, bytes]:
         src = _local_group_vars()
         files = {f"group_vars/{p.relative_to(src)}": p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
         files["hosts.yml"] = LOCAL_HOSTS.encode()
+        # A dot folder: Ansible reads no inventory from it (its config.json would parse as one).
+        model = _local_model()
+        files.update({f".model/{p.relative_to(model)}": p.read_bytes()
+                      for p in sorted(model.rglob("*")) if p.is_file()})
         return files
     src = examples_dir() / example
     return {str(p.relative_to(src)): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}

@@ -161,7 +161,35 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     if best:
         return best[1]
     stems = [k for k in sorted(known, key=len, reverse=True) if len(k) >= STEM_MIN and name.startswith(k + "_")]
-    return stems[0] if stems else None
+    return stems[0] if stems else _shortened_or_reworded(name, known)
+
+
+# Words a setting's name may gain or lose without meaning another one: gpu_memory(_gib), listen(_address).
+_WORD = re.compile(r"[a-z0-9]+")
+# How alike (difflib's ratio) a name of that many characters must be to a known one: gpu_mem_gib ~ gpu_memory_gib.
+SIMILAR = 0.85
+SIMILAR_MIN = 8
+
+
+def _shortened_or_reworded(name: str, known: Iterable[str]) -> str | None:
+    """A known name `name` shortens (gpu_memory: gpu_memory_gib), extends by one word (listen_address: listen),
+    or closely resembles (gpu_mem_gib: gpu_memory_gib); None otherwise."""
+    import difflib
+
+    words = _WORD.findall(name.lower())
+    by_words = sorted(k for k in known if len(words) >= 2 and _WORD.findall(k)[: len(words)] == words
+                      and k.startswith(name.lower()))
+    if by_words:
+        return min(by_words, key=len)
+    longer = sorted((k for k in known if len(k) >= 6 and name.lower().startswith(k + "_")
+                     and len(_WORD.findall(name)) == len(_WORD.findall(k)) + 1), key=len, reverse=True)
+    if longer:
+        return longer[0]
+    if len(name) < SIMILAR_MIN:
+        return None
+    close = difflib.get_close_matches(name.lower(), sorted(k for k in known if len(k) >= SIMILAR_MIN), n=1,
+                                      cutoff=SIMILAR)
+    return close[0] if close else None
 
 
 def misspelt(origins: Mapping[str, list[str]], allowed: Iterable[str] = (),

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy.plan import access, memory, render, services
+from dsv4deploy.plan import access, host_parsers, memory, model_needs, render, services
 from dsv4deploy.plan.models import GateTargets, Plan
 from dsv4deploy.sglang import routers
 from dsv4deploy.spec import Deployment, Problem, SpecError, secret_env
@@ -36,6 +36,7 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
         raise SpecError(problems)
     defs = _ordered_services(spec)
     rendered = render.render_all(spec)
+    model = model_needs.model_facts(spec, memory.load_profile(spec.memory_profile).models.get(spec.model.profile))
     hosts: dict[str, Any] = {}
     for name, layout in _layouts(spec, play_hosts, defs).items():
         files = rendered.get(name, {})
@@ -45,8 +46,10 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
             "content_hash": render.content_hash(files) if files else "",
             **layout,
             # Preflight (dsv4_access): the paths the services need.
-            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command())
+            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command(), model)
             + access.ib_device_needs(spec, name),
+            # Preflight (dsv4_host parsers): the command lines for the host's own sglang and router parsers.
+            "parsers": host_parsers.host_checks(spec, host_defs),
         }
     plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),

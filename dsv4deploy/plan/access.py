@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dsv4deploy.plan import model_needs
 from dsv4deploy.plan.services import ServiceDefinition, build_services
 from dsv4deploy.spec import Deployment
 
@@ -33,8 +34,9 @@ class PathNeed(BaseModel):
     service: str
     path: str
     # exec: run it; search: reach (and, when it exists, enter) this directory; secret: the API key,
-    # readable by the service's user and by nobody else but root; device: it exists (an InfiniBand device).
-    need: Literal["exec", "search", "secret", "device"]
+    # readable by the service's user and by nobody else but root; device: it exists (an InfiniBand device);
+    # model: the model folder (module_utils/model_folder.py); read: a file the service reads (chat template).
+    need: Literal["exec", "search", "secret", "device", "model", "read"]
     what: str
     # Prefixes the unit does not see, each with the setting that hides it.
     hidden: dict[str, str] = {}
@@ -42,6 +44,8 @@ class PathNeed(BaseModel):
     search_path: list[str] = []
     # CapabilityBoundingSet= empty: even root is held to the file modes.
     no_dac_override: bool = False
+    # need=model: what config.json must say (dsv4deploy.plan.model_needs.model_facts).
+    model: dict[str, Any] = {}
 
 
 def unit_settings(unit_text: str) -> dict[str, list[str]]:
@@ -80,8 +84,10 @@ def hidden_paths(settings: dict[str, list[str]]) -> dict[str, str]:
     return hidden
 
 
-def needs_of(svc: ServiceDefinition, launcher: list[str], launcher_field: str, unit_text: str | None) -> list[PathNeed]:
-    """The paths `svc` needs: its launcher, its install root, its API key file."""
+def needs_of(svc: ServiceDefinition, launcher: list[str], launcher_field: str, unit_text: str | None,
+             model: dict[str, Any] | None = None) -> list[PathNeed]:
+    """The paths `svc` needs: its launcher, its install root, its API key file; a server also its model
+    folder and chat template file (`model`: dsv4deploy.plan.model_needs.model_facts)."""
     settings = unit_settings(unit_text) if unit_text is not None else {}
     common: dict[str, Any] = {
         "service": svc.name,
@@ -98,11 +104,13 @@ def needs_of(svc: ServiceDefinition, launcher: list[str], launcher_field: str, u
     if svc.api_key_file and not svc.api_key_file.startswith(f"{svc.install_root}/"):
         # A key under the install root is written by the deploy itself (api_key.vault_var).
         needs.append(PathNeed(**common, path=svc.api_key_file, need="secret", what=f"api_key.file of {svc.name}"))
+    if model and svc.role != "router":
+        needs += [PathNeed(**need) for need in model_needs.needs_for(svc.name, model, common)]
     return needs
 
 
 def host_needs(services: list[ServiceDefinition], files: dict[str, str], server_launcher: list[str],
-               router_launcher: list[str]) -> list[dict[str, Any]]:
+               router_launcher: list[str], model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every need of the services of one host, as plain data for the preflight module.
 
     Services that need the same path share one entry (hidden if any of their units hides it), so
@@ -112,7 +120,7 @@ def host_needs(services: list[ServiceDefinition], files: dict[str, str], server_
     for svc in services:
         launcher, field = (router_launcher, "router_launcher") if svc.role == "router" else (
             server_launcher, "server_launcher")
-        for need in needs_of(svc, launcher, field, files.get(f"units/{svc.name}.service")):
+        for need in needs_of(svc, launcher, field, files.get(f"units/{svc.name}.service"), model):
             key = (need.path, need.need, need.what.split(" of ")[0])
             entry = merged.setdefault(key, {**need.model_dump(), "services": []})
             entry["services"].append(need.service)

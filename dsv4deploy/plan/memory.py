@@ -58,6 +58,12 @@ class ModelProfile(_Strict):
     # Start-up: the readiness gate's default deadline, and log lines that fail readiness at once.
     readiness_deadline_s: Positive | None = None
     fatal_log_patterns: list[str] = []
+    # What the checkpoint's config.json says (preflight compares it: dsv4deploy.plan.model_needs):
+    # `architectures` (any one matching is enough; empty = not checked), `num_attention_heads` (tp_size
+    # must divide it) and `max_position_embeddings` (the longest context_length the model takes).
+    architectures: list[str] = []
+    attention_heads: Annotated[int, Field(ge=1)] | None = None
+    max_context_length: Annotated[int, Field(ge=1)] | None = None
 
     def bits(self, precision: str | None) -> float:
         """Bits per parameter of the checkpoint's `precision` (None or unknown: bits_per_param)."""
@@ -170,6 +176,10 @@ def check_memory(spec: Deployment) -> list[WorkerMemory]:
             fix=f"use one of {', '.join(sorted(profile.models))} or define memory_profile.models."
                 f"{spec.model.profile}")])
     headroom = model_headroom(profile, spec.model.profile)
+    from dsv4deploy.plan.model_needs import profile_problems
+
+    if problems := profile_problems(spec, model):
+        raise SpecError(problems)
     return [
         worker_memory(path, _role(worker), worker, spec.host(worker.host).gpu_memory_gib,
                       spec.effective(worker, "index_topk") or model.default_index_topk, model, headroom,

@@ -81,6 +81,8 @@ class HostPlan(_Strict):
     service_manager: Literal["systemd", "supervisor"]
     service_user: str
     access: list[dict[str, Any]]
+    # The rendered command lines preflight parses with the host's own parsers (dsv4deploy.plan.host_parsers).
+    parsers: list[dict[str, Any]] = []
 
 
 class RolloutPlan(_Strict):

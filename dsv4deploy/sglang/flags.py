@@ -177,11 +177,12 @@ TABLES: Mapping[str, FlagTable] = {
 
 
 def table(version: str) -> FlagTable:
-    """The flag table for `version`; KeyError names the versions we have tables for."""
-    try:
-        return TABLES[version]
-    except KeyError:
-        raise KeyError(f"no flag table for sglang {version}; known: {', '.join(versions.known_versions())}") from None
+    """The flag table for `version` (the nearest known one's for a patch release, versions.table_version);
+    KeyError names the versions we have tables for."""
+    known = versions.table_version(version)
+    if known is None:
+        raise KeyError(f"no flag table for sglang {version}; known: {', '.join(versions.known_versions())}")
+    return TABLES[known]
 
 
 def forbidden_flags_in(version: str, args: Iterable[str]) -> list[str]:

@@ -66,6 +66,8 @@ class RouterImplementation:
     # Its worker API (plugins/module_utils/router_workers.py api_for, by version): uuid (sglang-router >= 0.3,
     # smg), url (0.2.2-0.2.x) or legacy (<= 0.2.1, which cannot add PD workers at run time).
     worker_api: Literal["uuid", "url", "legacy"] = "uuid"
+    # The choices of --policy (and --decode-policy); --prefill-policy also takes PREFILL_ONLY_POLICIES.
+    policies: tuple[str, ...] = ()
 
     def flag(self, setting: str) -> str:
         """The flag for a logical setting (KeyError for one this router does not take)."""
@@ -82,13 +84,20 @@ class RouterImplementation:
         return f"{self.name} {self.version}"
 
 
+# Read from each router's own parser (RouterArgs.add_cli_args: the choices of --policy).
+_SGLANG_ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+_SMG_POLICIES = (*_SGLANG_ROUTER_POLICIES, "passthrough", "least_load", "consistent_hashing", "prefix_hash")
+PREFILL_ONLY_POLICIES = ("bucket",)
+
 IMPLEMENTATIONS: Mapping[str, RouterImplementation] = {
     # sglang's own PD docs still launch this one, so it stays the default.
     "sglang-router": RouterImplementation(
-        "sglang-router", "sglang-router", "0.3.2", ("python3", "-m", "sglang_router.launch_router")),
+        "sglang-router", "sglang-router", "0.3.2", ("python3", "-m", "sglang_router.launch_router"),
+        policies=_SGLANG_ROUTER_POLICIES),
     # Its successor; the 0.3.2 wheel also installs an `smg` command, so it needs its own environment.
     "smg": RouterImplementation(
-        "smg", "smg", "1.13.0", ("python3", "-m", "smg.launch_router"), forbidden=("--mini-lb",)),
+        "smg", "smg", "1.13.0", ("python3", "-m", "smg.launch_router"), forbidden=("--mini-lb",),
+        policies=_SMG_POLICIES),
 }
 DEFAULT_ROUTER: RouterName = "sglang-router"
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from dsv4deploy.sglang import flags, routers, versions
+from dsv4deploy.spec.extra_args import check_extra_args
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
 from dsv4deploy.spec.recipes import check_recipes
 from dsv4deploy.spec.values import check_values
@@ -32,8 +33,10 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
     problems += check_recipes(spec)
+    problems += check_extra_args(spec, RENDERED_SERVER_FLAGS)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
+    problems += _check_router_policies(spec)
     return _unique(problems)
 
 
@@ -84,11 +87,14 @@ def _check_versions(spec: Deployment) -> list[Problem]:
     out = []
     for name in spec.hosts_in_use():
         version = spec.host(name).sglang_version
-        if version not in versions.RELEASES:
+        if not versions.is_supported(version):
             out.append(Problem(field="sglang_version", host=name,
-                               message=f"no flag table for sglang {version}",
-                               fix=f"set sglang_version to one of {', '.join(versions.known_versions())} "
-                                   "or add a flag table for it to dsv4deploy/sglang/flags.py"))
+                               message=f"sglang {version} is older than, or of another series than, the releases "
+                                       f"dsv4deploy knows the flags of ({', '.join(versions.known_versions())}; a "
+                                       "newer patch release uses the nearest of them)",
+                               fix="set sglang_version to the version installed on the host (python -c 'import "
+                                   "sglang; print(sglang.__version__)'); for an older or newer series, install a "
+                                   "known release"))
     return out
 
 
@@ -152,6 +158,8 @@ def _check_gpus(spec: Deployment) -> list[Problem]:
 # sglang-router 0.3.2 serves Prometheus metrics on this port (on 0.0.0.0) when --prometheus-port is not given.
 ROUTER_DEFAULT_PROMETHEUS_PORT = 29000
 PORT_FIX = "give every listener on a host its own port"
+# Ports below this need CAP_NET_BIND_SERVICE; the units grant no capability.
+PRIVILEGED_PORTS = 1024
 
 
 def _check_ports(spec: Deployment) -> list[Problem]:
@@ -159,6 +167,12 @@ def _check_ports(spec: Deployment) -> list[Problem]:
     used: dict[tuple[str, int], str] = {}
 
     def claim(host: str, port: int, field: str, fix: str = PORT_FIX) -> None:
+        if port < PRIVILEGED_PORTS:
+            out.append(Problem(field=field, host=host,
+                               message=f"port {port} is below {PRIVILEGED_PORTS}: binding it needs "
+                                       "CAP_NET_BIND_SERVICE, which the services do not have",
+                               fix=f"use a port of {PRIVILEGED_PORTS} or above (put a reverse proxy in front "
+                                   "for 80 or 443)"))
         if (host, port) in used:
             out.append(Problem(field=field, host=host, message=f"port {port} is also used by {used[(host, port)]}",
                                fix=fix))
@@ -215,7 +229,7 @@ def _check_overrides(spec: Deployment) -> list[Problem]:
         if topk is None:
             continue
         version = spec.host(w.host).sglang_version
-        if version not in versions.RELEASES:
+        if not versions.is_supported(version):
             continue
         allowed = versions.release(version).index_topk_allowed
         if allowed and topk not in allowed:
@@ -261,7 +275,7 @@ def _check_extra_args(spec: Deployment) -> list[Problem]:
     out = []
     for path, w in spec.workers():
         version = spec.host(w.host).sglang_version
-        forbidden = flags.forbidden_flags_in(version, w.extra_args) if version in versions.RELEASES else []
+        forbidden = flags.forbidden_flags_in(version, w.extra_args) if versions.is_supported(version) else []
         out += [_forbidden_flag(path, w.host, version, arg) for arg in forbidden]
         out += _rendered_flags(path, w.host, [a for a in w.extra_args if a not in forbidden], RENDERED_SERVER_FLAGS)
     if spec.topology == "pd" and spec.router:
@@ -313,3 +327,31 @@ def _check_router_launcher(spec: Deployment) -> list[Problem]:
     out += [Problem(field=f"router_launcher.{name}", message="is an empty command", fix="give the router's argv")
             for name, argv in launcher.items() if name in routers.IMPLEMENTATIONS and not argv]
     return out
+
+
+def _check_router_policies(spec: Deployment) -> list[Problem]:
+    """router.policy, prefill_policy and decode_policy must be choices of the chosen router's parser."""
+    if spec.topology != "pd" or spec.router is None:
+        return []
+    impl = routers.implementation(spec.router_implementation)
+    out = []
+    for name in ("policy", "prefill_policy", "decode_policy"):
+        value = getattr(spec.router, name)
+        allowed = impl.policies + (routers.PREFILL_ONLY_POLICIES if name == "prefill_policy" else ())
+        if value is None or not allowed or value in allowed:
+            continue
+        meant = _closest_choice(value, allowed)
+        out.append(Problem(field=f"router.{name}", host=spec.router.host,
+                           message=f"{impl.title} has no policy {value!r}",
+                           fix=(f"did you mean {meant}? " if meant else "") + f"use one of {', '.join(allowed)}"))
+    return out
+
+
+def _closest_choice(value: str, choices: tuple[str, ...]) -> str | None:
+    import difflib
+
+    aliases = {"rr": "round_robin", "p2c": "power_of_two"}
+    if value in aliases and aliases[value] in choices:
+        return aliases[value]
+    found = difflib.get_close_matches(value.replace("-", "_"), choices, n=1, cutoff=0.6)
+    return found[0] if found else None

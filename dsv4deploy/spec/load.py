@@ -31,7 +31,7 @@ def load_spec(common: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any
     try:
         spec = Deployment.model_validate(data)
     except ValidationError as exc:
-        raise SpecError([_problem_from_pydantic(err, data) for err in exc.errors()]) from None
+        raise SpecError(_problems_from_pydantic(exc.errors(), data)) from None
     problems = check_deployment(spec)
     if problems:
         raise SpecError(problems)
@@ -43,7 +43,78 @@ def _looks_like_ip(name: str) -> bool:
     return len(parts) == 4 and all(p.isdigit() for p in parts)
 
 
-def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> Problem:
+def _problems_from_pydantic(errors: list[Mapping[str, Any]], data: Mapping[str, Any]) -> list[Problem]:
+    """pydantic's errors told as problems; an unknown key that is a misspelling of a missing one is said once,
+    with "did you mean" (`mem_fraction_statc` for `mem_fraction_static`), not as two problems."""
+    missing = {tuple(e["loc"]) for e in errors if e["type"] == "missing"}
+    renamed: dict[tuple[Any, ...], str] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if err["type"] == "extra_forbidden" and isinstance(loc[-1], str):
+            meant = _closest_key(loc[-1], [m[-1] for m in missing if m[:-1] == loc[:-1] and isinstance(m[-1], str)])
+            if meant:
+                renamed[loc] = meant
+    said = {(*loc[:-1], meant) for loc, meant in renamed.items()}
+    return [_problem_from_pydantic(err, data, renamed.get(tuple(err["loc"])))
+            for err in errors if tuple(err["loc"]) not in said or err["type"] != "missing"]
+
+
+def _closest_key(key: str, candidates: list[str]) -> str | None:
+    import difflib
+
+    # 0.8: a one-letter slip in a long key matches; a short key that is another word does not
+    # (`model`, a top-level key, on a worker is not a misspelt `moe`).
+    found = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.8)
+    return found[0] if found else None
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where `loc` points (the model of its parent), for "did you mean"."""
+    from pydantic import BaseModel
+
+    model: Any = Deployment
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        model = next((t for t in _types_in(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)),
+                     None)
+    return list(model.model_fields) if model is not None else []
+
+
+def _types_in(annotation: Any) -> list[Any]:
+    from typing import get_args
+
+    args = get_args(annotation)
+    return [annotation] if not args else [t for a in args for t in _types_in(a)]
+
+
+# How to write each mapping-valued field, for a value of another shape (a string, a list, a number).
+_SHAPES = {
+    "api_key": "api_key: {file: /etc/dsv4deploy/api_key} (a file only the service user reads) or "
+               "api_key: {vault_var: NAME} (an Ansible Vault variable)",
+    "combined": "combined: {host: ..., gpus: [...], tp_size: N, port: N, mem_fraction_static: 0.8}: the combined "
+                "topology runs one server (for several, use topology: pd with prefill and decode lists)",
+    "model": "model: {path: /models/NAME, served_name: NAME}",
+    "router": "router: {host: ..., port: N}",
+}
+
+
+# pydantic names our model classes ("a valid dictionary or instance of RetrySpec"): users never wrote those.
+_CLASS_NAME = re.compile(r" or instance of \w+")
+
+
+def _what_was_written(value: Any) -> str:
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any], meant: str | None = None) -> Problem:
     loc = err["loc"]
     host = _host_of(loc, data)
     # Host settings are host variables: name them as the user writes them (install_root, not hosts.gpu1...).
@@ -51,8 +122,20 @@ def _problem_from_pydantic(err: Mapping[str, Any], data: Mapping[str, Any]) -> P
     kind = err["type"]
     if kind == "extra_forbidden":
         parent = _field_path(loc[:-1]) or "the spec"
+        meant = meant or _closest_key(str(loc[-1]), _known_keys(tuple(loc)))
+        if meant:
+            return Problem(field=field, host=host, message=f"unknown key '{loc[-1]}'",
+                           fix=f"did you mean {meant}? rename {loc[-1]} to {meant}")
         return Problem(field=field, host=host, message=f"unknown key '{loc[-1]}'",
                        fix=f"remove it or check its spelling against the keys of {parent}")
+    if kind == "model_type" and str(loc[-1]) in _SHAPES and not isinstance(err.get("input"), Mapping):
+        # Not pydantic's "instance of ApiKeyRef": what was written, and how to write it.
+        value = err.get("input")
+        shape = (f"api_key: {{file: {value}}}" if loc[-1] == "api_key" and isinstance(value, str)
+                 and value.startswith("/") else _SHAPES[str(loc[-1])])
+        return Problem(field=field, host=host, message=f"is {_what_was_written(value)}, not a mapping",
+                       fix=f"write {shape}")
+    err = {**err, "msg": _CLASS_NAME.sub("", str(err["msg"]))}
     if kind == "missing":
         return Problem(field=field, host=host, message="is required", fix=f"set {field}")
     if field.endswith("mem_fraction_static"):

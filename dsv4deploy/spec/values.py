@@ -16,7 +16,7 @@ from dsv4deploy.spec.models import Deployment, Problem
 def check_values(spec: Deployment) -> list[Problem]:
     """Every problem of the values that are written onto hosts, in the order the checks run."""
     return (_check_env(spec) + _check_text(spec) + _check_host_settings(spec) + _check_listeners(spec)
-            + _check_api_key(spec))
+            + _check_api_key(spec) + _check_model_paths(spec))
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -205,3 +205,28 @@ def _check_api_key(spec: Deployment) -> list[Problem]:
         return [Problem(field="api_key.vault_var", message=f"{key.vault_var!r} is not a variable name",
                         fix="name the (vaulted) Ansible variable that holds the key")]
     return []
+
+
+# sglang takes --chat-template as a file or as a built-in template's name (chatml): a file has a slash or suffix.
+_TEMPLATE_FILE = re.compile(r"/|\.(jinja|j2|json)\Z")
+
+
+def _check_model_paths(spec: Deployment) -> list[Problem]:
+    """The model folder and a chat template file are absolute paths on the hosts.
+
+    sglang would take `models/X` as a Hugging Face repo id (and download it at start), and the serve script
+    runs in the release folder, so a relative path never means what the inventory's author saw.
+    """
+    out = []
+    if not spec.model.path.startswith("/"):
+        out.append(Problem(field="model.path", message=f"{spec.model.path!r} is not an absolute path",
+                           fix="give the absolute path of the downloaded checkpoint on the hosts (the folder "
+                               "holding config.json), e.g. /models/DeepSeek-V4-Flash; ~ is not expanded"))
+    templates = [("chat_template", spec.chat_template)] + [(f"{p}.chat_template", w.chat_template)
+                                                           for p, w in spec.workers()]
+    for field, value in templates:
+        if value and _TEMPLATE_FILE.search(value) and not value.startswith("/"):
+            out.append(Problem(field=field, message=f"{value!r} is not an absolute path",
+                               fix="give the template file's absolute path on the hosts, or the name of one "
+                                   "of sglang's built-in templates"))
+    return out

@@ -9,6 +9,8 @@ import os
 import pwd
 import stat
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import model_folder
+
 R = 4  # permission bits, as in a mode's rwx triplet
 X = 1
 
@@ -136,17 +138,24 @@ def check_need(need: dict, who: Who) -> list[str]:
         if folder:
             return [f"{label}: user {user} cannot enter {folder} ({mode}); fix: chmod o+x {folder} (or make "
                     f"{user} its owner or a member of its group)"]
+    if need["need"] in ("model", "read") and not os.path.isabs(path):
+        return [f"{label}: not an absolute path (the service's working directory is its release); fix: give "
+                "the absolute path"]
     try:
         st = os.stat(path)
     except OSError as exc:
         if need["need"] == "search":
             return []  # the install root is created by the deploy
         return [f"{label}: {exc.strerror}; fix: install it, or correct the spec to where it is"]
-    if need["need"] == "exec":
+    if need["need"] == "model":
+        return model_folder.check_folder(label, path, need.get("model") or {}, user,
+                                         lambda p: _readable(p, who, no_dac))
+    if need["need"] in _FILE_NEEDS:
+        bits, verb, chmod, what = _FILE_NEEDS[need["need"]]
         if not stat.S_ISREG(st.st_mode):
-            return [f"{label}: not a regular file; fix: point the spec at the program itself"]
-        if not who.may(st, X, no_dac):
-            return [f"{label}: user {user} cannot execute it ({_describe(st)}); fix: chmod o+rx {real} "
+            return [f"{label}: not a regular file; fix: point the spec at the {what} itself"]
+        if not who.may(st, bits, no_dac):
+            return [f"{label}: user {user} cannot {verb} it ({_describe(st)}); fix: chmod {chmod} {real} "
                     f"(or make {user} its owner or a member of its group)"]
     elif need["need"] == "search":
         if not stat.S_ISDIR(st.st_mode) or not who.may(st, X, no_dac):
@@ -163,6 +172,17 @@ def _missing_device(label: str, path: str) -> str:
     found = f"it has {', '.join(present)}" if present else f"it has none ({folder} is empty or missing)"
     return (f"{label}: no such InfiniBand device on this host ({found}); fix: set ib_device to a device the host "
             "has, or transport: tcp")
+
+
+# A file the service runs or reads: (permission bits, verb, chmod to fix it, what it is).
+_FILE_NEEDS = {"exec": (X, "execute", "o+rx", "program"), "read": (R, "read", "o+r", "file")}
+
+
+def _readable(path: str, who: Who, no_dac: bool) -> bool:
+    try:
+        return who.may(os.stat(path), R, no_dac)
+    except OSError:
+        return False
 
 
 def _check_secret(label: str, path: str, st: os.stat_result, who: Who, no_dac: bool) -> list[str]:

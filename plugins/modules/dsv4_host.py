@@ -58,6 +58,18 @@ options:
       - "O(state=check): first, before anything else, check the service user and every path its services
         need as M(dsv4.deploy.dsv4_access) does (C(host), C(user), C(create_user), C(needs)), in the same module
         run; a problem fails the call as that module fails, and nothing is written. {} checks nothing."
+  parsers:
+    type: list
+    elements: dict
+    default: []
+    description:
+      - "O(state=check): next, still before the lock, parse each rendered command line (C(service), C(kind):
+        server, sglang-router or smg, C(python), C(argv), C(env), C(expected_version), C(table_version)) with
+        the host's own parser, loaded by that Python as the service user (O(access)'s C(user)): one child
+        process per Python, a few seconds each (sglang's parser imports torch). An unknown, abbreviated or
+        deprecated flag, or an sglang other than C(expected_version), fails the call naming host, service,
+        flag and fix. Without a parser on the host, dsv4deploy's flag tables are the rule: a C(table_version)
+        other than C(expected_version) then fails. [] checks nothing."
   lock:
     type: dict
     default: {}
@@ -136,6 +148,15 @@ problems:
   returned: state=check
   type: list
   elements: str
+parser_seconds:
+  description: With O(parsers), the seconds the host's own parsers took.
+  returned: state=check with O(parsers)
+  type: float
+parser_notes:
+  description: With O(parsers), the command lines no parser on the host could check (the tables were the rule).
+  returned: state=check with O(parsers)
+  type: list
+  elements: str
 create_user:
   description: With O(access), true when the service user is missing, may be created and nothing else is wrong.
   returned: state=check with O(access)
@@ -174,7 +195,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import gpus
+from ansible_collections.dsv4.deploy.plugins.module_utils import gpus, host_parser
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
 from ansible_collections.dsv4.deploy.plugins.module_utils.access import failure_message
 from ansible_collections.dsv4.deploy.plugins.module_utils.access import problems as access_problems
@@ -289,6 +310,20 @@ def _access(module: AnsibleModule) -> dict:
     return {"create_user": found["create_user"]}
 
 
+def _parsers(module: AnsibleModule) -> dict:
+    """O(parsers): every command line through the host's own parsers ({} when not asked); fails on a problem."""
+    checks = module.params["parsers"]
+    if not checks:
+        return {}
+    user = str((module.params["access"] or {}).get("user") or "")
+    found = host_parser.check_lines(str((module.params["access"] or {}).get("host") or ""), user, list(checks))
+    result = {"parser_seconds": found["parser_seconds"], "parser_notes": found["notes"]}
+    if found["problems"]:
+        module.fail_json(msg="the host's own parsers refuse the rendered command lines:\n- "
+                             + "\n- ".join(found["problems"]), changed=False, problems=found["problems"], **result)
+    return result
+
+
 def _lock(module: AnsibleModule) -> dict:
     """O(lock): take the deploy lock ({} when not asked); fails naming the holder when another run has it."""
     want = module.params["lock"]
@@ -316,6 +351,7 @@ def check(module: AnsibleModule) -> None:
     p = module.params
     # In this order: the access check changes nothing, so a problem there leaves even the lock untaken.
     before = _access(module)
+    before.update(_parsers(module))
     before.update(_lock(module))
     found = _our_services(module)
     ours = set(p["our_pids"]) | set(found.get("pids", []))
@@ -358,6 +394,7 @@ def main() -> None:
             "our_pids": {"type": "list", "elements": "int", "default": []},
             "services": {"type": "dict", "default": {}},
             "access": {"type": "dict", "default": {}},
+            "parsers": {"type": "list", "elements": "dict", "default": []},
             "lock": {"type": "dict", "default": {}},
             "threshold_mib": {"type": "int", "default": 1024},
             "timeout_s": {"type": "float", "default": 120},

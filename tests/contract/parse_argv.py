@@ -54,17 +54,23 @@ PARSERS = {"server": _server_parser, "sglang-router": _sglang_router_parser, "sm
 
 
 def _own_checks(parser: argparse.ArgumentParser, argv: list[str]) -> str:
-    actions = {opt: action for action in parser._actions for opt in action.option_strings}
-    for arg in argv:
-        if not arg.startswith("--"):
-            continue
-        flag = arg.split("=", 1)[0]
-        action = actions.get(flag)
-        if action is None:
-            return f"{flag}: not an exact flag of this parser (abbreviated or unknown)"
-        if type(action).__name__.startswith("Deprecated") or "deprecated" in (action.help or "").lower():
-            return f"{flag}: deprecated"
-    return ""
+    """Preflight's own check (plugins/module_utils/host_parser.py OWN_CHECK, loaded by path: this runs in a
+    contract environment without the collection): 'FLAG: why', or ''."""
+    flag, why = _preflight_own_check()(parser, argv)
+    return f"{flag}: {why}" if why else ""
+
+
+def _preflight_own_check():
+    import ast
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "host_parser.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    [text] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and getattr(node.targets[0], "id", "") == "OWN_CHECK"]
+    namespace: dict = {}
+    exec(compile(text, str(source), "exec"), namespace)  # our own file's check, read by path
+    return namespace["_own"]
 
 
 def _after_parsing_is_fine(exc: Exception) -> bool:

@@ -288,3 +288,11 @@ def test_flag_table_matches_the_real_parser(contract: dict, version: str) -> Non
 def test_simulator_tables_are_the_real_parsers(contract: dict, version: str) -> None:
     assert _flag_tables.TABLES[version] == rows_of(contract[version]["actions"]), (
         "dsv4deploy/sim/_flag_tables.py is stale: regenerate it (see dsv4deploy/sim/gen_flag_tables.py)")
+
+
+def test_the_server_options_extra_args_are_checked_against_are_the_real_parsers(contract: dict[str, dict]) -> None:
+    from dsv4deploy.sglang.server_options import OPTIONS
+
+    for env in SGLANG_VERSIONS:
+        real = {o for a in contract[env]["actions"] for o in a["opts"] if o.startswith("--")}
+        assert set(OPTIONS[env]) == real, (env, sorted(real - OPTIONS[env]), sorted(OPTIONS[env] - real))

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.systemd.hostkit import Host
 
 KEY_FILE = "/etc/dsv4deploy/api_key"
 MODEL_DIR = "/models/DeepSeek-V4-Flash-NVFP4"
+# A checkpoint's files without its weights (the simulator loads none; preflight reads these).
+STAND_IN = Path(__file__).resolve().parents[2] / "inventory" / "local" / ".model"
 
 
 def prepare(host: Host, key: str) -> None:
     """The API key file (the service user's only, as the example expects) and the model folder with
-    its chat template (the simulator does not read them; sglang would)."""
+    its config, tokenizer, weights' index and chat template (preflight reads them; the simulator does not)."""
     host.write_file(KEY_FILE, f"{key}\n", owner="sglang", mode="0400")
-    host.sh(f"install -d -m 0755 {MODEL_DIR} && printf '{{}}' > {MODEL_DIR}/chat_template.jinja")
+    host.sh(f"install -d -m 0755 {MODEL_DIR}")
+    for source in sorted(STAND_IN.iterdir()):
+        host.write_file(f"{MODEL_DIR}/{source.name}", source.read_text(encoding="utf-8"), mode="0644")

@@ -98,6 +98,25 @@ def test_a_key_file_only_the_service_user_may_read_or_it_is_refused(lab: Lab, tm
     assert len(lines.splitlines()) == 1, lines
 
 
+def test_a_model_path_with_a_typo_stops_in_preflight_before_anything_stops(lab: Lab, tmp_path: Path) -> None:
+    model = {"path": "/models/DeepSeek-V4-Flsh", "served_name": "deepseek-v4-flash"}
+    lines = _refused_in_preflight(lab, tmp_path, group_vars={"model": model})
+    assert ("host gpu1, user sglang: /models/DeepSeek-V4-Flsh (model.path of sglang-dsv4-decode, "
+            "sglang-dsv4-prefill): No such file or directory; fix: install it, or correct the spec") in lines
+
+
+def test_a_llama_checkpoint_under_the_deepseek_profile_stops_in_preflight(lab: Lab, tmp_path: Path) -> None:
+    gpu1 = lab.hosts["gpu1"]
+    gpu1.sh("cp -a /models/DeepSeek-V4-Flash-NVFP4 /models/llama && chmod -R o+rX /models/llama && printf "
+            "'{\"architectures\": [\"LlamaForCausalLM\"], \"max_position_embeddings\": 2048}' "
+            "> /models/llama/config.json")
+    model = {"path": "/models/llama", "served_name": "deepseek-v4-flash"}
+    lines = _refused_in_preflight(lab, tmp_path, group_vars={"model": model, "context_length": 4096})
+    assert "config.json says architectures ['LlamaForCausalLM'], model profile deepseek-v4-flash is for " \
+           "DeepseekV4ForCausalLM" in lines
+    assert "context_length 4096 is above the model's max_position_embeddings 2048" in lines
+
+
 def test_a_client_endpoint_on_a_remote_loopback_is_refused_before_anything_changes(lab: Lab, tmp_path: Path) -> None:
     """The example's combined server (-e topology=combined) listens where its workers do, 127.0.0.1:
     no client off gpu1, and no gate on the controller, could reach it."""

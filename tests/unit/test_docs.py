@@ -127,3 +127,28 @@ def test_the_quickstart_installs_what_a_whole_report_needs() -> None:
     project = (REPO / "pyproject.toml").read_text()
     assert re.search(r'^plot = \["matplotlib', project, re.M)
     assert quickstart_extras() >= {"sim", "plot"}
+
+
+def test_the_docs_for_users_carry_no_internal_references() -> None:
+    # A user reads "(issue 21, deliverable 3)" or a path outside the repository as noise they cannot follow.
+    internal = re.compile(r"\bissue \d+\b|\bdeliverable \d+\b|<!-- section|\.\./shared/|GateSettings")
+    found = [(doc.name, m.group(0)) for doc in DOCS for m in internal.finditer(doc.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_the_readme_says_that_e_overrides_the_inventory_right_after_the_quickstart() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    after = text.split("```", 2)[2].split("```bash", 1)[0]  # between the quickstart and the contributors' block
+    assert "`-e` overrides the inventory" in after
+
+
+def test_every_table_in_the_docs_is_one_block_with_as_many_cells_per_row() -> None:
+    for doc in DOCS:
+        rows: list[int] = []
+        for number, line in enumerate([*doc.read_text(encoding="utf-8").splitlines(), ""], 1):
+            if line.startswith("|"):
+                rows.append(len(re.findall(r"(?<!\\)\|", line)))
+                assert rows[0] == rows[-1], f"{doc.name}:{number}: {rows[-1]} cells' bars, the table has {rows[0]}"
+            elif rows:
+                assert len(rows) >= 2, f"{doc.name}:{number - 1}: a table row alone (broken table)"
+                rows = []

@@ -127,7 +127,8 @@ def test_broken_group_vars(tmp_path: Path) -> None:
     (tmp_path / "group_vars" / "all" / "broken.yml").write_text("topology: [\n")
     with pytest.raises(InventoryError) as err:
         load_inventory_vars([inventory], [])
-    assert str(err.value).startswith(f"inventory {inventory}: YAML parsing failed")
+    # Named by file, line and column (tests/unit/inventory/test_yaml_errors.py), not Ansible's bare message.
+    assert str(err.value).startswith(f"{tmp_path / 'group_vars' / 'all' / 'broken.yml'}:2:1: not valid YAML")
 
 
 def test_inventory_without_hosts(tmp_path: Path) -> None:

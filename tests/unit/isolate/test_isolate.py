@@ -59,8 +59,8 @@ def test_a_combined_release_cannot_be_isolated():
 
 
 def test_pd_only_extra_args_are_left_out():
-    pd = pd_spec(decode={**pd_spec().decode[0].model_dump(), "extra_args": ["--disaggregation-decode-dp", "2",
-                                                                            "--enable-metrics"]},
+    pd_only = ["--disaggregation-decode-polling-interval", "2"]
+    pd = pd_spec(decode={**pd_spec().decode[0].model_dump(), "extra_args": [*pd_only, "--enable-metrics"]},
                  prefill={**pd_spec().prefill[0].model_dump(), "extra_args": []})
     spec, notes = combined_from_pd(pd)
     assert spec.combined.extra_args == ["--enable-metrics"]

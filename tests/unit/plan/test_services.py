@@ -185,7 +185,8 @@ def test_hostile_values_round_trip_through_bash(tmp_path):
     key_file = tmp_path / "key_file"  # a plain path (validated); the key itself is hostile
     key_file.write_text("k'ey $x\n")
     # Names and paths must be plain (validation refuses the rest); free text reaches only argv and env.
-    spec = combined_spec(combined={**combined_spec().combined.model_dump(), "extra_args": ["--x", HOSTILE]},
+    hostile_args = ["--tokenizer-path", HOSTILE]
+    spec = combined_spec(combined={**combined_spec().combined.model_dump(), "extra_args": hostile_args},
                          server_env={"HOSTILE": HOSTILE + "\nsecond line"}, server_launcher=printer,
                          api_key={"file": str(key_file)})
     (svc,) = build_services(spec)

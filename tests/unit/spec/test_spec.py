@@ -170,17 +170,52 @@ def test_mem_fraction_outside_0_1(fraction: float) -> None:
         "fix: use a fraction such as 0.80 (see `dsv4deploy plan` for the largest that fits)"]
 
 
-def test_a_version_without_a_flag_table() -> None:
-    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": "0.5.99"}}
+@pytest.mark.parametrize("version", ["0.5.11", "0.6.1", "latest"])
+def test_a_version_older_than_every_table_or_of_another_series_is_refused(version) -> None:
+    hosts = {"gpu1": {**HOSTS["gpu1"], "sglang_version": version}}
     assert problems(seeds_pd(), hosts) == [
-        "sglang_version (host gpu1): no flag table for sglang 0.5.99; fix: set sglang_version to one of "
-        "0.5.12, 0.5.18, 0.5.23 or add a flag table for it to dsv4deploy/sglang/flags.py"]
+        f"sglang_version (host gpu1): sglang {version} is older than, or of another series than, the releases "
+        "dsv4deploy knows the flags of (0.5.12, 0.5.18, 0.5.23; a newer patch release uses the nearest of them); "
+        "fix: set sglang_version to the version installed on the host (python -c 'import sglang; "
+        "print(sglang.__version__)'); for an older or newer series, install a known release"]
 
 
-def test_unknown_key_in_a_nested_mapping() -> None:
+@pytest.mark.parametrize(("version", "table"), [("0.5.24", "0.5.23"), ("0.5.23.post1", "0.5.23"),
+                                                ("0.5.19", "0.5.18"), ("0.5.12", "0.5.12")])
+def test_a_patch_release_without_a_table_uses_the_nearest_one_below(version, table) -> None:
+    from dsv4deploy.sglang import flags, versions
+
+    load_spec(seeds_pd(), {"gpu1": {**HOSTS["gpu1"], "sglang_version": version}})
+    assert versions.table_version(version) == table and flags.table(version).version == table
+
+
+def test_unknown_key_in_a_nested_mapping_says_which_key_was_meant() -> None:
     assert problems(changed(**{"router.polcy": "round_robin"})) == [
-        "router.polcy (host gpu1): unknown key 'polcy'; fix: remove it or check its spelling against the keys of "
-        "router"]
+        "router.polcy (host gpu1): unknown key 'polcy'; fix: did you mean policy? rename polcy to policy"]
+
+
+def test_a_misspelt_required_key_is_one_problem_with_did_you_mean_not_also_is_required() -> None:
+    common = seeds_pd()
+    common["decode"][0]["mem_fraction_statc"] = common["decode"][0].pop("mem_fraction_static")
+    assert problems(common) == [
+        "decode[0].mem_fraction_statc (host gpu1): unknown key 'mem_fraction_statc'; fix: did you mean "
+        "mem_fraction_static? rename mem_fraction_statc to mem_fraction_static"]
+
+
+@pytest.mark.parametrize(("value", "written", "fix"), [
+    ("/etc/dsv4deploy/api_key", "the text '/etc/dsv4deploy/api_key'", "write api_key: {file: /etc/dsv4deploy/api_key}"),
+    ([{"file": "/k"}], "a list of 1", "write api_key: {file: /etc/dsv4deploy/api_key} (a file only"),
+])
+def test_a_mapping_written_as_something_else_says_what_was_written_and_names_no_class(value, written, fix) -> None:
+    [problem] = problems(changed(api_key=value))
+    assert problem.startswith(f"api_key: is {written}, not a mapping; fix: {fix}")
+    assert "ApiKeyRef" not in problem and "instance of" not in problem
+
+
+def test_two_combined_servers_are_told_that_combined_runs_one() -> None:
+    [problem] = problems({**changed(topology="combined"), "combined": [seeds_pd()["combined"]] * 2})
+    assert "combined: is a list of 2, not a mapping" in problem and "the combined topology runs one server" in problem
+    assert "CombinedSpec" not in problem
 
 
 def test_unknown_key_in_the_model() -> None:
@@ -394,3 +429,33 @@ def test_flags_0523_removed_or_deprecated_are_refused(flag: str, replacement: st
     assert problems(changed(**{"decode.0.extra_args": [flag]})) == [
         f"decode[0].extra_args (host gpu1): sglang 0.5.23 has removed or deprecated '{flag}'; "
         f"fix: remove it and use {replacement}"]
+
+
+# -- what a first day on one's own hosts runs into (issue: paths, ports, router policies) -----------
+
+@pytest.mark.parametrize("path", ["models/DeepSeek-V4-Flash", "~/models/DeepSeek-V4-Flash"])
+def test_a_model_path_that_is_not_absolute_is_refused(path):
+    assert problems(changed(**{"model.path": path})) == [
+        f"model.path: {path!r} is not an absolute path; fix: give the absolute path of the downloaded checkpoint "
+        "on the hosts (the folder holding config.json), e.g. /models/DeepSeek-V4-Flash; ~ is not expanded"]
+
+
+def test_a_relative_chat_template_file_is_refused_but_a_builtin_name_is_not():
+    assert problems(changed(chat_template="templates/dsv4.jinja"))[0].startswith(
+        "chat_template: 'templates/dsv4.jinja' is not an absolute path")
+    load_spec(changed(chat_template="chatml"), HOSTS)
+
+
+def test_a_port_below_1024_is_refused_since_the_units_have_no_capability_to_bind_it():
+    assert problems(changed(**{"router.port": 80})) == [
+        "router.port (host gpu1): port 80 is below 1024: binding it needs CAP_NET_BIND_SERVICE, which the "
+        "services do not have; fix: use a port of 1024 or above (put a reverse proxy in front for 80 or 443)"]
+
+
+def test_a_router_policy_the_router_does_not_know_is_refused_with_did_you_mean():
+    assert problems(changed(**{"router.policy": "rr"})) == [
+        "router.policy (host gpu1): sglang-router 0.3.2 has no policy 'rr'; fix: did you mean round_robin? use one "
+        "of random, round_robin, cache_aware, power_of_two, manual"]
+    load_spec(changed(**{"router.prefill_policy": "bucket", "router.policy": "cache_aware"}), HOSTS)
+    smg = {**changed(**{"router.policy": "least_load"}), "router_implementation": "smg"}
+    load_spec(smg, HOSTS)
