@@ -3,7 +3,7 @@
 Scheme: an input the operator gives one playbook (`-e`) is `dsv4_<playbook>_<what>` (rollback.yml's
 release is `dsv4_rollback_release`); an input of a role is `dsv4_<role>_<what>`. The old unprefixed
 names still work for one release and warn, naming the new one (the roles' defaults fall back to them;
-`dsv4_build_plan locate=true`, which stop, rollback, verify and isolate run first, says the warnings). The
+`dsv4_build_plan state=roots`, which stop, rollback, verify and isolate run first, says the warnings). The
 deployment spec's keys (`topology`, `model`, `router`, ...) are not renamed: they are the inventory's
 own vocabulary (dsv4deploy.spec). The misspelt-variable check learns these names from `known_names()`.
 """

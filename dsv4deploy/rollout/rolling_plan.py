@@ -144,7 +144,7 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
 
 
 def _api_entry(spec: Deployment, path: str, by_path: Mapping[str, Any]) -> dict[str, Any]:
-    """The worker API's entry of one worker (as roles/dsv4_rollout/templates/workers.j2 writes a plan's)."""
+    """The worker API's entry of one worker (as roles/dsv4_blue_green/templates/workers.j2 writes a plan's)."""
     w = by_path[path]
     entry: dict[str, Any] = {"url": f"http://{spec.host(w.host).address}:{w.port}",
                              "worker_type": path.split("[")[0], "model_id": spec.model.served_name}

@@ -24,7 +24,7 @@ from typing import Any
 from dsv4deploy.rollout import rolling
 
 RECORD_FILE = "rolling.json"
-# A record's keys (roles/dsv4_rollout/tasks/rolling_record.yml writes it): `old` and `new` (release ids),
+# A record's keys (roles/dsv4_rolling/tasks/record.yml writes it): `old` and `new` (release ids),
 # `at` (the step in progress, 0 before the first), `left` (that step's old lone workers left the router),
 # `roll` (the steps as the step tasks take them, dsv4_roll_plan's) and `steps` (as planned, for the table).
 

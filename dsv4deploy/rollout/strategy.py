@@ -7,7 +7,7 @@
   ``dsv4_rollout_blue_green_gpu_offset`` and ports shifted by ``dsv4_rollout_blue_green_port_offset`` -
   behind a preview router of its own on the production router's port plus the port offset (the other
   "slot", `beside_spec`); once gated there and switched to, it moves to the spec's own GPUs and ports
-  (roles/dsv4_rollout/tasks/blue_green.yml). It is refused, by field, host and fix, unless both slots
+  (roles/dsv4_blue_green/tasks/main.yml). It is refused, by field, host and fix, unless both slots
   fit each host at once: GPUs that exist and are not shared, memory per GPU, ports.
 - ``rolling``: xPyD over hosts, ``dsv4_rollout_rolling_max_unavailable`` workers of each role at a time, prefill
   and decode in step (``rolling.py``: the steps, and the refusal of a layout the router cannot keep serving

@@ -21,32 +21,32 @@ from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
 from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 
+# One state, one job and one fact (documented per state in modules/dsv4_build_plan.py):
+#   planned - the inventory's plan; beside - blue_green's plan in the other slot; surge - a roll's surge slot;
+#   secrets - the secret env files per host (no_log); targets - an installed release's gate targets
+#   (release_spec); combined - the isolation plan of the PD release in release_spec (playbooks/isolate.yml);
+#   roots - each play host's install root only (stop, rollback, verify, isolate); installed - an installed
+#   release's view from its records; router_change - the production router's changed settings (serving_spec).
+STATES = ("planned", "beside", "surge", "secrets", "targets", "combined", "roots", "installed", "router_change")
+# The fact a state sets when the task names none.
+DEFAULT_FACT = {"combined": "dsv4_isolation", "roots": "dsv4_installed_roots"}
+
 ARGUMENT_SPEC = {
+    "state": {"type": "str", "required": True, "choices": list(STATES)},
     "release_spec": {"type": "str"},
     "fact": {"type": "str", "default": "dsv4_plan"},
-    # derive=combined: the isolation plan of the PD release in release_spec (playbooks/isolate.yml).
-    "derive": {"type": "str", "choices": ["combined"]},
     "release_id": {"type": "str", "default": ""},
     "gpus": {"type": "list", "elements": "int", "default": []},
     "port": {"type": "int", "default": 0},
     "env": {"type": "dict", "default": {}},
     "suite": {"type": "raw", "default": ""},
-    # locate: each play host's install root only (stop, rollback, verify, isolate).
-    "locate": {"type": "bool", "default": False},
-    # installed: the view of an installed release, from its records on the hosts.
+    # state=installed: the release's records on the hosts.
     "installed": {"type": "dict"},
-    # secrets=true: only the secret env files per host (dsv4deploy.spec.secret_env), for a no_log task.
-    "secrets": {"type": "bool", "default": False},
-    # with secrets: the plan being installed, when it is not the inventory's own (the isolation twin).
+    # state=secrets: the plan being installed, when it is not the inventory's own (the isolation twin);
+    # state=router_change: the new plan's spec.
     "planned_spec": {"type": "raw"},
-    # beside=true: the plan of the new release as blue_green runs it beside the serving one (its own
-    # slot: shifted GPUs and ports, the preview router, install root {root}/slot-b).
-    "beside": {"type": "bool", "default": False},
-    # surge=true: the slot of a roll's surge workers (each lone worker beside its serving one).
-    "surge": {"type": "bool", "default": False},
-    # serving_spec: the serving release's spec.json text, with planned_spec the new plan's spec: only
-    # the production router's changed settings (dsv4deploy.rollout.router_change), as router_change.
-    "serving_spec": {"type": "str"},
+    # state=router_change: the serving release's spec.json text.
+    "serving_spec": {"type": "str", "default": ""},
 }
 
 
@@ -57,9 +57,12 @@ class ActionModule(ValidatedAction):
     argument_spec = ARGUMENT_SPEC
 
     def act(self, result: dict, args: dict[str, Any], task_vars: dict) -> dict:
-        """The plan (or the installed release, the install roots, the isolation plan) as a fact."""
+        """What O(state) names, as the fact O(fact) (router_change: as its own result)."""
+        state = args["state"]
+        if args["fact"] == "dsv4_plan" and state in DEFAULT_FACT:
+            args = {**args, "fact": DEFAULT_FACT[state]}
         fact = args["fact"]
-        if args.get("serving_spec") is not None:
+        if state == "router_change":
             try:
                 change = router_change(args["serving_spec"], args.get("planned_spec") or {})
             except (ValueError, AttributeError) as exc:
@@ -67,15 +70,19 @@ class ActionModule(ValidatedAction):
                 return result
             result.update(changed=False, router_change=change)
             return result
-        if args.get("derive"):
-            return self._derive(result, args, task_vars)
-        if args["locate"]:
-            return self._locate(result, args, task_vars)
-        if args.get("installed") is not None:
+        if state == "combined":
+            return self._combined(result, args, task_vars)
+        if state == "roots":
+            return self._roots(result, args, task_vars)
+        if state == "installed":
+            if args.get("installed") is None:
+                result.update(failed=True,
+                              msg="state=installed needs installed (the release's records); nothing was changed")
+                return result
             return self._installed(result, args, task_vars)
-        if args.get("release_spec"):
+        if state == "targets":
             try:
-                targets = targets_from_release_spec(args["release_spec"])
+                targets = targets_from_release_spec(args.get("release_spec") or "")
             except (ValueError, KeyError) as exc:
                 result.update(failed=True, msg=f"cannot read the release's spec.json: {exc}")
                 return result
@@ -98,16 +105,16 @@ class ActionModule(ValidatedAction):
             problems += vault_var_problems(spec, task_vars)
             if problems:
                 raise SpecError(problems)
-            if args["secrets"]:
+            if state == "secrets":
                 planned = args.get("planned_spec") or None
                 result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
                 return result
             settings = load_rollout(
                 {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
             rollout = rollout_plan(spec, settings)
-            if args["beside"]:
+            if state == "beside":
                 spec = beside_spec(spec, settings)
-            elif args["surge"]:
+            elif state == "surge":
                 spec = surge_spec(spec, settings)
             plan = make_plan(spec, play_hosts, rollout=rollout)
         except SpecError as exc:
@@ -133,7 +140,7 @@ class ActionModule(ValidatedAction):
                           f"endpoint {plan['endpoint']}" + (f"; WEAKENED: {'; '.join(weak)}" if weak else ""))
         return result
 
-    def _locate(self, result: dict, args: dict, task_vars: dict) -> dict:
+    def _roots(self, result: dict, args: dict, task_vars: dict) -> dict:
         """Where each play host keeps its releases: its install root, and nothing else of the inventory."""
         hostvars = task_vars["hostvars"]
         play_hosts = self.play_hosts(task_vars)
@@ -145,7 +152,7 @@ class ActionModule(ValidatedAction):
                           msg="cannot find the releases; nothing was changed:\n- "
                               + "\n- ".join(str(p) for p in exc.problems))
             return result
-        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_installed_roots"
+        fact = args["fact"]
         # The playbooks that locate first say, once, which old input names this run used.
         result.update(changed=False, ansible_facts={fact: roots}, warnings=names.deprecation_warnings(task_vars))
         return result
@@ -178,11 +185,11 @@ class ActionModule(ValidatedAction):
         allowed = self.templated(task_vars[ALLOW_VAR]) if ALLOW_VAR in task_vars else None
         return inventory_problems(view, allowed)
 
-    def _derive(self, result: dict, args: dict, task_vars: dict) -> dict:
+    def _combined(self, result: dict, args: dict, task_vars: dict) -> dict:
         """The isolation plan: the serving PD release and its combined twin."""
-        if args["derive"] != "combined" or not args.get("release_spec"):
+        if not args.get("release_spec"):
             result.update(failed=True, msg="the serving release's spec.json was not found on any host "
-                                           "(derive=combined needs release_spec); nothing was changed")
+                                           "(state=combined needs release_spec); nothing was changed")
             return result
         play_hosts = self.play_hosts(task_vars)
         try:
@@ -211,8 +218,7 @@ class ActionModule(ValidatedAction):
                               "(isolate_port, or the host's listen address)")
             return result
         plan["suite"] = suite
-        fact = args["fact"] if args["fact"] != "dsv4_plan" else "dsv4_isolation"
-        result.update(changed=False, ansible_facts={fact: plan},
+        result.update(changed=False, ansible_facts={args["fact"]: plan},
                       msg=f"combined release {plan['combined']['release_id']} on "
                           f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")
         return result

@@ -167,3 +167,96 @@ def test_a_role_run_without_its_inputs_stops_at_its_start_naming_them(
     assert run.returncode != 0, out
     assert "Validation of arguments failed" in out and missing in out, out
     assert "REACHED" not in out
+
+
+# The include graph: roles include each other only through entry points their meta/argument_specs.yml
+# declares, never in a loop, at most MAX_DEPTH includes deep from a playbook (docs/interfaces.md).
+MAX_DEPTH = 4
+MAX_CONDITION = 100
+INCLUDE_TASKS = {"include_tasks", "import_tasks", "ansible.builtin.include_tasks", "ansible.builtin.import_tasks"}
+ROLE_NAMES = {role.name for role in ROLES}
+
+
+def short(name: Any) -> str:
+    """A role's name without its collection (dsv4.deploy.dsv4_run -> dsv4_run)."""
+    return str(name).rsplit(".", 1)[-1]
+
+
+def includes(path: Path, role: str | None) -> list[tuple[str, str]]:
+    """The (role, task file stem) nodes a task file or playbook includes: include_tasks (its own role's files),
+    include_role/import_role (tasks_from, default main) and a play's roles:."""
+    out: list[tuple[str, str]] = []
+    documents = load(path)
+    for task in tasks(documents):
+        for key in INCLUDE_TASKS & set(task):
+            value = task[key]
+            name = value.get("file") if isinstance(value, dict) else value
+            out.append((str(role), Path(str(name)).stem))
+        for key in INCLUDE_ROLE & set(task):
+            out.append((short(task[key]["name"]), Path(str(task[key].get("tasks_from", "main"))).stem))
+    for play in documents if isinstance(documents, list) else []:
+        for entry in (play.get("roles") or []) if isinstance(play, dict) else []:
+            out.append((short(entry if isinstance(entry, str) else entry.get("role", entry.get("name"))), "main"))
+    return out
+
+
+def graph() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    return {(role.name, p.stem): includes(p, role.name)
+            for role in ROLES for p in sorted((role / "tasks").glob("*.yml"))}
+
+
+def depth(node: tuple[str, str], edges: dict, seen: frozenset = frozenset()) -> int:
+    """The longest chain of includes below a task file (a loop would be endless: counted once)."""
+    return max((1 + depth(nxt, edges, seen | {node}) for nxt in edges.get(node, []) if nxt not in seen | {node}),
+               default=0)
+
+
+def test_no_role_includes_a_role_that_includes_it_back() -> None:
+    edges = graph()
+    calls: dict[str, set[str]] = defaultdict(set)
+    for (role, _), targets in edges.items():
+        calls[role] |= {target for target, _ in targets if target != role and target in ROLE_NAMES}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in calls[start])
+
+    loops = sorted(role for role in calls if reaches(role, role, {role}))
+    assert not loops, f"these roles include a role that includes them back: {loops}"
+
+
+def test_every_include_role_lands_on_an_entry_point_its_role_declares() -> None:
+    sources = [(p, role.name) for role in ROLES for p in sorted((role / "tasks").glob("*.yml"))]
+    sources += [(p, None) for p in PLAYBOOKS]
+    undeclared = sorted(f"{p.relative_to(REPO)} -> {target}:{entry}"
+                        for p, role in sources for target, entry in includes(p, role)
+                        if target != role and target in ROLE_NAMES
+                        and entry not in specs(REPO / "roles" / target))
+    assert not undeclared, f"declare these entry points in meta/argument_specs.yml, or call one that is: {undeclared}"
+
+
+def test_includes_run_at_most_four_deep_from_any_playbook() -> None:
+    edges = graph()
+    deep = {p.name: 1 + max(depth(node, edges) for node in nodes)
+            for p in PLAYBOOKS if (nodes := [n for n in includes(p, None) if n in edges])}
+    assert deep, "no playbook includes a role"
+    assert max(deep.values()) <= MAX_DEPTH, f"include depth per playbook (at most {MAX_DEPTH}): {deep}"
+
+
+def test_no_include_file_name_is_computed() -> None:
+    computed = sorted(f"{p.relative_to(REPO)}: {task.get('name')}"
+                      for p in [*PLAYBOOKS, *(q for role in ROLES for q in sorted((role / "tasks").glob("*.yml")))]
+                      for task in tasks(load(p))
+                      for key in (INCLUDE_TASKS | INCLUDE_ROLE) & set(task)
+                      if "{{" in " ".join(strings(task[key])))
+    assert not computed, f"name the file each include runs (a when: per file instead): {computed}"
+
+
+def test_every_condition_is_short_enough_to_read() -> None:
+    """A when: is a YAML list of short clauses, or a named variable in the role's vars/main.yml."""
+    long = sorted(f"{p.relative_to(REPO)}: {task.get('name')} ({len(clause)} characters)"
+                  for p in [*PLAYBOOKS, *(q for role in ROLES for q in sorted((role / "tasks").glob("*.yml")))]
+                  for task in tasks(load(p))
+                  for clause in (" ".join(str(c).split()) for c in
+                                 (task["when"] if isinstance(task.get("when"), list) else [task.get("when") or ""]))
+                  if len(clause) > MAX_CONDITION)
+    assert not long, f"split these into a list of clauses, or name them in vars/main.yml: {long}"

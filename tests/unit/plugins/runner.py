@@ -23,3 +23,9 @@ def run_module(name: str, tmp_path: Path, check_mode: bool = False, **args: obje
                           capture_output=True, text=True, timeout=120, env=env)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
+
+
+def take_lock(tmp_path: Path, run_id: str, **extra: object) -> dict:
+    """dsv4_lock on {tmp_path}/root/deploy.lock for `run_id`, held by alice@ops on controller ctl, pid 4242."""
+    return run_module("dsv4_lock", tmp_path, path=str(tmp_path / "root" / "deploy.lock"), run_id=run_id,
+                      owner="alice@ops", controller="ctl", controller_pid=4242, **extra)

@@ -12,7 +12,7 @@ from tests.unit.rollout.test_rolling_plan import _2p1d_plan, _files, _plan, _spe
 
 
 def _record(plan: dict, at: int, left: bool = False) -> dict:
-    """The record as tasks/rolling_record.yml writes it (old R1, new R2)."""
+    """The record as roles/dsv4_rolling/tasks/record.yml writes it (old R1, new R2)."""
     problems, roll = rolling_plan.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
     assert problems == []
     return {"old": "R1", "new": "R2", "at": at, "left": left, "roll": roll, "steps": plan["rollout"]["steps"]}

@@ -45,7 +45,8 @@ def test_a_flag_of_a_later_release_is_refused_for_an_earlier_one():
                                                       f"'{flag}'")
 
 
-@pytest.mark.parametrize("args", [["--chunked-prefill-size", "4096"], ["--chunked-prefill-size=4096"], ["--enable-torch-compile"]])
+@pytest.mark.parametrize("args", [["--chunked-prefill-size", "4096"], ["--chunked-prefill-size=4096"],
+                                  ["--enable-torch-compile"]])
 def test_real_flags_written_either_way_pass(args):
     from dsv4deploy.spec import load_spec
 

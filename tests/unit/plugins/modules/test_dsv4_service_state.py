@@ -15,7 +15,7 @@ import pytest
 
 from dsv4deploy.plan import render
 from tests.unit.plugins.conftest import BIN_DIR, PROGRAM, supervisord_runs
-from tests.unit.plugins.runner import run_module
+from tests.unit.plugins.runner import run_module, take_lock
 
 
 def services(tmp_path: Path, root: Path, state: str, check: bool = False, **args: object) -> dict:
@@ -199,3 +199,20 @@ def test_a_stop_whose_gpus_stay_held_neither_switches_nor_starts(tmp_path: Path,
     wrong = services(tmp_path, root, "started", then_start={"only": "all"})
     assert wrong.get("failed") and "then_start goes with state=stopped" in wrong["msg"], wrong
     assert not info(tmp_path, root)["services"][PROGRAM]["running"]
+
+
+def test_a_service_call_records_the_lock_phase_with_its_own_run(tmp_path: Path) -> None:
+    assert take_lock(tmp_path, "r1", phase="preflight")["changed"]
+    path = tmp_path / "root" / "deploy.lock"
+
+    def stop(run_id: str, **phases: str) -> dict:
+        # Nothing runs under this root: the stop has nothing to do, and still records its phases.
+        return run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(tmp_path / "root"),
+                          state="stopped", lock={"path": str(path), "run_id": run_id, "target": "rel-2", **phases})
+
+    assert not stop("r1", before="switch: stopping", after="switch: stopped").get("failed")
+    record = json.loads(path.read_text())
+    assert (record["phase"], record["target"], record["controller_pid"]) == ("switch: stopped", "rel-2", 4242)
+    other = stop("r2", before="switch: stopping")
+    assert other["failed"] and f"this run no longer holds {path}" in other["msg"]
+    assert json.loads(path.read_text())["phase"] == "switch: stopped"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.unit.plugins.conftest import BIN_DIR, KEY, PROGRAM
 from tests.unit.plugins.runner import run_module
 
@@ -37,4 +39,10 @@ def test_status_names_the_pids_and_logs_come_redacted(tmp_path: Path, install_ro
 
 def test_a_root_supervisord_would_misread_is_refused(tmp_path: Path) -> None:
     out = info(tmp_path, Path("/opt/a ;b"))
+    assert out["failed"] and "install_root" in out["msg"]
+
+
+@pytest.mark.parametrize("root", ["/opt/x%(here)s", "/opt/a ;b", "/opt/a\nb", "/opt/a #b"])
+def test_services_module_refuses_roots_supervisord_would_misread(tmp_path: Path, root: str) -> None:
+    out = run_module("dsv4_service_state_info", tmp_path, manager="supervisor", install_root=root)
     assert out["failed"] and "install_root" in out["msg"]

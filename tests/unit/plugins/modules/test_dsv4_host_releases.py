@@ -1,5 +1,5 @@
-"""The host-side modules run as Ansible runs them (a JSON args file, JSON on stdout): hostile inputs,
-edited releases, dead and empty locks, purge guards."""
+"""dsv4_host_releases run as Ansible runs it (a JSON args file, JSON on stdout): hostile release ids and file keys,
+edited releases, the purge guards, the records it keeps and the deploy lock it writes or releases in the same run."""
 
 from __future__ import annotations
 
@@ -7,30 +7,21 @@ import base64
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.dsv4.deploy.plugins.action import dsv4_lock as lock_action
-from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import boot_identity, holder_is_dead, process_start
 from dsv4deploy.plan import render
 from dsv4deploy.plan.render import render_release
-from tests.unit.plugins.runner import run_module
+from tests.golden.fixture_specs import combined_spec
+from tests.unit.plugins.runner import run_module, take_lock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
-from fixture_specs import combined_spec
-
-RELEASES = "dsv4_host_releases"  # the host module that installs, activates and queries releases
+RELEASES = "dsv4_host_releases"
 
 
 def release_files() -> dict[str, str]:
     return render_release(combined_spec("supervisor"), "gpu1")
 
-
-# -- releases ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("release_id", ["../../escaped", "/tmp/abs", "..", "a/b", ".hidden"])
 def test_release_id_outside_the_releases_folder_is_refused(tmp_path: Path, release_id: str) -> None:
@@ -149,8 +140,6 @@ def test_an_unwritable_install_root_is_a_clear_error(tmp_path: Path) -> None:
     assert out["failed"] and "cannot write release r1" in out["msg"] and "untouched" in out["msg"]
 
 
-# -- purge ---------------------------------------------------------------------------------------
-
 @pytest.mark.parametrize("root", ["/", "/opt", "relative/path", "/opt/../etc"])
 def test_purge_refuses_shallow_or_odd_roots(tmp_path: Path, root: str) -> None:
     out = run_module(RELEASES, tmp_path, install_root=root, state="purged")
@@ -223,7 +212,7 @@ def test_purge_refuses_homes_and_shared_system_folders(tmp_path: Path, root: str
 
 def install_and_activate(tmp_path: Path, root: Path, release_id: str = "r1") -> None:
     """A release installed and made active, as a deploy leaves it (the lock taken first)."""
-    lock(tmp_path, "run-1")
+    take_lock(tmp_path, "run-1")
     run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id=release_id,
                files=release_files())
     run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id=release_id)
@@ -295,42 +284,8 @@ def test_a_deployment_made_before_the_marker_is_adopted_and_purged_whole(tmp_pat
     assert out["left"] == ["models"] and {"logs", "supervisor", "releases/r1", "state.json"} <= set(out["removed"])
 
 
-# -- locks ---------------------------------------------------------------------------------------
-
-def lock(tmp_path: Path, run_id: str, **extra: object) -> dict:
-    return run_module("dsv4_lock", tmp_path, path=str(tmp_path / "root" / "deploy.lock"), run_id=run_id,
-                      owner="alice@ops", controller="ctl", controller_pid=4242, **extra)
-
-
-def test_lock_records_controller_and_phase_and_names_the_holder(tmp_path: Path) -> None:
-    assert lock(tmp_path, "r1", phase="preflight")["changed"]
-    assert not lock(tmp_path, "r1", state="phase", phase="gates", target="rel-1").get("failed")
-    record = json.loads((tmp_path / "root" / "deploy.lock").read_text())
-    assert (record["phase"], record["target"], record["controller_pid"]) == ("gates", "rel-1", 4242)
-    other = lock(tmp_path, "r2")
-    assert other["failed"] and "alice@ops (run r1, pid 4242 on ctl, phase gates" in other["msg"]
-    assert lock(tmp_path, "r2", state="phase", phase="x")["failed"]
-
-
-def test_a_service_call_records_the_lock_phase_with_its_own_run(tmp_path: Path) -> None:
-    assert lock(tmp_path, "r1", phase="preflight")["changed"]
-    path = tmp_path / "root" / "deploy.lock"
-
-    def stop(run_id: str, **phases: str) -> dict:
-        # Nothing runs under this root: the stop has nothing to do, and still records its phases.
-        return run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(tmp_path / "root"),
-                          state="stopped", lock={"path": str(path), "run_id": run_id, "target": "rel-2", **phases})
-
-    assert not stop("r1", before="switch: stopping", after="switch: stopped").get("failed")
-    record = json.loads(path.read_text())
-    assert (record["phase"], record["target"], record["controller_pid"]) == ("switch: stopped", "rel-2", 4242)
-    other = stop("r2", before="switch: stopping")
-    assert other["failed"] and f"this run no longer holds {path}" in other["msg"]
-    assert json.loads(path.read_text())["phase"] == "switch: stopped"
-
-
 def test_the_install_records_the_lock_phase_in_the_same_run_and_check_mode_writes_nothing(tmp_path: Path) -> None:
-    assert lock(tmp_path, "r1", phase="preflight")["changed"]
+    assert take_lock(tmp_path, "r1", phase="preflight")["changed"]
     path, root = tmp_path / "root" / "deploy.lock", str(tmp_path / "root")
 
     def install(run_id: str, release_id: str, check_mode: bool = False) -> dict:
@@ -355,7 +310,7 @@ def test_the_verified_record_releases_the_lock_of_its_own_run_only(tmp_path: Pat
     root, path = tmp_path / "root", tmp_path / "root" / "deploy.lock"
     assert run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="rel-1",
                       files=release_files())["changed"]
-    assert lock(tmp_path, "r1", phase="gates")["changed"]
+    assert take_lock(tmp_path, "r1", phase="gates")["changed"]
 
     def verified(run_id: str, check_mode: bool = False) -> dict:
         return run_module(RELEASES, tmp_path, check_mode=check_mode, install_root=str(root), state="verified",
@@ -370,72 +325,9 @@ def test_the_verified_record_releases_the_lock_of_its_own_run_only(tmp_path: Pat
     # Its own run's goes in the same module run; the end's release is then a no-op.
     own = verified("r1")
     assert own["lock_released"] and not path.exists() and own["good"] == ["rel-1"]
-    assert not lock(tmp_path, "r1", state="absent")["changed"]
+    assert not take_lock(tmp_path, "r1", state="absent")["changed"]
     assert "path and run_id" in run_module(RELEASES, tmp_path, install_root=str(root), state="verified",
                                            release_id="rel-1", release_lock={"path": str(path)})["msg"]
-
-
-def test_takeover_replaces_only_the_named_dead_run(tmp_path: Path) -> None:
-    lock(tmp_path, "r1")
-    assert lock(tmp_path, "r3", takeover_from="someone-else")["failed"]
-    taken = lock(tmp_path, "r3", takeover_from="r1")
-    assert taken["changed"] and taken["previous"]["run_id"] == "r1"
-    assert json.loads((tmp_path / "root" / "deploy.lock").read_text())["run_id"] == "r3"
-
-
-def test_an_empty_lock_file_is_reported_as_such_not_as_1970(tmp_path: Path) -> None:
-    (tmp_path / "root").mkdir()
-    (tmp_path / "root" / "deploy.lock").write_text("")
-    out = lock(tmp_path, "r1")
-    assert out["failed"] and out["holder"] == {} and "1970" not in out["msg"] and "empty" in out["msg"]
-    assert holder_is_dead(out["holder"], {"controller": "ctl"}) is not None
-    assert lock(tmp_path, "r1", takeover_from="")["changed"]
-
-
-def _holders() -> tuple[dict, dict, int]:
-    """This controller, a live holder (this process) and the pid of a process that has exited."""
-    me = {"controller": "ctl", "controller_boot": boot_identity()}
-    live = {**me, "controller_pid": os.getpid(), "controller_start": process_start(os.getpid())}
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return me, live, child.pid
-
-
-def test_dead_and_live_holders_are_told_apart() -> None:
-    me, live, dead_pid = _holders()
-    assert live["controller_boot"] and live["controller_start"]
-    assert holder_is_dead(live, me) is None
-    assert "is gone" in holder_is_dead({**live, "controller_pid": dead_pid}, me)
-    assert "another process" in holder_is_dead({**live, "controller_start": "1"}, me)
-    # Another controller's process cannot be checked from here: never taken over.
-    assert holder_is_dead({**live, "controller": "elsewhere", "controller_pid": dead_pid}, me) is None
-
-
-def test_without_proc_a_live_holder_is_alive_and_a_dead_one_dead(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
-    # A macOS controller has no /proc: liveness comes from kill(pid, 0) and ps, never "no /proc, so dead".
-    monkeypatch.setattr(lock_action, "PROC", str(tmp_path / "no-proc"))
-    me, live, dead_pid = _holders()
-    assert live["controller_start"], "ps gives the start time where /proc is missing"
-    assert holder_is_dead(live, me) is None
-    assert "is gone" in holder_is_dead({**live, "controller_pid": dead_pid}, me)
-    assert "another process" in holder_is_dead({**live, "controller_start": "Thu Jan  1 00:00:00 1970"}, me)
-
-
-def test_a_controller_of_the_same_host_name_elsewhere_is_never_taken_over() -> None:
-    # A cloned VM or a container: the same host name, another boot or pid namespace, and a pid that means
-    # nothing here (here it is gone; there it may be the live holder).
-    me, live, dead_pid = _holders()
-    clone = {**live, "controller_boot": "0f00-another-boot/pid:[4026531836]", "controller_pid": dead_pid}
-    assert holder_is_dead(clone, me) is None
-
-
-# -- services ------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("root", ["/opt/x%(here)s", "/opt/a ;b", "/opt/a\nb", "/opt/a #b"])
-def test_services_module_refuses_roots_supervisord_would_misread(tmp_path: Path, root: str) -> None:
-    out = run_module("dsv4_service_state_info", tmp_path, manager="supervisor", install_root=root)
-    assert out["failed"] and "install_root" in out["msg"]
 
 
 def _releases(root: Path, tmp_path: Path, count: int, tag: str = "r") -> list[str]:
@@ -530,47 +422,3 @@ def test_a_releases_bake_is_recorded_and_the_last_baked_release_is_the_perf_base
     assert json.loads((root / "state.json").read_text())["baked"] == {first: "passed", third: "inconclusive"}
     bad = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=third, bake="maybe")
     assert bad["failed"] and "bake" in bad["msg"]
-
-
-# -- the preflight in one module run (dsv4_host state=check with access and lock) ---------------------
-
-def preflight(tmp_path: Path, run_id: str, check_mode: bool = False, **extra: object) -> dict:
-    """dsv4_host's preflight with the lock (and whatever `extra` adds), on a host with no GPU to check."""
-    root = tmp_path / "root"
-    return run_module("dsv4_host", tmp_path, check_mode=check_mode, gpu_query_command=["false"], state="check",
-                      services={"manager": "supervisor", "install_root": str(root)},
-                      lock={"path": str(root / "deploy.lock"), "run_id": run_id, "owner": "alice@ops",
-                            "controller": "ctl", "controller_pid": 4242, "phase": "preflight"}, **extra)
-
-
-def test_the_preflight_takes_the_lock_after_the_access_check_and_names_a_holder(tmp_path: Path) -> None:
-    path = tmp_path / "root" / "deploy.lock"
-    missing = {"host": "gpu1", "user": "no-such-user-dsv4", "needs": []}
-    refused = preflight(tmp_path, "r1", access=missing)
-    assert refused["failed"] and refused["msg"].startswith("the services could not start as configured:")
-    assert "host gpu1, user no-such-user-dsv4: user no-such-user-dsv4 does not exist" in refused["msg"]
-    assert not path.exists(), "an access problem changes nothing, not even the lock"
-    assert preflight(tmp_path, "r1", check_mode=True)["would"] == [f"take the lock {path}"]
-    assert not path.exists(), "check mode takes no lock"
-    taken = preflight(tmp_path, "r1")
-    assert not taken.get("failed") and taken["holder"]["run_id"] == "r1" and taken["previous"] is None
-    assert taken["kept_warm"] is False and taken["services"] == {}
-    assert json.loads(path.read_text())["controller_pid"] == 4242
-    held = preflight(tmp_path, "r2")
-    assert held["failed"] and "another run holds" in held["msg"] and held["holder"]["run_id"] == "r1"
-    (tmp_path / "root" / "blue_green.json").write_text("{}")
-    assert preflight(tmp_path, "r1")["kept_warm"] is True
-    assert taken["roll_record"] is False
-    (tmp_path / "root" / "rolling.json").write_text("{}")
-    assert preflight(tmp_path, "r1")["roll_record"] is True
-
-
-def test_a_preflight_problem_after_the_lock_is_not_reported_as_a_held_lock(tmp_path: Path) -> None:
-    # The port check fails (this test's own listener is not ours): the failure carries no holder, so the action
-    # does not mistake this run's own lock for another run's.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        out = preflight(tmp_path, "r1", ports=[sock.getsockname()[1]])
-    assert out["failed"] and out["msg"].startswith("preflight failed:") and "holder" not in out
-    assert json.loads((tmp_path / "root" / "deploy.lock").read_text())["run_id"] == "r1"
