@@ -10,6 +10,7 @@ from typing import Any
 
 from dsv4deploy.sglang import flags, routers, versions
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
+from dsv4deploy.spec.secret_flags import secret_flag_problems
 from dsv4deploy.spec.values import check_values
 
 # -- cross-field checks ------------------------------------------------------------------------
@@ -30,6 +31,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_agreement(spec)
     problems += _check_overrides(spec)
     problems += _check_extra_args(spec)
+    problems += secret_flag_problems(spec)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
     return _unique(problems)

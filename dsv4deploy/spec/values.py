@@ -135,6 +135,12 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                        + (" (an empty user would run the servers as root)"
                                           if not host.service_user else ""),
                                fix="name the user the servers run as (e.g. sglang; root only if you mean it)"))
+        elif host.service_user == "root" and not host.service_user_root_ok:
+            out.append(Problem(field="service_user", host=name,
+                               message="is root: the servers and the router would run as root, where their "
+                                       "units' sandbox (ProtectSystem, no ProtectHome) protects little",
+                               fix="name an unprivileged user (e.g. sglang, with service_user_create: true), "
+                                   "or set service_user_root_ok: true if you mean root"))
     return out
 
 
