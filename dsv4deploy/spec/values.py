@@ -59,6 +59,8 @@ SYSTEM_DIRS = frozenset({
     "/var/tmp", "/var/cache", "/var/spool", "/var/mail", "/var/run", "/etc/systemd", "/etc/ssh",
 })
 # Top-level folders of the operating system: an install root never lives under them.
+# dsv4deploy.rollout.strategy.SLOT_DIR: the other slot's folder under a root (issue #37 item 15).
+SLOT_DIR = "slot-b"
 SYSTEM_TOPS = frozenset({"etc", "proc", "sys", "dev", "boot", "bin", "sbin", "lib", "lib32", "lib64", "usr", "run"})
 # A Unix socket path holds at most 107 bytes; supervisord's lives under the install root.
 SOCKET_PATH_MAX = 107
@@ -128,7 +130,8 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                message="is not a plain host name (letters, digits, '.', '-', '_'; it names files "
                                        "and is written into scripts)",
                                fix="rename the inventory host and set ansible_host to its address"))
-        out += install_root_problems(name, host.install_root, host.service_manager)
+        root = host.install_root
+        out += install_root_problems(name, root, host.service_manager) or _slot_named(name, root)
         if not USER_NAME.match(host.service_user):
             out.append(Problem(field="service_user", host=name,
                                message=f"{host.service_user!r} is not a user name"
@@ -142,6 +145,16 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                fix="name an unprivileged user (e.g. sglang, with service_user_create: true), "
                                    "or set service_user_root_ok: true if you mean root"))
     return out
+
+
+def _slot_named(name: str, root: str) -> list[Problem]:
+    """A root named like another deployment's slot (only a deploy refuses it: stop and rollback still find it)."""
+    if posixpath.basename(root) != SLOT_DIR:
+        return []
+    return [Problem(field="install_root", host=name,
+                    message=f"{root!r} is named like a deployment's blue_green slot ('{SLOT_DIR}'): the deployment "
+                            f"at {posixpath.dirname(root)} would stop and purge it as its own slot",
+                    fix="choose an install_root outside every other deployment's, e.g. /opt/dsv4deploy-b")]
 
 
 def install_root_problems(name: str, root: str, service_manager: str = "systemd") -> list[Problem]:

@@ -130,6 +130,7 @@ HOST_BROKEN = [
     ("install_root", "/opt/../etc", "install_root"), ("install_root", "/opt", "install_root"),
     ("install_root", "/usr/local", "install_root"), ("install_root", "/opt/dsv4/", "install_root"),
     ("install_root", "/opt/" + "x" * 120, "install_root"), ("install_root", 5, "install_root"),
+    ("install_root", "/opt/dsv4deploy/slot-b", "install_root"),  # issue #37 item 15: another's slot
     ("service_user", "sglang\\", "service_user"), ("service_user", "", "service_user"),
     ("service_user", "-rf", "service_user"), ("service_user", "root", "service_user"),  # issue #37
     ("gpu_count", -1, "gpu_count"),
