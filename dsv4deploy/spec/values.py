@@ -130,8 +130,7 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                message="is not a plain host name (letters, digits, '.', '-', '_'; it names files "
                                        "and is written into scripts)",
                                fix="rename the inventory host and set ansible_host to its address"))
-        root = host.install_root
-        out += install_root_problems(name, root, host.service_manager) or _slot_named(name, root)
+        out += install_root_problems(name, host.install_root, host.service_manager)
         if not USER_NAME.match(host.service_user):
             out.append(Problem(field="service_user", host=name,
                                message=f"{host.service_user!r} is not a user name"
@@ -147,14 +146,19 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
     return out
 
 
-def _slot_named(name: str, root: str) -> list[Problem]:
-    """A root named like another deployment's slot (only a deploy refuses it: stop and rollback still find it)."""
-    if posixpath.basename(root) != SLOT_DIR:
-        return []
-    return [Problem(field="install_root", host=name,
-                    message=f"{root!r} is named like a deployment's blue_green slot ('{SLOT_DIR}'): the deployment "
-                            f"at {posixpath.dirname(root)} would stop and purge it as its own slot",
-                    fix="choose an install_root outside every other deployment's, e.g. /opt/dsv4deploy-b")]
+def slot_named_roots(spec: Deployment) -> list[Problem]:
+    """Inventory install roots named like another deployment's slot (issue #37 item 15). Checked on the
+    inventory only (load_spec): a blue_green slot's own spec has such a root, and stop and rollback still
+    find a deployment already there."""
+    out = []
+    for name in spec.hosts_in_use():
+        root = spec.host(name).install_root
+        if posixpath.basename(root) == SLOT_DIR:
+            out.append(Problem(field="install_root", host=name,
+                               message=f"{root!r} is named like a deployment's blue_green slot ('{SLOT_DIR}'): the "
+                                       f"deployment at {posixpath.dirname(root)} would stop and purge it as its own",
+                               fix="choose an install_root outside every other deployment's, e.g. /opt/dsv4deploy-b"))
+    return out
 
 
 def install_root_problems(name: str, root: str, service_manager: str = "systemd") -> list[Problem]:
