@@ -25,7 +25,7 @@ import httpx
 from dsv4deploy.gates import prom
 from dsv4deploy.gates.chat import CHAT_PATH
 from dsv4deploy.gates.http import check_url, describe_error, make_client
-from dsv4deploy.gates.perf_compare import baseline_problem, compare
+from dsv4deploy.gates.perf_compare import baseline_problem, compare, unjudged
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
 
 GATE = "perf"
@@ -223,16 +223,20 @@ def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
         return make_result(GATE, GateStatus.PASSED, watch, f"recorded, not judged ({why_not}): {measured}", evidence)
     assert baseline is not None
     regressions = compare(figures, baseline, tolerance, noise_floor_s, tail_tolerance)
-    evidence.update(judged=True, regressions=[r.__dict__ for r in regressions])
+    skipped = unjudged(figures, baseline)
+    evidence.update(judged=True, regressions=[r.__dict__ for r in regressions], not_judged=skipped)
     against = f"release {baseline.get('release') or '?'}"
+    # A figure missing (or renamed) on one side was not compared: say so rather than "within X %" of it.
+    not_judged = f"; not judged: {', '.join(skipped)}" if skipped else ""
     if regressions:
         lines = "; ".join(r.line() for r in regressions)
         return make_result(GATE, GateStatus.FAILED, watch,
-                           f"slower than {against} beyond the tolerance ({tolerance:.0%}): {lines}; now {measured}",
-                           evidence)
+                           f"slower than {against} beyond the tolerance ({tolerance:.0%}): {lines}; now {measured}"
+                           f"{not_judged}", evidence)
+    judged = "the figures judged " if skipped else ""
     return make_result(GATE, GateStatus.PASSED, watch,
-                       f"within {tolerance:.0%} of {against} ({_fmt(baseline.get('client') or {})}): {measured}",
-                       evidence)
+                       f"{judged}within {tolerance:.0%} of {against} ({_fmt(baseline.get('client') or {})}): "
+                       f"{measured}{not_judged}", evidence)
 
 
 def _broken(watch: Stopwatch, timings: Sequence[Timing], key: str) -> GateResult:

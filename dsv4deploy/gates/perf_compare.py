@@ -65,6 +65,25 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], tolerance: 
     return out
 
 
+def unjudged(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    """What `compare` skipped (issue #37 item 12): each figure, or server, measured on one side only or
+    None there, as ``decode ttft_p50_s (no figure now)``; a renamed figure shows as one of each."""
+    def side(figs: Mapping[str, Any]) -> set[str]:
+        return {f for f, v in figs.items() if v is not None}
+
+    out: list[str] = []
+    groups = [("client", current.get("client") or {}, baseline.get("client") or {})]
+    now_servers, old_servers = current.get("servers") or {}, baseline.get("servers") or {}
+    groups += [(name, now_servers[name] or {}, old_servers[name] or {})
+               for name in sorted(set(now_servers) & set(old_servers))]
+    out += [f"{name} (no server figures now)" for name in sorted(set(old_servers) - set(now_servers))]
+    out += [f"{name} (no server figures before)" for name in sorted(set(now_servers) - set(old_servers))]
+    for where, now, before in groups:
+        out += [f"{where} {f} (no figure now)" for f in sorted(side(before) - side(now))]
+        out += [f"{where} {f} (no figure before)" for f in sorted(side(now) - side(before))]
+    return out
+
+
 def baseline_problem(current_key: str, baseline: Mapping[str, Any] | None) -> str:
     """Why `baseline` cannot judge figures measured on `current_key` ('' when it can)."""
     if not baseline or not baseline.get("client"):

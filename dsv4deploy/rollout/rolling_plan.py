@@ -72,9 +72,12 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
     # is the production router's own (api_key.file, or the vault key's file the release's install wrote on
     # the router's host); the preview router module reads it there. None: no key.
     key_file = services.api_key_file(new, new.host(new.router.host))
+    # The preview router runs as the production router does: as the service user, with its secret env file.
+    router_env = next((s.secret_env_file for s in services.build_services(new) if s.role == "router"), None)
     return [], {"steps": steps, "router_host": new.router.host, "preview_router_port": port,
                 "router_url": plan.get("router_url"), "router": plan.get("router"), "drain_s": new.drain_deadline_s,
-                "api_key_file": key_file, "gpu_query_command": plan.get("gpu_query_command")}
+                "api_key_file": key_file, "gpu_query_command": plan.get("gpu_query_command"),
+                "router_user": new.host(new.router.host).service_user, "router_env_file": router_env}
 
 
 def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any], port: int,

@@ -12,6 +12,7 @@ from dsv4deploy.sglang import flags, routers, versions
 from dsv4deploy.spec.extra_args import check_extra_args
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
 from dsv4deploy.spec.recipes import check_recipes
+from dsv4deploy.spec.secret_flags import secret_flag_problems
 from dsv4deploy.spec.values import check_values
 
 # -- cross-field checks ------------------------------------------------------------------------
@@ -34,6 +35,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += _check_extra_args(spec)
     problems += check_recipes(spec)
     problems += check_extra_args(spec, RENDERED_SERVER_FLAGS)
+    problems += secret_flag_problems(spec)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
     problems += _check_router_policies(spec)

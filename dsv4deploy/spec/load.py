@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from dsv4deploy.spec.checks import check_deployment
 from dsv4deploy.spec.models import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, Problem, SpecError
+from dsv4deploy.spec.values import slot_named_roots
 
 
 def load_spec(common: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]]) -> Deployment:
@@ -32,7 +33,7 @@ def load_spec(common: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any
         spec = Deployment.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_problems_from_pydantic(exc.errors(), data)) from None
-    problems = check_deployment(spec)
+    problems = check_deployment(spec) or slot_named_roots(spec)
     if problems:
         raise SpecError(problems)
     return spec

@@ -59,6 +59,8 @@ SYSTEM_DIRS = frozenset({
     "/var/tmp", "/var/cache", "/var/spool", "/var/mail", "/var/run", "/etc/systemd", "/etc/ssh",
 })
 # Top-level folders of the operating system: an install root never lives under them.
+# dsv4deploy.rollout.strategy.SLOT_DIR: the other slot's folder under a root (issue #37 item 15).
+SLOT_DIR = "slot-b"
 SYSTEM_TOPS = frozenset({"etc", "proc", "sys", "dev", "boot", "bin", "sbin", "lib", "lib32", "lib64", "usr", "run"})
 # A Unix socket path holds at most 107 bytes; supervisord's lives under the install root.
 SOCKET_PATH_MAX = 107
@@ -135,6 +137,27 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
                                        + (" (an empty user would run the servers as root)"
                                           if not host.service_user else ""),
                                fix="name the user the servers run as (e.g. sglang; root only if you mean it)"))
+        elif host.service_user == "root" and not host.service_user_root_ok:
+            out.append(Problem(field="service_user", host=name,
+                               message="is root: the servers and the router would run as root, where their "
+                                       "units' sandbox (ProtectSystem, no ProtectHome) protects little",
+                               fix="name an unprivileged user (e.g. sglang, with service_user_create: true), "
+                                   "or set service_user_root_ok: true if you mean root"))
+    return out
+
+
+def slot_named_roots(spec: Deployment) -> list[Problem]:
+    """Inventory install roots named like another deployment's slot (issue #37 item 15). Checked on the
+    inventory only (load_spec): a blue_green slot's own spec has such a root, and stop and rollback still
+    find a deployment already there."""
+    out = []
+    for name in spec.hosts_in_use():
+        root = spec.host(name).install_root
+        if posixpath.basename(root) == SLOT_DIR:
+            out.append(Problem(field="install_root", host=name,
+                               message=f"{root!r} is named like a deployment's blue_green slot ('{SLOT_DIR}'): the "
+                                       f"deployment at {posixpath.dirname(root)} would stop and purge it as its own",
+                               fix="choose an install_root outside every other deployment's, e.g. /opt/dsv4deploy-b"))
     return out
 
 

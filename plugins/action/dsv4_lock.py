@@ -108,6 +108,13 @@ def take_or_take_over(execute: Callable[[dict[str, Any]], dict], lock: dict[str,
     taking that run's lock over, and say so in one line; a live holder's failure names it and what to do."""
     module_result = execute(lock)
     holder = module_result.get("holder")
+    left = (module_result.get("previous") or {}).get("from_record")
+    if left and not module_result.get("failed"):
+        # The lock said nothing (removed by hand after a reboot, say), the switch record did.
+        line = (f"a blue_green switch of run {module_result['previous'].get('run_id')} was left in progress "
+                f"({left}); this run repairs it (the production router back to the active release's workers)")
+        display.display(f"  {host}: {line}")
+        module_result["msg"] = line
     if not module_result.get("failed") or holder is None or "takeover_from" in lock:
         return module_result
     why = holder_is_dead(holder, me)

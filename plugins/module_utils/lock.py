@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import switch_record
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic, write_new
 
 PREFIX = ".deploy.lock-"
@@ -130,4 +131,5 @@ def take(path: str, record: dict, takeover_from: str | None = None, stale_after_
     except OSError as exc:
         raise Refused(f"cannot take the deploy lock {path}: {exc.strerror or exc}; check that the install "
                       "root's folder exists and is writable (and not full); nothing was changed") from None
-    return {"changed": True, "holder": record, "previous": held if takeover else None}
+    # A blue_green switch left in progress is repaired whatever the lock says (its record, switch_record.py).
+    return {"changed": True, "holder": record, "previous": switch_record.as_previous(path, held if takeover else None)}

@@ -51,6 +51,13 @@ options:
         M(dsv4.deploy.dsv4_service_state_info) does (C(manager), C(install_root), C(supervisor_bin_dir),
         C(unit_dir)); their pids count as ours beside O(our_pids), and RV(services) and RV(pids) return what
         was found. {} finds nothing."
+  key_on_command_line:
+    type: bool
+    default: false
+    description:
+      - "O(state=check): the API key is on our services' command lines (the spec sets C(api_key)): warn, and
+        return RV(proc_hidepid) false, when the host's C(/proc) is mounted without C(hidepid), so every
+        local user can read it from C(/proc/PID/cmdline)."
   access:
     type: dict
     default: {}
@@ -184,6 +191,11 @@ roll_record:
     which the next run repairs first.
   returned: state=check with O(services)
   type: bool
+proc_hidepid:
+  description: With O(key_on_command_line), whether the host's C(/proc) hides other users' processes
+    (C(hidepid)); false comes with a warning that local users can read the API key.
+  returned: state=check with O(key_on_command_line)
+  type: bool
 seconds:
   description: How long the GPUs took to be released.
   returned: state=released
@@ -207,6 +219,7 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.layout import (
 )
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
+from ansible_collections.dsv4.deploy.plugins.module_utils.proc_mount import exposure_warning
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
 
 
@@ -367,6 +380,11 @@ def check(module: AnsibleModule) -> None:
                 problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
     # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
     result = {"changed": False, "problems": problems, **before, **found}
+    if p["key_on_command_line"]:
+        exposed = exposure_warning()
+        result["proc_hidepid"] = exposed is None
+        if exposed:
+            module.warn(exposed)
     if problems:
         # Without this run's own lock record: a failure with a holder means a lock held by another run.
         result.pop("holder", None)
@@ -395,6 +413,7 @@ def main() -> None:
             "services": {"type": "dict", "default": {}},
             "access": {"type": "dict", "default": {}},
             "parsers": {"type": "list", "elements": "dict", "default": []},
+            "key_on_command_line": {"type": "bool", "default": False},
             "lock": {"type": "dict", "default": {}},
             "threshold_mib": {"type": "int", "default": 1024},
             "timeout_s": {"type": "float", "default": 120},

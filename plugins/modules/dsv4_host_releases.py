@@ -253,7 +253,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
-from ansible_collections.dsv4.deploy.plugins.module_utils import ownership, purge
+from ansible_collections.dsv4.deploy.plugins.module_utils import nesting, ownership, purge
 from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
 
 
@@ -286,6 +286,9 @@ def _install(module: AnsibleModule, root: str, release_id: str, files: dict) -> 
                                       if rel != store.MANIFEST}, manifest)
     if problem:
         module.fail_json(msg=f"the release to install does not match its own manifest ({problem}); nothing was written")
+    nested = nesting.nesting_problem(root)
+    if nested:
+        module.fail_json(msg=nested)
     try:
         ownership.claim(root, module.check_mode)
     except ownership.Refused as exc:

@@ -37,6 +37,16 @@ options:
     type: path
     description:
       - A file holding the API key, appended as C(--api-key) (the production router's own key).
+  user:
+    type: str
+    description:
+      - Run the router as this user (the service user, as its unit does), not as the Ansible user; unset
+        runs it as the Ansible user.
+  env_file:
+    type: path
+    description:
+      - The router's secret env file (C(NAME="value") lines, as its unit's C(EnvironmentFile=) reads it),
+        whose variables the router gets.
   state:
     type: str
     choices: [present, absent]
@@ -101,6 +111,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_text, write_atomic
+from ansible_collections.dsv4.deploy.plugins.module_utils.run_as import environment, identity
 from ansible_collections.dsv4.deploy.plugins.module_utils.text import redact, tail
 
 
@@ -152,9 +163,13 @@ def stop(pidfile: str, stop_s: float, check: bool) -> bool:
     return running
 
 
-def start(argv: list[str], key_file: str | None, root: str, name: str, settle_s: float) -> int:
-    """Start `argv` in its own session; its PID, once it stayed alive `settle_s` (RuntimeError otherwise)."""
+def start(argv: list[str], key_file: str | None, root: str, name: str, settle_s: float, user: str | None = None,
+          env_file: str | None = None) -> int:
+    """Start `argv` in its own session, as `user` with `env_file`'s variables (issue #37 item 6: not as root,
+    not without the router's env); its PID, once it stayed alive `settle_s` (RuntimeError otherwise)."""
     full = list(argv)
+    who = identity(user) if user else {}
+    env = environment(who.pop("env", None), env_file)
     if key_file:
         key = read_text(key_file).strip()
         if not key:
@@ -165,7 +180,7 @@ def start(argv: list[str], key_file: str | None, root: str, name: str, settle_s:
     with open(log_path, "ab") as log:
         offset = log.tell()
         proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=root,
-                                start_new_session=True, close_fds=True)
+                                start_new_session=True, close_fds=True, env=env, umask=0o027, **who)
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
@@ -185,6 +200,8 @@ def main() -> None:
             "install_root": {"type": "path", "required": True},
             "argv": {"type": "list", "elements": "str", "default": []},
             "api_key_file": {"type": "path"},
+            "user": {"type": "str"},
+            "env_file": {"type": "path"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "settle_s": {"type": "float", "default": 1},
             "stop_s": {"type": "float", "default": 30},
@@ -199,7 +216,8 @@ def main() -> None:
         stopped = stop(pidfile, p["stop_s"], module.check_mode)
         if p["state"] == "absent" or module.check_mode:
             module.exit_json(changed=stopped or p["state"] == "present", stopped=stopped)
-        pid = start(p["argv"], p["api_key_file"], p["install_root"], p["name"], p["settle_s"])
+        pid = start(p["argv"], p["api_key_file"], p["install_root"], p["name"], p["settle_s"], p["user"],
+                    p["env_file"])
         os.makedirs(os.path.dirname(pidfile), exist_ok=True)
         # Its start time: a later stop acts only while that PID is still this process (no key written).
         write_atomic(pidfile, json.dumps({"pid": pid, "start_time": _start_time(pid)}), mode=0o600)

@@ -7,7 +7,7 @@ import pytest
 
 from dsv4deploy.gates import prom
 from dsv4deploy.gates.perf import Timing, client_figures, quantile
-from dsv4deploy.gates.perf_compare import baseline_problem, compare, worse_factor
+from dsv4deploy.gates.perf_compare import baseline_problem, compare, unjudged, worse_factor
 from dsv4deploy.sim.metrics import Metrics
 
 # As a real sglang 0.5.x /metrics writes it (two label sets, a counter, a gauge).
@@ -132,3 +132,28 @@ def test_a_p99_is_judged_with_its_own_looser_tolerance():
     now["client"]["ttft_p99_s"] = 0.12  # 3x the baseline's 0.04: one slow request
     assert [r.figure for r in compare(now, before, 1.0, 0.005)] == ["ttft_p99_s"]
     assert compare(now, before, 1.0, 0.005, tail_tolerance=3.0) == []
+
+
+def test_figures_missing_or_renamed_on_one_side_are_listed_as_not_judged():
+    # Issue #37 item 12: these were skipped silently while the summary said "within X %".
+    now, before = _figures(0.01, 300), _figures(0.01, 300)
+    now["servers"]["decode"]["itl_median_s"] = now["servers"]["decode"].pop("itl_p50_s")  # renamed
+    before["servers"]["prefill"] = {"ttft_p50_s": 0.1}
+    now["client"]["ttft_p99_s"] = None
+    assert unjudged(now, before) == ["prefill (no server figures now)", "client ttft_p99_s (no figure now)",
+                                     "decode itl_p50_s (no figure now)", "decode itl_median_s (no figure before)"]
+    assert unjudged(_figures(0.01, 300), _figures(0.01, 300)) == []
+
+
+def test_the_perf_verdict_names_what_it_did_not_judge(monkeypatch):
+    from dsv4deploy.gates import perf
+
+    monkeypatch.setattr(perf, "stream_once", lambda *a: Timing(ok=True, ttft_s=0.02, tokens=5,
+                                                               token_times=[1.0, 1.01]))
+    baseline = {"key": "k", "release": "r1", **_figures(0.01, 300)}
+    result = perf.run_perf("http://127.0.0.1:1", "m", workers=[], key="k", load=perf.PerfLoad(requests=2),
+                           tolerance=1.0, noise_floor_s=0.005, baseline=baseline, deadline_s=5)
+    assert result.status.value == "passed", result.summary
+    assert result.summary.startswith("the figures judged within 100% of release r1"), result.summary
+    assert result.summary.endswith("; not judged: decode (no server figures now)"), result.summary
+    assert result.evidence["not_judged"] == ["decode (no server figures now)"]

@@ -109,6 +109,15 @@ BROKEN = [
     ("prefill.0.extra_args", ["--api-key=sk"], "prefill[0].extra_args"),
     ("prefill.0.extra_args", ["--port", "1"], "prefill[0].extra_args"),
     ("prefill.0.extra_args", ["--cuda-graph-max-bs", "8"], "prefill[0].extra_args"),
+    # Issue #37 item 5: secret-looking flags (any case, --flag=value too) would land in 0644/0755 files.
+    ("prefill.0.extra_args", ["--admin-api-key", "SECRET"], "prefill[0].extra_args"),
+    ("prefill.0.extra_args", ["--Admin-API-Key=SECRET"], "prefill[0].extra_args"),
+    ("prefill.0.extra_args", ["--hf-token", "hf_x"], "prefill[0].extra_args"),
+    ("prefill.0.extra_args", ["--ssl-keyfile-password=pw"], "prefill[0].extra_args"),
+    ("decode.0.extra_args", ["--jwt_secret", "s"], "decode[0].extra_args"),
+    ("router.extra_args", ["--control-plane-api-keys", "k1:a:admin:s"], "router.extra_args"),
+    ("prefill.0.extra_args", ["--max-total-tokens", "4096"], None),  # a count, not a secret
+    ("router.extra_args", ["--tls-key-path", "/etc/tls/key.pem"], None),  # where a secret is kept
     ("api_key", {"file": "/k", "vault_var": "v"}, "api_key"), ("api_key", {"vault_var": "a-b"}, "api_key.vault_var"),
     ("api_key", {"file": "relative/key"}, "api_key.file"),
     ("router.listen", "0.0.0.0", None),  # with the key: accepted
@@ -123,8 +132,10 @@ HOST_BROKEN = [
     ("install_root", "/opt/" + "x" * 120, "install_root"), ("install_root", 5, "install_root"),
     ("install_root", "/home/alice", "install_root"), ("install_root", "/root/dsv4", "install_root"),
     ("install_root", "/usr/local/lib", "install_root"), ("install_root", "/var/lib/docker/dsv4", "install_root"),
+    ("install_root", "/opt/dsv4deploy/slot-b", "install_root"),  # issue #37 item 15: another's slot
     ("service_user", "sglang\\", "service_user"), ("service_user", "", "service_user"),
-    ("service_user", "-rf", "service_user"), ("gpu_count", -1, "gpu_count"),
+    ("service_user", "-rf", "service_user"), ("service_user", "root", "service_user"),  # issue #37
+    ("gpu_count", -1, "gpu_count"),
     ("gpu_memory_gib", 0, "gpu_memory_gib"), ("sglang_version", "9.9.9", "sglang_version"),
     ("sglang_version", "0.5.12", None), ("listen", "0.0.0.0", None), ("listen", "localhost", "listen"),
     ("surprise_key_is_ignored_as_host_var", 1, None),

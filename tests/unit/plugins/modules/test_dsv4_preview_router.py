@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,3 +66,47 @@ def test_a_process_that_exits_at_once_fails_the_start_with_its_log(tmp_path: Pat
     out = _module(tmp_path, name="preview-router", install_root=str(tmp_path),
                   argv=[sys.executable, "-c", "import sys; print('bad flag --nope'); sys.exit(2)"])
     assert out.get("failed") and "exited at once (status 2)" in out["msg"] and "bad flag --nope" in out["msg"], out
+
+
+# Prints who it runs as and two variables, then stays up (the module wants it alive for settle_s).
+WHOAMI = ("import json, os, sys, time\n"
+          "print(json.dumps([os.getuid(), os.getgid(), os.environ.get('HF_TOKEN'), os.environ.get('HOME')]),"
+          " flush=True)\n"
+          "time.sleep(300)\n")
+
+
+def test_it_runs_as_the_service_user_with_the_routers_env_file(tmp_path: Path) -> None:
+    # Issue #37 item 6: it ran as the Ansible user (root), without the router's secret env file.
+    import pwd
+
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("switching to the service user needs root")
+    nobody = pwd.getpwnam("nobody")
+    # An install root the service user may enter (pytest's tmp_path is root's alone), and a system python.
+    root = Path(tempfile.mkdtemp(prefix="dsv4-preview-"))
+    root.chmod(0o755)
+    env_file = root / "router.env"
+    env_file.write_text('HF_TOKEN="a \\"quoted\\" \\$secret"\n')
+    common = {"name": "preview-router", "install_root": str(root)}
+    started = _module(tmp_path, **common, argv=["/usr/bin/python3", "-c", WHOAMI], settle_s=0.5, user="nobody",
+                      env_file=str(env_file))
+    try:
+        assert not started.get("failed"), started
+        deadline = time.monotonic() + 5
+        log = root / "logs" / "preview-router.log"
+        while not log.read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        uid, gid, token, home = json.loads(log.read_text().splitlines()[-1])
+        assert (uid, gid, home) == (nobody.pw_uid, nobody.pw_gid, nobody.pw_dir)
+        assert token == 'a "quoted" $secret'
+    finally:
+        _module(tmp_path, **common, state="absent", stop_s=5)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_unknown_service_user_fails_naming_it_and_starts_nothing(tmp_path: Path) -> None:
+    out = _module(tmp_path, name="preview-router", install_root=str(tmp_path), argv=[sys.executable, "-c", WHOAMI],
+                  user="dsv4-no-such-user")
+    assert out["failed"] and "no user 'dsv4-no-such-user'" in out["msg"], out
+    assert not (tmp_path / "run" / "preview-router.pid").exists()

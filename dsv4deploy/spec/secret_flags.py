@@ -1,0 +1,52 @@
+"""Secret-looking flags in `extra_args` (issue #37 item 5): refused before anything reaches a host.
+
+An `extra_args` value is written into the serve script (0755), `spec.json` (0644), the plan, `--diff`
+and the report, so a secret given there (`--admin-api-key SECRET`) is readable by every local user.
+A flag is secret-looking when one of its words (split at '-' and '_', any case) is key(s), apikey,
+token, secret(s), password or passwd, unless it names where a secret is kept (its last word is path,
+file or dir: `--tls-key-path`). Counts such as `--max-total-tokens` are not secrets.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsv4deploy.spec.models import Deployment, Problem
+
+SECRET_WORD = re.compile(r"^(?:api)?keys?$|^tokens?$|^secrets?$|^passw(?:or)?d$", re.IGNORECASE)
+# A plural 'tokens' is a count (--max-prefill-tokens); every other secret word counts in either number.
+COUNT_WORDS = frozenset({"tokens"})
+PLACE_WORDS = frozenset({"path", "file", "dir"})
+# Reported by the rendered-flag check already, with its own fix (api_key: {file: ...}).
+RENDERED_KEY_FLAG = "--api-key"
+
+
+def is_secret_flag(arg: str) -> bool:
+    """Whether `arg` (a flag, or `--flag=value`) names a secret value."""
+    if not arg.startswith("-"):
+        return False
+    words = [w.lower() for w in re.split(r"[-_]+", arg.split("=", 1)[0]) if w]
+    if not words or words[-1] in PLACE_WORDS:
+        return False
+    return any(SECRET_WORD.match(w) and w not in COUNT_WORDS for w in words)
+
+
+def secret_flag_problems(spec: Deployment) -> list[Problem]:
+    """A problem for each secret-looking flag in a server's or the router's extra_args."""
+    places = [(path, w.host, w.extra_args) for path, w in spec.workers()]
+    if spec.topology == "pd" and spec.router:
+        places.append(("router", spec.router.host, spec.router.extra_args))
+    out = []
+    for path, host, args in places:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag != RENDERED_KEY_FLAG and is_secret_flag(arg):
+                out.append(Problem(
+                    field=f"{path}.extra_args", host=host,
+                    message=f"'{flag}' looks like a secret: extra_args are written into the serve script, "
+                            "spec.json, the plan and the report, readable by every local user",
+                    fix="remove it; give a secret as an environment variable whose name has KEY, TOKEN, SECRET "
+                        "or PASSWORD in it (or is listed in secret_env), which is written only to the 0600 "
+                        "secret env file <install_root>/secrets/<service>.env, and the API key as "
+                        "api_key: {file: PATH} or {vault_var: NAME}"))
+    return out

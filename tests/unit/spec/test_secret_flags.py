@@ -1,0 +1,42 @@
+"""Issue #37 item 5: a secret given as an extra_args flag is refused before it reaches any file."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsv4deploy.spec import SpecError, load_spec
+from dsv4deploy.spec.secret_flags import is_secret_flag
+from tests.unit.spec.test_hostile_spec import base
+
+
+@pytest.mark.parametrize("arg", ["--admin-api-key", "--ADMIN-API-KEY=s", "--hf-token", "--hf_token=x", "--jwt-secret",
+                                 "--db-password", "--oracle-passwd=x", "--control-plane-api-keys", "--apikey",
+                                 "-token"])
+def test_secret_looking_flags_are_recognised(arg: str) -> None:
+    assert is_secret_flag(arg)
+
+
+@pytest.mark.parametrize("arg", ["--max-total-tokens", "--tokenizer-path", "--tls-key-path", "--client-key-file",
+                                 "--ssl-keyfile", "--keep-alive", "SECRET", "--kv-cache-dtype", "--monkey"])
+def test_ordinary_flags_and_values_are_not(arg: str) -> None:
+    assert not is_secret_flag(arg)
+
+
+def test_an_admin_key_in_extra_args_is_refused_naming_the_secret_env_file() -> None:
+    # Before: accepted, and "SECRET" was written into the 0755 serve script and the 0644 spec.json.
+    common, hosts = base()
+    common["prefill"][0]["extra_args"] = ["--enable-metrics", "--admin-api-key", "s3cr3t-value"]
+    with pytest.raises(SpecError) as err:
+        load_spec(common, hosts)
+    [problem] = [p for p in err.value.problems if "--admin-api-key" in p.message]
+    assert problem.field == "prefill[0].extra_args" and problem.host == "gpu1"
+    assert "<install_root>/secrets/<service>.env" in problem.fix and "s3cr3t-value" not in str(problem)
+
+
+def test_the_api_key_flag_keeps_its_own_single_fix() -> None:
+    common, hosts = base()
+    common["prefill"][0]["extra_args"] = ["--api-key=sk"]
+    with pytest.raises(SpecError) as err:
+        load_spec(common, hosts)
+    assert not [p for p in err.value.problems if "secrets/<service>.env" in p.fix]
+    assert [p for p in err.value.problems if "api_key: {file: PATH}" in p.fix]
