@@ -1,7 +1,8 @@
 """Secret environment values (an HF_TOKEN, say): kept out of every rendered file, plan and report.
 
 A value is secret when its name matches SECRET_NAME (TOKEN, SECRET, KEY, PASSWORD, PASSWD,
-CREDENTIAL, anywhere in the name, any case) or is listed in the spec's `secret_env`. Secret values go
+CREDENTIAL, anywhere in the name, any case; not TOKENS, which names a count such as
+SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK) or is listed in the spec's `secret_env`. Secret values go
 to one env file per service, `<install_root>/secrets/<service>.env` (mode 0600, the service user's),
 written by the playbook with no_log and no diff; the systemd unit reads it with `EnvironmentFile=`,
 the supervisord serve script sources it. Everything else that shows the spec (`spec.json`, the
@@ -16,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN(?!S)|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 SECRETS_DIR = "secrets"
 REDACTED_PREFIX = "<secret sha256:"
 

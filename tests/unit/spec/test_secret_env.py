@@ -34,7 +34,8 @@ def test_secret_by_name(name: str) -> None:
     assert secret_env.is_secret(name)
 
 
-@pytest.mark.parametrize("name", ["SGLANG_DSV4_BF16_INDEX_K", "CUDA_VISIBLE_DEVICES", "SGLANG_SM120_MMA_FLASHMLA"])
+@pytest.mark.parametrize("name", ["SGLANG_DSV4_BF16_INDEX_K", "CUDA_VISIBLE_DEVICES", "SGLANG_SM120_MMA_FLASHMLA",
+                                  "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"])
 def test_switches_are_not_secret(name: str) -> None:
     assert not secret_env.is_secret(name)
 
