@@ -167,7 +167,7 @@ def check_lines(host: str, user: str, checks: list[dict]) -> dict:
     for check in checks:
         key = (check["python"], json.dumps(_environment(check.get("env") or {}), sort_keys=True))
         by_python.setdefault(key, []).append(check)
-    for (python, _), group in by_python.items():
+    for (python, _env), group in by_python.items():
         answer = run_parsers(python, user, group[0].get("env") or {},
                              [{"kind": c["kind"], "argv": c["argv"]} for c in group])
         results = answer.get("results") or []

@@ -26,7 +26,7 @@ def holds_deployment(path: str) -> bool:
 
 def _ancestors(root: str) -> list[str]:
     out = []
-    for start in {os.path.normpath(root), os.path.realpath(root)}:
+    for start in sorted({os.path.normpath(root), os.path.realpath(root)}):
         parent = os.path.dirname(start)
         while parent not in ("/", ""):
             out.append(parent)
@@ -38,7 +38,7 @@ def _descendants(root: str) -> list[str]:
     """Deployment roots below `root` (its own slot and dsv4deploy's own entries aside; links not followed)."""
     found = []
     skip = set(ownership.OURS) | {SLOT_DIR}
-    for top, dirs, _ in os.walk(root):
+    for top, dirs, _files in os.walk(root):
         depth = os.path.relpath(top, root).count(os.sep) + (top != root)
         if top != root and holds_deployment(top):
             found.append(top)

@@ -23,7 +23,7 @@ def proc_hidepid(mountinfo: str) -> str | None:
         if len(tail) < 3 or tail[0] != "proc":
             continue
         options = [o.partition("=") for o in tail[2].split(",") + fields[5].split(",")]
-        return next((value for key, _, value in options if key == "hidepid"), None)
+        return next((value for key, _sep, value in options if key == "hidepid"), None)
     return None
 
 
