@@ -16,6 +16,11 @@ def prepare(host: Host, key: str) -> None:
     """The API key file (the service user's only, as the example expects) and the model folder with
     its config, tokenizer, weights' index and chat template (preflight reads them; the simulator does not)."""
     host.write_file(KEY_FILE, f"{key}\n", owner="sglang", mode="0400")
+    install_model(host)
+
+
+def install_model(host: Host) -> None:
+    """The model folder the examples name, with a checkpoint's files but no weights (preflight reads them)."""
     host.sh(f"install -d -m 0755 {MODEL_DIR}")
     for source in sorted(STAND_IN.iterdir()):
         host.write_file(f"{MODEL_DIR}/{source.name}", source.read_text(encoding="utf-8"), mode="0644")

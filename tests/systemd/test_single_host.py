@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.systemd import checks
+from tests.systemd import checks, example_site
 from tests.systemd.checks import GATES, PD_UNITS, output
 from tests.systemd.hostkit import Lab
 
@@ -29,8 +29,8 @@ def lab(hostkit) -> Iterator[Lab]:
 @pytest.fixture(scope="module")
 def inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     gpu1 = lab.hosts["gpu1"]
-    # The operator's key file: readable by the service user only.
-    gpu1.write_file("/etc/dsv4deploy/api_key", "sk-hostkit-single\n", owner="sglang", mode="0400")
+    # The operator's key file (readable by the service user only) and the model folder.
+    example_site.prepare(gpu1, "sk-hostkit-single")
     # Workers listen on the host's address: the gates (on the controller) reach them there.
     return lab.write_inventory(tmp_path_factory.mktemp("single") / "inventory", example="pd-single-host",
                                group_vars=GATES, host_vars={"gpu1": {"listen": "0.0.0.0"}})

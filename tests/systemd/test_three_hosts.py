@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.systemd import checks
+from tests.systemd import checks, example_site
 from tests.systemd.checks import GATES, INSTALL_ROOT, output
 from tests.systemd.hostkit import REPO, VENV_BIN, Lab
 
@@ -34,6 +34,8 @@ def lab(hostkit) -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for name in UNITS:  # the model folder the example names, on every host that runs a server
+        example_site.install_model(lab.hosts[name])
     group_vars = {**GATES, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": API_KEY}
     return lab.write_inventory(tmp_path_factory.mktemp("three") / "inventory", example="1p1d-three-hosts",
                                group_vars=group_vars)
