@@ -102,6 +102,8 @@ def combined_from_pd(pd: Deployment, *, gpus: Sequence[int] | None = None, port:
                                  fix="give GPU indices, a port and environment names the host accepts")
                          for e in exc.errors()]) from None
     data = pd.model_dump(mode="json")
+    for name, host in pd.hosts.items():  # not dumped (spec.json does not record it), yet still meant
+        data["hosts"][name]["service_user_root_ok"] = host.service_user_root_ok
     data.update(topology="combined", combined=combined.model_dump(mode="json"))
     spec = Deployment.model_validate(data)
     problems = check_deployment(spec)
@@ -132,14 +134,19 @@ def _combined_extra_args(prefill: list[str], decode: list[str], notes: list[str]
 
 def isolation_plan(release_spec: str, play_hosts: list[str], *, release_id: str | None = None,
                    gpus: Sequence[int] | None = None, port: int | None = None, env: Mapping[str, str] | None = None,
-                   now: float | None = None) -> dict[str, Any]:
+                   root_ok: Sequence[str] = (), now: float | None = None) -> dict[str, Any]:
     """What the experiment needs, from the serving release's spec.json text (and its id).
 
+    `root_ok` names the hosts whose inventory sets ``service_user_root_ok`` (spec.json does not record
+    it, so the twin would otherwise refuse a root service user the serving release was allowed).
     `original`: its gate targets and each host's layout (GPUs, ports, install root); `combined`:
     the plan of the temporary combined release (as `make_plan` returns it); `settings`: what each
     side runs, side by side; `notes`: every way the combined server had to differ.
     """
     data = json.loads(release_spec)
+    for name, host in (data["deployment"].get("hosts") or {}).items():
+        if name in root_ok:
+            host["service_user_root_ok"] = True
     pd = Deployment.model_validate(data["deployment"])
     spec, notes = combined_from_pd(pd, gpus=gpus, port=port, env=env)
     combined = make_plan(spec, play_hosts, now=now)

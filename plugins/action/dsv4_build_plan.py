@@ -196,7 +196,9 @@ class ActionModule(ValidatedAction):
             suite = parse_suite(args.get("suite") or "")
             plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
                                   gpus=[int(g) for g in args.get("gpus") or []],
-                                  port=int(args.get("port") or 0) or None, env=args.get("env") or {})
+                                  port=int(args.get("port") or 0) or None, env=args.get("env") or {},
+                                  root_ok=[h for h in sorted(task_vars["hostvars"])
+                                           if task_vars["hostvars"][h].get("service_user_root_ok") is True])
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
                           msg="the experiment cannot be set up; nothing was changed:\n- "

@@ -244,3 +244,16 @@ def test_the_twin_of_a_release_with_secrets_gets_them_from_the_inventory_by_dige
     changed = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token + "2"})
     with pytest.raises(SpecError, match="the secret values of HF_TOKEN in this release differ from the inventory's"):
         secret_files(changed, ["gpu1"], planned=plan["combined"]["spec"])
+
+
+def test_the_twin_of_a_release_served_as_root_is_planned_only_where_the_inventory_says_root_is_meant():
+    # spec.json does not record service_user_root_ok: the inventory's word is passed on, or the twin is refused.
+    from dsv4deploy.spec import load_spec
+    from tests.golden.fixture_specs import PD_COMMON, host_vars
+
+    pd = load_spec(PD_COMMON, {"gpu1": host_vars(service_user="root", service_user_root_ok=True)})
+    text = render.spec_json(pd, "gpu1")
+    with pytest.raises(SpecError, match="service_user_root_ok: true if you mean root"):
+        isolation_plan(text, ["gpu1"], now=0)
+    plan = isolation_plan(text, ["gpu1"], root_ok=["gpu1"], now=0)
+    assert plan["combined"]["topology"] == "combined"
