@@ -9,7 +9,8 @@ measured at or below ``required_tokens`` recalls AND, at every depth, a cell mea
 the required length (within the tolerance) recalls; a required cell the deadline left undecided
 makes it inconclusive, never passed. Transport retries are counted: more than
 ``needle_max_retry_share`` of the requests fail the gate, so a retry cannot hide an intermittent PD
-failure. A grid with no length that reaches the requirement fails without asking anything. Longer cells feed the recall curve (fraction recalled per length) the report plots.
+failure. A grid with no length that reaches the requirement fails without asking anything.
+Longer cells feed the recall curve (share of trials recalled per length) the report plots.
 This is the functional check of settings such as ``index_topk`` that the config gate can only see
 as reported values.
 """
