@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import time
@@ -258,3 +259,72 @@ def test_bad_arguments_raise(kwargs, message):
     args = {"context_lengths": [1000], "depths": [0.5], "required_tokens": 1000, "deadline_s": 10} | kwargs
     with pytest.raises(ValueError, match=message):
         run_needle("http://127.0.0.1:1", "dsv4", **args)
+
+
+def forgetful(recall: float):
+    """The stub model, answering a needle with probability ``recall`` (drawn from the needle's value)."""
+    sees = model()
+
+    def route(request: Request):
+        status, body = sees(request)
+        code = VALUE.search(request.body["messages"][-1]["content"].rpartition("\n")[0]).group(0)
+        if int(hashlib.sha256(code.encode()).hexdigest()[:8], 16) / 16**8 >= recall:
+            body["choices"][0]["message"]["content"] = NO_IDEA
+        return status, body
+
+    return route
+
+
+def test_each_trial_is_its_own_needle_and_a_clean_cell_stops_at_its_verdict(stub):
+    server = stub({CHAT: model()})
+    result = run_needle(server.url, "dsv4", context_lengths=[300, 600], depths=[0.5], required_tokens=600,
+                        deadline_s=30, calibrate=False, chars_per_token=3.0, size_tolerance=0.05)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert "by rule 9 of 12 trials (a 90%-recall cell passes with 0.974, a 50% one with 0.073)" in result.summary
+    for cell in result.evidence["cells"]:
+        trials = cell["trials"]
+        assert (cell["outcome"], cell["recalled_trials"], cell["asked_trials"]) == ("recalled", 9, 9)
+        assert len({t["code"] for t in trials}) == 9 and len({t["phrasing"] for t in trials}) > 3
+        assert trials[0]["depth"] == 0.5 and all(abs(t["depth"] - 0.5) <= 0.05 for t in trials)
+        assert len({t["depth"] for t in trials}) > 3  # jittered
+        assert cell["interval"] == pytest.approx([0.6637, 1.0], abs=1e-4)
+    assert server.count(CHAT) == 18
+    assert result.evidence["rule"]["required_cells"] == 2 and result.evidence["required_trials"] == 18
+
+
+def test_a_cell_that_recalls_half_its_trials_fails_and_one_miss_in_twelve_does_not(stub):
+    grid = {"context_lengths": [250, 300], "depths": [0.5], "required_tokens": 300, "deadline_s": 30,
+            "calibrate": False, "chars_per_token": 3.0, "size_tolerance": 0.05}
+    half = run_needle(stub({CHAT: forgetful(0.5)}).url, "dsv4", **grid)
+    assert half.status is GateStatus.FAILED, half.summary
+    cell = half.evidence["cells"][0]
+    assert cell["outcome"] == "missed" and cell["asked_trials"] - cell["recalled_trials"] == 4
+    assert "cells within 300 tokens missed the needle; first: 250 tokens" in half.summary
+    assert "recalled (95% interval" in half.summary
+    mostly = run_needle(stub({CHAT: forgetful(0.9)}).url, "dsv4", **grid)
+    assert mostly.status is GateStatus.PASSED, mostly.summary
+    assert [c["recalled_trials"] for c in mostly.evidence["cells"]] == [9, 9]
+    assert any(c["asked_trials"] > 9 for c in mostly.evidence["cells"]), "a miss among the trials"
+
+
+def test_retries_above_their_share_fail_the_needle_and_are_counted(stub):
+    answered = model()
+    lock, seen = threading.Lock(), set()
+
+    def flaky(request: Request):
+        # every prompt's first try meets a transient 503, as an intermittent PD path would give
+        content = request.body["messages"][-1]["content"]
+        with lock:
+            first = content not in seen
+            seen.add(content)
+        return (503, "Service Unavailable") if first else answered(request)
+
+    grid = {"context_lengths": [300], "depths": [0.5], "required_tokens": 300, "deadline_s": 30, "calibrate": False,
+            "chars_per_token": 3.0, "size_tolerance": 0.05, "sleep": sleeps}
+    result = run_needle(stub({CHAT: flaky}).url, "dsv4", **grid)
+    assert result.status is GateStatus.FAILED, result.summary
+    assert (result.evidence["attempts"], result.evidence["transport_retries"]) == (18, 9)
+    assert "above needle_max_retry_share 0.05: the path fails intermittently" in result.summary
+    fine = run_needle(stub({CHAT: lambda r: (503, "busy") if r.n == 0 else answered(r)}).url, "dsv4",
+                      **grid, max_retry_share=0.2)
+    assert fine.status is GateStatus.PASSED and fine.evidence["transport_retries"] == 1
