@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dsv4deploy.gates.chat import ChatReply, ReplyKind, chat, with_retries
-from dsv4deploy.gates.evidence import Outcome, exact_interval
+from dsv4deploy.gates.evidence import Decision, Outcome, exact_interval
 from dsv4deploy.gates.haystack import DEFAULT_CHARS_PER_TOKEN, DEPTH_JITTER, Haystack, build_haystack
 from dsv4deploy.gates.http import check_url, make_client
 from dsv4deploy.gates.recall_rule import RecallRule
@@ -447,24 +447,38 @@ def _judge(cells: list[NeedleCell], lengths: list[int], depths: list[float], req
             f"first: {first.context_tokens} tokens ({first.prompt_tokens} real) at depth {first.depth:g}, "
             f"expected {first.code}, {why} ({judged_by})"
         )
-        return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
+        return _verdict(GateStatus.FAILED, summary, evidence, watch, rule)
     if required_tokens > 0 and (undecided or open_depths):
         names = [f"{c.context_tokens} @ {c.depth:g} ({c.stats()})" for c in undecided]
         names += [f"depth {d:g} at {required_tokens} tokens" for d in open_depths]
         summary = (f"{len(names)} required cells undecided when the deadline came ({', '.join(names[:4])}"
                    f"{', ...' if len(names) > 4 else ''}): needle_deadline_s too short for {judged_by}")
-        return make_result(GATE, GateStatus.INCONCLUSIVE, watch, summary, evidence)
+        return _verdict(GateStatus.INCONCLUSIVE, summary, evidence, watch, rule)
     if required_tokens > 0 and unproven:
         tried = sorted({f"{c.context_tokens}->{c.prompt_tokens}" for c in long_cells[unproven[0]]})
         summary = (f"no cell of at least {required_tokens} tokens (within {tolerance:.0%}) recalled at depth "
                    f"{', '.join(f'{d:g}' for d in unproven)}, so the requirement is unproven"
                    f" (grid {lengths}; cells that long at depth {unproven[0]:g}: {', '.join(tried) or 'none'}; "
                    f"{judged_by})")
-        return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
+        return _verdict(GateStatus.FAILED, summary, evidence, watch, rule)
     lead = (
         f"all {len(required)} cells within {required_tokens} tokens recalled ({recalled}/{asked} trials), and a "
         f"cell of at least {required_tokens} at every depth, by {judged_by}"
         if required_tokens > 0
         else "no requirement"
     )
-    return make_result(GATE, GateStatus.PASSED, watch, f"{lead}; curve beyond: {curve_text}", evidence)
+    return _verdict(GateStatus.PASSED, f"{lead}; curve beyond: {curve_text}", evidence, watch, rule)
+
+
+OUTCOMES = {GateStatus.PASSED: Outcome.PASSED, GateStatus.FAILED: Outcome.FAILED,
+            GateStatus.INCONCLUSIVE: Outcome.INCONCLUSIVE}
+
+
+def _verdict(status: GateStatus, summary: str, evidence: dict[str, Any], watch: Stopwatch,
+             rule: RecallRule) -> GateResult:
+    """The result, with the requirement's decision as evidence: recalled trials of the required cells' trials
+    with their exact interval, and the rule's risks for that many required cells."""
+    asked, recalled = evidence["required_trials"], evidence["required_recalled"]
+    interval = exact_interval(recalled, asked) if asked else None
+    decision = Decision(OUTCOMES[status], summary, recalled, asked, interval, risks=evidence["rule"])
+    return make_result(GATE, status, watch, summary, {**evidence, "decision": decision.evidence()})

@@ -290,6 +290,9 @@ def test_each_trial_is_its_own_needle_and_a_clean_cell_stops_at_its_verdict(stub
         assert cell["interval"] == pytest.approx([0.6637, 1.0], abs=1e-4)
     assert server.count(CHAT) == 18
     assert result.evidence["rule"]["required_cells"] == 2 and result.evidence["required_trials"] == 18
+    decision = result.evidence["decision"]  # the requirement's evidence: trials, interval, the rule's risks
+    assert (decision["outcome"], decision["events"], decision["trials"]) == ("passed", 18, 18)
+    assert decision["interval_95"] == [0.8147, 1.0] and decision["risks"]["beta"] == 0.073
 
 
 def test_a_cell_that_recalls_half_its_trials_fails_and_one_miss_in_twelve_does_not(stub):
