@@ -42,6 +42,7 @@ from dsv4deploy.gates import prom
 from dsv4deploy.gates.evidence import rate_above_p_value
 from dsv4deploy.gates.http import describe_error, make_client
 from dsv4deploy.gates.needle import run_needle
+from dsv4deploy.gates.recall_rule import RecallRule
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result, notify
 from dsv4deploy.gates.soak import run_soak
 
@@ -53,6 +54,9 @@ ROUTER_REQUESTS = "sgl_router_requests_total"
 ROUTER_ERRORS = "sgl_router_request_errors_total"
 ROUTER_PD_ERRORS = ("sgl_router_pd_prefill_errors_total", "sgl_router_pd_decode_errors_total")
 SMG_RESPONSES = "smg_http_responses_total"
+
+#: The canary needle: one trial an interval (a probe; the interval count is the bake's evidence).
+CANARY_RULE = RecallRule(trials=1, min_recalled=1)
 
 
 class Phase(StrEnum):
@@ -255,9 +259,11 @@ def run_probes(endpoint: str, model: str, *, canary_tokens: int, probe_sessions:
                seed: int, api_key: str | None) -> tuple[GateResult, GateResult]:
     """The light probes, through the client-facing endpoint: a canary needle (one cell) and a tool-call
     probe (one-turn soak sessions). Shared by the bake and the continuous verification timer."""
+    # The canary is a probe of one request an interval, judged across intervals by the bake's own rule: one
+    # trial, and a retried request is the bake's transfer-failure count's to judge, not a share of one.
     needle = run_needle(endpoint, model, context_lengths=[canary_tokens], depths=[0.5],
                         required_tokens=canary_tokens, deadline_s=deadline_s, concurrency=1, seed=seed,
-                        api_key=api_key)
+                        api_key=api_key, rule=CANARY_RULE, max_retry_share=1.0)
     tools = run_soak(endpoint, model, sessions=probe_sessions, turns=1, concurrency=probe_sessions,
                      max_corruption_rate=0.0, sequential=False, deadline_s=deadline_s, seed=seed, api_key=api_key)
     return needle, tools

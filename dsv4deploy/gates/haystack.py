@@ -7,6 +7,11 @@ question, on the last line, that asks for it. So recall is tested on natural phr
 sentence shape a model (or a simulator) could special-case. Sizes are token targets reached
 through a characters-per-token ratio; the gate measures the real size (``usage.prompt_tokens``)
 and resizes until it lands within its tolerance.
+
+A cell is asked several times (its ``trial`` number): each trial draws its own needle, phrasing and
+filler order, and a depth jittered by up to ``jitter`` around the cell's, so trials are independent
+draws of the cell's recall, not one prompt repeated. The same seed, cell and trial give the same prompt
+(the isolation experiment pairs the two sides' trials on it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import random
 from dataclasses import dataclass
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
+#: How far a trial's depth may move from its cell's (either way, kept within 0..1).
+DEPTH_JITTER = 0.05
 
 # Plain prose with no "secret code" in it, so the only answer in a haystack is the planted one.
 FILLER = (
@@ -113,9 +120,9 @@ class Haystack:
         return f"{self.fact} / {self.question}"
 
 
-def cell_rng(seed: int, target_tokens: int, depth: float) -> random.Random:
-    """A random source fixed by the seed and the cell, so reruns ask the same questions."""
-    return random.Random(f"dsv4deploy-needle:{seed}:{target_tokens}:{depth:.6f}")
+def cell_rng(seed: int, target_tokens: int, depth: float, trial: int = 0) -> random.Random:
+    """A random source fixed by the seed, the cell and the trial, so reruns ask the same questions."""
+    return random.Random(f"dsv4deploy-needle:{seed}:{target_tokens}:{depth:.6f}" + (f":{trial}" if trial else ""))
 
 
 def make_value(kind: str, rng: random.Random) -> str:
@@ -140,16 +147,29 @@ def draw_needle(rng: random.Random) -> tuple[str, str, str, str]:
 
 
 def build_haystack(
-    target_tokens: int, depth: float, *, seed: int = 0, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
+    target_tokens: int,
+    depth: float,
+    *,
+    seed: int = 0,
+    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN,
+    trial: int = 0,
+    jitter: float = 0.0,
 ) -> Haystack:
-    """Build a prompt of about ``target_tokens`` tokens with the fact at ``depth`` (0 start, 1 end)."""
+    """Build a prompt of about ``target_tokens`` tokens with the fact at ``depth`` (0 start, 1 end).
+
+    ``trial`` draws another needle for the same cell; ``jitter`` moves the fact up to that far from
+    ``depth`` (the haystack's ``depth`` is where it really is)."""
     if target_tokens <= 0:
         raise ValueError(f"target_tokens must be positive, got {target_tokens}")
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must be a fraction between 0 and 1, got {depth}")
     if chars_per_token <= 0:
         raise ValueError(f"chars_per_token must be positive, got {chars_per_token}")
-    rng = cell_rng(seed, target_tokens, depth)
+    if not 0.0 <= jitter <= 0.5:
+        raise ValueError(f"jitter must be a fraction between 0 and 0.5, got {jitter}")
+    rng = cell_rng(seed, target_tokens, depth, trial)
+    if jitter:
+        depth = min(1.0, max(0.0, depth + rng.uniform(-jitter, jitter)))
     key, value, fact, question = draw_needle(rng)
     budget = max(0, round(target_tokens * chars_per_token) - len(fact) - len(question) - 3)
     filler = _filler(rng, budget)

@@ -38,6 +38,7 @@ from dsv4deploy.gates import (
 from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.perf import PerfLoad, run_perf
 from dsv4deploy.gates.quality_runner import accuracy_gate, parity_gate
+from dsv4deploy.gates.recall_rule import BAD_RECALL, DEFAULT_MIN_RECALLED, DEFAULT_TRIALS, RecallRule
 from dsv4deploy.gates.result import Stopwatch, make_result
 
 GATES = ("readiness", "config", "smoke", "needle", "soak", "perf", "bake", "accuracy", "parity")
@@ -166,6 +167,12 @@ class GateSettings(BaseModel):
     needle_concurrency: int = Field(4, ge=1)
     needle_size_tolerance: float = Field(0.02, gt=0, lt=0.5)
     needle_seed: int = 0
+    # Each cell is asked needle_trials independent trials and recalls when needle_min_recalled of them do
+    # (dsv4deploy.gates.recall_rule, docs/evidence.md): 9 of 12 passes a 90 %-recall cell with probability
+    # 0.974 and a 50 % one with 0.073. Transport retries above needle_max_retry_share of the requests fail it.
+    needle_trials: int = Field(DEFAULT_TRIALS, ge=1)
+    needle_min_recalled: int = Field(DEFAULT_MIN_RECALLED, ge=1)
+    needle_max_retry_share: float = Field(0.05, ge=0, le=1)
     soak_enabled: bool = True
     # The soak decides by Wald's sequential test (dsv4deploy.gates.evidence, docs/evidence.md): it tells a
     # clean release (at most soak_acceptable_rate corrupted sessions) from a bad one (at least
@@ -237,7 +244,14 @@ class GateSettings(BaseModel):
         if self.soak_acceptable_mistake_rate >= self.soak_max_mistake_rate:
             raise ValueError(f"soak_acceptable_mistake_rate {self.soak_acceptable_mistake_rate:g} must be below "
                              f"soak_max_mistake_rate {self.soak_max_mistake_rate:g}")
+        if self.needle_min_recalled > self.needle_trials:
+            raise ValueError(f"needle_min_recalled {self.needle_min_recalled} must be at most needle_trials "
+                             f"{self.needle_trials}")
         return self
+
+    def recall_rule(self) -> RecallRule:
+        """The needle's k-of-n rule."""
+        return RecallRule(self.needle_trials, self.needle_min_recalled)
 
     def soak_design(self) -> SoakDesign:
         """What the soak tells apart, and at what risk."""
@@ -311,6 +325,15 @@ def weakened(settings: GateSettings, index_topk: int | None, variables: Mapping[
                  "soak_max_mistake_rate", "soak_alpha", "soak_beta", "soak_max_retry_share"):
         if getattr(settings, name) > getattr(defaults, name):
             out.append(f"{name} {getattr(settings, name):g} is above the default {getattr(defaults, name):g}")
+    if settings.needle_max_retry_share > defaults.needle_max_retry_share:
+        out.append(f"needle_max_retry_share {settings.needle_max_retry_share:g} is above the default "
+                   f"{defaults.needle_max_retry_share:g}")
+    rule, default_rule = settings.recall_rule(), defaults.recall_rule()
+    if rule != default_rule and rule.pass_probability(BAD_RECALL) > default_rule.pass_probability(BAD_RECALL):
+        out.append(f"needle_min_recalled {rule.min_recalled} of needle_trials {rule.trials} passes a "
+                   f"{BAD_RECALL:.0%}-recall cell with probability {rule.pass_probability(BAD_RECALL):.3f}, above the "
+                   f"default {default_rule.min_recalled} of {default_rule.trials}'s "
+                   f"{default_rule.pass_probability(BAD_RECALL):.3f}")
     if not settings.soak_enabled:
         out.append("soak_enabled is false")
     raw = variables.get("dsv4_gates_names")
@@ -424,6 +447,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                           required_tokens=settings.required_tokens(plan_index_topk(plan)),
                           deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
                           size_tolerance=settings.needle_size_tolerance, seed=settings.needle_seed,
+                          rule=settings.recall_rule(), max_retry_share=settings.needle_max_retry_share,
                           api_key=api_key, progress=progress)
     if name == "perf":
         load = PerfLoad(settings.perf_requests, settings.perf_concurrency, settings.perf_prompt_tokens,

@@ -10,8 +10,9 @@ the combined server. So each suite is judged by a test of the two sides, never b
   below :data:`CLEAN_BOUND` (2 %, the seeds' non-PD rate) by an exact one-sided test: 0 of 150 does it
   (0.98^150 = 0.048), 0 of 50 cannot (its interval reaches 7 %), and the verdict then says how many more
   clean sessions would.
-- needle: the cells of both sides are the same prompts (same seed, grid and phrasing), so they are paired:
-  McNemar's exact test on the cells one side recalled and the other missed. Both curves are compared
+- needle: the trials of both sides are the same prompts (same seed, grid, trial number and needle), so they
+  are paired trial by trial: McNemar's exact test on the prompts one side recalled and the other missed. A
+  cell's trials stop at its verdict, so only the trials asked on both sides are paired. Both curves are compared
   whatever the requirement: both missing alike (index_topk 512 collapsing at 4K on both sides) is
   ``shared_path``, the model's own limit, even when both pass the requirement.
 
@@ -96,8 +97,18 @@ def compare_soak(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[st
 
 
 def _cells(ev: Mapping[str, Any]) -> dict[tuple[Any, ...], bool]:
-    return {(c.get("context_tokens"), c.get("depth"), c.get("code")): bool(c.get("recalled"))
-            for c in ev.get("cells") or []}
+    """Recalled or not per prompt: each answered trial of each cell (its needle is the key: the same seed,
+    cell and trial ask the same prompt on both sides), or per cell for evidence without trials."""
+    out: dict[tuple[Any, ...], bool] = {}
+    for c in ev.get("cells") or []:
+        trials = c.get("trials")
+        if trials is None:
+            out[(c.get("context_tokens"), c.get("depth"), c.get("code"))] = bool(c.get("recalled"))
+            continue
+        for t in trials:
+            if t.get("error") is None:
+                out[(c.get("context_tokens"), c.get("depth"), t.get("trial"), t.get("code"))] = bool(t.get("recalled"))
+    return out
 
 
 def compare_needle(pd: Mapping[str, Any], combined: Mapping[str, Any],
@@ -110,13 +121,13 @@ def compare_needle(pd: Mapping[str, Any], combined: Mapping[str, Any],
     pd_missed = sum(not mine[k] for k in paired)
     combined_missed = sum(not theirs[k] for k in paired)
     p = mcnemar_p_value(only_pd, only_combined)
-    curves = (f"{len(paired)} paired cells; missed: PD {pd_missed}, combined {combined_missed}; missed in PD alone "
+    curves = (f"{len(paired)} paired prompts; missed: PD {pd_missed}, combined {combined_missed}; missed in PD alone "
               f"{only_pd}, on the combined server alone {only_combined} (McNemar p={p:.2g}); recall breaks at "
               f"{pd_breaks or 'none'} (PD) and {combined_breaks or 'none'} (combined) tokens")
-    evidence = {"paired_cells": len(paired), "pd_missed": pd_missed, "combined_missed": combined_missed,
+    evidence = {"paired_prompts": len(paired), "pd_missed": pd_missed, "combined_missed": combined_missed,
                 "only_pd": only_pd, "only_combined": only_combined, "mcnemar_p": p}
     if not paired:
-        return "inconclusive", "needle: no cell was asked on both sides (the grids differ)", evidence
+        return "inconclusive", "needle: no prompt was asked on both sides (the grids differ)", evidence
     if pd_missed == 0 and combined_missed == 0:
         return "clean", f"needle: both sides recall every cell ({curves})", evidence
     if pd_missed and combined_missed:
@@ -132,8 +143,9 @@ def compare_needle(pd: Mapping[str, Any], combined: Mapping[str, Any],
             return "pd_specific", ("needle: PD loses cells the combined server recalls on identical prompts "
                                    f"({curves}): the bug is in the PD path (KV transfer)"), evidence
         need = next(k for k in range(1, 64) if mcnemar_p_value(k, 0) < SIGNIFICANCE)
-        return "inconclusive", (f"needle: PD alone misses {only_pd} cells ({curves}); at least {need} such cells "
-                                "would decide: widen the grid (needle_lengths, needle_depths)"), evidence
+        return "inconclusive", (f"needle: PD alone misses {only_pd} prompts ({curves}); at least {need} such prompts "
+                                "would decide: widen the grid (needle_lengths, needle_depths) or ask more "
+                                "trials (needle_trials)"), evidence
     return "inconclusive", (f"needle: the combined server misses cells PD recalls ({curves}): it differs in more than "
                             "the PD path"), evidence
 

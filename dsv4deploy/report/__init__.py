@@ -23,7 +23,7 @@ VERDICTS = ("promoted", "unchanged", "rolled_back", "failed")
 JSON_NAME, MD_NAME, HEATMAP_NAME = "report.json", "report.md", "needle-heatmap.png"
 PERF_PLOT_NAME = "perf-vs-previous.png"
 LATEST = "latest"
-MARKS = {"recalled": "✓", "missed": "✗", "error": "!", "absent": "·"}
+MARKS = {"recalled": "✓", "missed": "✗", "error": "!", "inconclusive": "?", "absent": "·"}
 FAILURES_SHOWN = 20  # per gate in the markdown; report.json keeps them all
 
 
@@ -66,9 +66,11 @@ def needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
     needle = next((g for g in gates if g.name == "needle" and "cells" in g.evidence), None)
     if needle is None:
         return None
-    keep = ("context_tokens", "prompt_tokens", "depth", "recalled", "error")
+    keep = ("context_tokens", "prompt_tokens", "depth", "recalled", "error", "outcome", "recalled_trials",
+            "asked_trials", "interval")
     return {
         "required_tokens": needle.evidence.get("required_tokens"),
+        "rule": needle.evidence.get("rule"),
         "cells": [{k: cell.get(k) for k in keep} for cell in needle.evidence["cells"]],
         "curve": needle.evidence.get("curve", []),
     }
@@ -242,6 +244,12 @@ def needle_table(needle: dict[str, Any], title: str = "Needle recall") -> list[s
     lines = [f"## {title}", ""]
     if required:
         lines += [f"Every cell up to {required} real tokens must recall; longer rows are the recall curve.", ""]
+    rule = needle.get("rule") or {}
+    if rule.get("trials"):
+        lines += [f"A cell recalls when {rule['min_recalled']} of up to {rule['trials']} independent trials do (each "
+                  f"cell: recalled/asked, 95% interval): a {rule['clean_recall']:.0%}-recall cell passes with "
+                  f"{rule['cell_pass_at_clean']:.3f}, a {rule['bad_recall']:.0%} one with "
+                  f"{rule['cell_pass_at_bad']:.3f}.", ""]
     header = " | ".join(f"depth {d:g}" for d in depths)
     lines.append(f"| context (target) | real tokens | {header} | recall |")
     lines.append("|---:|---:|" + ":-:|" * len(depths) + "---:|")
@@ -256,7 +264,7 @@ def needle_table(needle: dict[str, Any], title: str = "Needle recall") -> list[s
     lines += [
         "",
         f"{MARKS['recalled']} recalled, {MARKS['missed']} missed, {MARKS['error']} error, "
-        f"{MARKS['absent']} not in the grid; depth 0 is the start of the prompt.",
+        f"{MARKS['inconclusive']} undecided, {MARKS['absent']} not in the grid; depth 0 is the start of the prompt.",
     ]
     return lines
 
@@ -290,8 +298,15 @@ def _mark(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return MARKS["absent"]
     if cell.get("recalled"):
-        return MARKS["recalled"]
-    return MARKS["error"] if cell.get("error") else MARKS["missed"]
+        mark = MARKS["recalled"]
+    elif cell.get("outcome") == "inconclusive":
+        mark = MARKS["inconclusive"]
+    else:
+        mark = MARKS["error"] if cell.get("error") else MARKS["missed"]
+    interval = cell.get("interval")
+    if cell.get("asked_trials") and interval:
+        return f"{mark} {cell['recalled_trials']}/{cell['asked_trials']} ({interval[0]:.0%}-{interval[1]:.0%})"
+    return mark
 
 
 def status_mark(status: str) -> str:

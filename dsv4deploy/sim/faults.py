@@ -21,6 +21,8 @@ KNOWN_FAULTS: dict[str, str] = {
     "degrade_after": "int",
     "metrics_error": "flag",
     "wrong_answers": "float",
+    "needle_recall": "float",
+    "needle_recall_from": "int",
 }
 
 
@@ -47,6 +49,11 @@ class Faults:
     degrade_after: int = 0  # 0: never; N: wrong answers from the (N+1)-th generation on
     metrics_error: bool = False  # /metrics answers HTTP 500 while serving is unchanged (metrics that cannot be read)
     wrong_answers: float = 0.0  # this share of arithmetic word problems is answered miscalculated
+    # A question about a fact in the prompt is answered from it with this probability (fixed per prompt, as at
+    # temperature 0; independent across prompts), for prompts of at least needle_recall_from tokens: a cell
+    # of the needle grid that recalls p of its trials.
+    needle_recall: float = 1.0
+    needle_recall_from: int = 0
 
 
 def parse_faults(spec: str | None) -> Faults:
@@ -73,7 +80,7 @@ def parse_faults(spec: str | None) -> Faults:
             value = int(raw) if kind == "int" else float(raw)
         except ValueError:
             raise FaultError(f"fault {name!r} needs a {kind} value, got {raw!r}") from None
-        rate = name in ("tool_call_corruption", "tool_call_mistakes", "wrong_answers")
+        rate = name in ("tool_call_corruption", "tool_call_mistakes", "wrong_answers", "needle_recall")
         if value < 0 or (rate and value > 1) or (name == "slow_decode" and value < 1):
             raise FaultError(f"fault {name!r} value out of range: {raw!r}")
         values[name] = value

@@ -63,15 +63,17 @@ def _best_fact(facts: list[Fact], question: str) -> Fact | None:
     return best if best_shared else None
 
 
-def answer_question(kv: PromptKV, text: str, index_topk: int, salt: str = "") -> str | None:
-    """Answer the question ``text`` ends with from the facts attention can see; None if it asks none."""
+def answer_question(kv: PromptKV, text: str, index_topk: int, salt: str = "", recall: float = 1.0) -> str | None:
+    """Answer the question ``text`` ends with from the facts attention can see; None if it asks none.
+    ``recall`` below 1 (the needle_recall fault) forgets a visible fact with probability ``1 - recall``,
+    the same way for the same prompt."""
     question = question_of(text)
     if question is None:
         return None
     fact = _best_fact(kv.facts, question)
     if fact is None:
         return NOT_FOUND if "?" in question else None
-    if fact_visible(kv, fact, index_topk, salt):
+    if fact_visible(kv, fact, index_topk, salt) and unit_hash(kv.digest, fact.position, "needle_recall") < recall:
         return fact.value
     wrong = _plausible_wrong(fact.value, kv.digest)
     if wrong and unit_hash(kv.digest, "hallucinate") < 0.3:
@@ -199,14 +201,16 @@ def generate(
     call_id: str = "call_0",
     salt: str = "",
     wrong_share: float = 0.0,
+    recall: float = 1.0,
 ) -> Answer:
     """The model's turn for a prompt whose KV is ``kv`` and whose last user line is given
-    (``wrong_share``: the share of word problems it miscalculates, the ``wrong_answers`` fault)."""
+    (``wrong_share``: the share of word problems it miscalculates, the ``wrong_answers`` fault; ``recall``: the
+    chance it answers a question about the prompt from a fact it sees, the ``needle_recall`` fault)."""
     if last_role == "user":
         solved = arith.answer_text(last_user_text, wrong_share)
         if solved is not None:
             return Answer(text=solved)
-    answer = answer_question(kv, last_user_text, index_topk, salt)
+    answer = answer_question(kv, last_user_text, index_topk, salt, recall)
     if answer is not None:
         return Answer(text=answer)
     if tools and last_role == "user":

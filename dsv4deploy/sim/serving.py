@@ -195,7 +195,7 @@ def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room
                 sim.rooms.publish(int(room or 0), kv)
         answer = generate(kv, prompt.last_text, index_topk=s.index_topk, tools=prompt.tools,
                           last_role=prompt.last_role, call_id=f"call_{uuid.uuid4().hex[:24]}",
-                          salt=salt, wrong_share=sim.env.faults.wrong_answers)
+                          salt=salt, wrong_share=sim.env.faults.wrong_answers, recall=_recall(sim, prompt.tokens))
         mistakes = sim.env.faults.tool_call_mistakes
         if answer.tool_calls and mistakes and unit_hash(salt, uuid.uuid4().hex, "mistake") < mistakes:
             answer = mistaken_tool_call(answer.tool_calls[0])
@@ -223,6 +223,12 @@ def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room
             first = times[0] if times else time.monotonic()
     answer.seen = kv_fingerprint(kv)
     return prompt, answer, out_tokens, first, times
+
+
+def _recall(sim: SimServer, tokens: int) -> float:
+    """The needle_recall fault's probability for a prompt of ``tokens`` tokens (1: off)."""
+    faults = sim.env.faults
+    return faults.needle_recall if tokens >= faults.needle_recall_from else 1.0
 
 
 def _receive_kv(sim: SimServer, body: dict[str, Any], room: int) -> PromptKV:

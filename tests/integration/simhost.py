@@ -33,8 +33,14 @@ SMALL_SOAK_VARS = {"soak_sessions": 12, "soak_turns": 2, "soak_acceptable_rate":
 SMALL_SOAK = ["-e", json.dumps(SMALL_SOAK_VARS)]
 # The needle grid at two cells, for tests whose subject is not the needle (the inventory's 18 cells up to
 # 12K tokens, ~6 s of a deploy, are test_gate_promises' and test_fault_matrix's): the required 5.5K row
-# stays, so index_topk 512 still fails it. A grid given after it replaces it (the last -e wins).
-SMALL_NEEDLE = ["-e", json.dumps({"needle_lengths": [1000, 5500], "needle_depths": [0.5]})]
+# stays, so index_topk 512 still fails it. A grid given after it replaces it (the last -e wins). The rule is
+# 3 of 3 trials (docs/evidence.md, "Needle in the integration tier"): a clean simulated release passes after
+# 3 requests a cell (the default 9 of 12 needs 9), a lost cell fails on its first miss; the run is WEAKENED.
+SMALL_NEEDLE_RULE_VARS = {"needle_trials": 3, "needle_min_recalled": 3}
+SMALL_NEEDLE_VARS = {"needle_lengths": [1000, 5500], "needle_depths": [0.5], **SMALL_NEEDLE_RULE_VARS}
+SMALL_NEEDLE = ["-e", json.dumps(SMALL_NEEDLE_VARS)]
+# The same rule alone, for tests with a grid of their own whose subject is not the needle.
+SMALL_NEEDLE_RULE = ["-e", json.dumps(SMALL_NEEDLE_RULE_VARS)]
 # Readiness alone, for a deploy whose gates are not its test's subject at all (one that only puts a release
 # in place, a settle, a repair): gate names are not part of a release, so its release id is the same.
 READINESS = ["-e", json.dumps({"dsv4_gates_names": ["readiness"]})]

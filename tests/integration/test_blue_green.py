@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from dsv4deploy.rollout.downtime import DowntimeClient
-from tests.integration.simhost import READINESS, SMALL_SOAK, SimHost, assign_ports, stop_supervisord
+from tests.integration.simhost import READINESS, SMALL_NEEDLE_VARS, SMALL_SOAK, SimHost, assign_ports, stop_supervisord
 from tests.integration.test_interrupted import kill_at, kill_when, lock_record, start
 from tests.ports import free_port_block
 
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 # the inventory's 18: the gates run and pass through the preview router, but they are not these modules'
 # subject (test_gate_promises' and test_fault_matrix's).
 FAST = ["-e", "readiness_deadline_s=20", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
-        "-e", json.dumps({"needle_lengths": [1000, 5500], "needle_depths": [0.5]})]
+        "-e", json.dumps(SMALL_NEEDLE_VARS)]
 PORT_OFFSET = 5
 
 

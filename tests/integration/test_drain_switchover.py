@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.integration.simhost import SMALL_SOAK, SimHost
+from tests.integration.simhost import SMALL_NEEDLE_RULE, SMALL_SOAK, SimHost
 
 pytestmark = pytest.mark.integration
 
 FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=60", "-e", "needle_deadline_s=180",
-        "-e", '{"needle_lengths": [1000, 2000, 5500], "needle_depths": [0.5]}', *SMALL_SOAK]
+        "-e", '{"needle_lengths": [1000, 2000, 5500], "needle_depths": [0.5]}', *SMALL_SOAK,
+        *SMALL_NEEDLE_RULE]
 SMG = ["-e", "router_implementation=smg"]
 CLIENTS = 4
 # About 8K tokens: the simulated prefill (20K tokens/s, one at a time) holds each request ~0.4 s, so

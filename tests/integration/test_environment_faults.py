@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _missing_tools
-from tests.integration.simhost import SimHost, make_sim_host
+from tests.integration.simhost import SMALL_NEEDLE_RULE, SimHost, make_sim_host
 
 pytestmark = pytest.mark.integration
 GRID = ["-e", "needle_required_tokens=2000", "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}',
-        "-e", "readiness_deadline_s=60", "-e", "smoke_deadline_s=30", "-e", "soak_enabled=false"]
+        "-e", "readiness_deadline_s=60", "-e", "smoke_deadline_s=30", "-e", "soak_enabled=false", *SMALL_NEEDLE_RULE]
 
 
 def _mount(*args: str) -> subprocess.CompletedProcess:

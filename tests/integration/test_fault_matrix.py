@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dsv4deploy.rollout.downtime import DowntimeClient
-from tests.integration.simhost import READINESS, REPO, SimHost
+from tests.integration.simhost import READINESS, REPO, SMALL_NEEDLE_RULE, SimHost
 from tests.integration.test_blue_green import (
     FAST,
     PORT_OFFSET,
@@ -32,7 +32,7 @@ from tests.integration.test_interrupted import kill_when, lock_record, start
 pytestmark = pytest.mark.integration
 GRID = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [2000, 5500], "needle_depths": [0.5]}',
         "-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120",
-        "-e", "soak_enabled=false",
+        "-e", "soak_enabled=false", *SMALL_NEEDLE_RULE,
         # Keep every release, so "every earlier release is still on disk" holds over the whole matrix.
         "-e", "dsv4_release_keep=100"]
 SOAK = ["-e", "soak_enabled=true"]

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.simhost import SimHost
+from tests.integration.simhost import SMALL_NEEDLE_RULE, SimHost
 
 pytestmark = pytest.mark.integration
 CANARY = Path("/tmp/dsv4-hostile-deploy-canary")
 GRID = ["-e", "needle_required_tokens=2000", "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}',
-        "-e", "soak_enabled=false"]
+        "-e", "soak_enabled=false", *SMALL_NEEDLE_RULE]
 
 CASES = [
     ("install_root (host local)", {"install_root": "/opt/x%(here)s"}),

@@ -24,13 +24,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.simhost import READINESS, REPO, VENV_BIN, SimHost
+from tests.integration.simhost import READINESS, REPO, SMALL_NEEDLE_RULE, VENV_BIN, SimHost
 
 pytestmark = pytest.mark.integration
 # Small gates (the soak is off): what is under test is the run's state on the host, not the gates.
 GRID = ["-e", "needle_required_tokens=2000", "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}',
         "-e", "readiness_deadline_s=60", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120",
-        "-e", "soak_enabled=false",
+        "-e", "soak_enabled=false", *SMALL_NEEDLE_RULE,
         # "Nothing lost" is about interruptions: keep every release, so the keep-5 pruning of a
         # successful switch (a deliberate policy) cannot hide or fake a loss across this module's deploys.
         "-e", "dsv4_release_keep=50"]

@@ -24,11 +24,6 @@ FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "nee
 WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
 # Far beyond the window and well within what index_topk 1024 recalls (6144 tokens for certain).
 NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.5]}']
-# Beyond what index_topk 512 can ever recall (4096 tokens) yet within 1024's certain range.
-# The same requirement at four depths: 8 cells paired on identical prompts, enough for McNemar's test to tell
-# PD from the combined server (6 cells missed in PD alone decide at 0.05; 2 cannot).
-NEEDLE_2K_PAIRED = ["-e", "needle_required_tokens=2200",
-                    "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.1, 0.3, 0.5, 0.7]}']
 NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
 
@@ -111,9 +106,12 @@ def experiment(host: SimHost, faults: str, needle: list[str]) -> tuple[str, dict
 
 def test_pd_transfer_truncation_gives_pd_specific_and_the_release_is_restored(sim_host: SimHost) -> None:
     # A production whose PD transfer loses every fact beyond the window (a weak needle check would pass it).
-    release, report = experiment(sim_host, "pd_transfer_truncate", NEEDLE_2K_PAIRED)
+    # Two cells suffice: each is asked independent trials, paired with the combined side's trial by trial on
+    # identical prompts. PD's cells stop at four misses each, so 8 prompts missed in PD alone: p = 2/2^8
+    # (one trial a cell needed eight cells for it; 6 discordant prompts decide at 0.05).
+    release, report = experiment(sim_host, "pd_transfer_truncate", NEEDLE_2K)
     assert report["verdict"] == "pd_specific", report["why"]
-    assert "McNemar p=0.0078" in report["why"], report["why"]  # 8 cells missed in PD alone: 2/2^8
+    assert "8 paired prompts" in report["why"] and "McNemar p=0.0078" in report["why"], report["why"]
     pd, combined = report["sides"]["pd"], report["sides"]["combined"]
     assert pd["passed"] is False and pd["failed_suites"] == ["needle"] and pd["recall_breaks_at"] == 2000
     assert combined["passed"] is True and combined["recall_breaks_at"] is None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.simhost import VENV_BIN, SimHost
+from tests.integration.simhost import SMALL_NEEDLE_RULE_VARS, VENV_BIN, SimHost
 from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 # Every gate, the needle and soak kept small (they are other tests' subject); the perf gate (opt-in) at its
 # defaults.
 GATES = ["-e", json.dumps({"needle_lengths": [500], "needle_depths": [0.5], "needle_required_tokens": 0,
-                           "soak_enabled": False,
+                           "soak_enabled": False, **SMALL_NEEDLE_RULE_VARS,
                            "dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"], "perf"]}),
          "-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "topology=pd", "-e", "index_topk=1024"]
 

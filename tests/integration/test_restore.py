@@ -18,13 +18,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.simhost import READINESS, SMALL_SOAK, SimHost, assign_ports
+from tests.integration.simhost import READINESS, SMALL_NEEDLE_RULE, SMALL_SOAK, SimHost, assign_ports
 from tests.integration.test_check_mode import one_line, snapshot
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
 
-FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
+FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
+        *SMALL_NEEDLE_RULE]
 WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
 # Beyond what index_topk 512 can ever recall, within 1024's certain range: index_topk=512 fails it.
 NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.simhost import SMALL_SOAK, SimHost
+from tests.integration.simhost import SMALL_NEEDLE_RULE, SMALL_SOAK, SimHost
 
 pytestmark = pytest.mark.integration
 # Small gates: the secrets are in the start lines, the failure tails and the gates' requests, not the grid.
 FAST = ["-e", "needle_required_tokens=2000", "-e", '{"needle_lengths": [1000, 2000], "needle_depths": [0.2]}',
-        "-e", "readiness_deadline_s=60", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK]
+        "-e", "readiness_deadline_s=60", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_SOAK,
+        *SMALL_NEEDLE_RULE]
 
 
 def leaks(sim_host: SimHost, key: str, output: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import time
@@ -9,10 +10,13 @@ import time
 import pytest
 
 from dsv4deploy.gates import GateStatus, build_haystack, run_needle
+from dsv4deploy.gates.recall_rule import RecallRule
 
 from .stubs import NO_IDEA, VALUE, Request, model
 
 CHAT = "POST /v1/chat/completions"
+# One trial per cell, its first (the cell's own depth, unjittered): the grid's mechanics without the rule.
+ONE = RecallRule(trials=1, min_recalled=1)
 
 
 def sleeps(_seconds: float) -> None:
@@ -28,10 +32,12 @@ def test_required_cells_recall_and_the_curve_shows_the_rest(stub):
         depths=[0, 0.5, 1],
         required_tokens=1200,
         deadline_s=30,
+        rule=ONE,
     )
     assert result.status is GateStatus.PASSED, result.summary
-    assert re.fullmatch(r"all [89] cells within 1200 tokens recalled, and a cell of at least 1200 at every depth; "
-                        r"curve beyond: 2000: 33%, 4000: 33%", result.summary)
+    assert re.fullmatch(r"all [89] cells within 1200 tokens recalled \([89]/[89] trials\), and a cell of at least 1200 "
+                        r"at every depth, by rule 1 of 1 trials \(.*\); curve beyond: 2000: 33%, 4000: 33%",
+                        result.summary), result.summary
     curve = {p["context_tokens"]: p["fraction"] for p in result.evidence["curve"]}
     assert curve == {500: 1.0, 1000: 1.0, 1200: 1.0, 2000: 0.3333, 4000: 0.3333}
     cells = result.evidence["cells"]
@@ -51,12 +57,14 @@ def test_a_miss_within_the_required_length_fails_with_the_first_failing_cell(stu
     result = run_needle(
         server.url, "dsv4", context_lengths=[500, 950, 1200], depths=[0, 0.5, 1], required_tokens=1000,
         deadline_s=30,
+        rule=ONE,
     )
     assert result.status is GateStatus.FAILED
     first = result.evidence["first_failing"]
     assert (first["context_tokens"], first["depth"], first["recalled"]) == (950, 0.0, False)
     assert result.summary.startswith("2 of 6 cells within 1000 tokens missed the needle; first: 950 tokens (")
-    assert f"at depth 0, expected {first['code']}, answer {NO_IDEA!r}" in result.summary
+    assert f"at depth 0, expected {first['code']}, 0/1 recalled (95% interval 0%-98%), e.g. answer {NO_IDEA!r}" in \
+        result.summary
     assert [f["body"] for f in result.evidence["failures"]] == [NO_IDEA, NO_IDEA]
     # the report shows how each missed cell was asked
     assert all(f"asked: {c['phrasing']}" in f["what"] for f, c in zip(result.evidence["failures"], [
@@ -66,29 +74,30 @@ def test_a_miss_within_the_required_length_fails_with_the_first_failing_cell(stu
 
 def test_cells_are_resized_by_the_servers_own_count(stub):
     server = stub({CHAT: model(chars_per_token=2.0)})  # the guess is 4 chars per token: 2x too few tokens
-    grid = {"context_lengths": [1000, 2000], "depths": [0.5], "required_tokens": 2000, "deadline_s": 30}
+    grid = {"context_lengths": [1000, 2000], "depths": [0.5], "required_tokens": 2000, "deadline_s": 30, "rule": ONE}
     guessed = run_needle(server.url, "dsv4", calibrate=False, **grid)
     calibrated = run_needle(server.url, "dsv4", **grid)
-    first = guessed.evidence["cells"][0]
+    first = guessed.evidence["cells"][0]["trials"][0]
     assert first["sizes"][0] == pytest.approx(2000, rel=0.1) and len(first["sizes"]) >= 2  # measured, then resized
     for result in (guessed, calibrated):
         assert result.status is GateStatus.PASSED, result.summary
         assert all(c["sized"] for c in result.evidence["cells"])
         assert [c["prompt_tokens"] for c in result.evidence["cells"]] == pytest.approx([1000, 2000], rel=0.02)
     assert calibrated.evidence["calibration"]["ok"] is True
-    assert [len(c["sizes"]) for c in calibrated.evidence["cells"]] == [1, 1]
+    assert [len(c["trials"][0]["sizes"]) for c in calibrated.evidence["cells"]] == [1, 1]
     assert calibrated.evidence["chars_per_token_used"] == pytest.approx(2.0, rel=0.05)
 
 
 def test_a_server_that_reports_no_size_fails_calibration_without_a_fallback(stub):
     body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"}}]}
     server = stub({CHAT: lambda r: (200, body)})
-    result = run_needle(server.url, "dsv4", context_lengths=[1000], depths=[0.5], required_tokens=1000, deadline_s=30)
+    result = run_needle(server.url, "dsv4", context_lengths=[1000], depths=[0.5], required_tokens=1000, deadline_s=30,
+                        rule=ONE)
     assert result.status is GateStatus.FAILED
     assert result.summary == "cannot measure the server's token count: the answer has no usage.prompt_tokens"
     assert server.count(CHAT) == 1
     uncalibrated = run_needle(server.url, "dsv4", context_lengths=[1000], depths=[0.5], required_tokens=1000,
-                              deadline_s=30, calibrate=False)
+                              deadline_s=30, calibrate=False, rule=ONE)
     assert uncalibrated.status is GateStatus.FAILED
     assert "no usage.prompt_tokens" in uncalibrated.evidence["cells"][0]["error"]
 
@@ -107,11 +116,11 @@ def test_the_required_length_must_itself_recall_at_every_depth(stub):
     # found, at 0.1 it is lost. The old rule dropped a 5500 cell that measured 5510 and passed.
     server = stub({CHAT: model(full_recall_tokens=5000, window_tokens=1000)})
     result = run_needle(server.url, "dsv4", context_lengths=[1000, 2000, 5500], depths=[0.1, 0.9],
-                        required_tokens=5500, deadline_s=30)
+                        required_tokens=5500, deadline_s=30, rule=ONE)
     assert result.status is GateStatus.FAILED
     assert result.evidence["unproven_depths"] == [0.1] or result.evidence["first_failing"]["depth"] == 0.1
     lenient = run_needle(server.url, "dsv4", context_lengths=[1000, 2000, 5500], depths=[0.9],
-                         required_tokens=5500, deadline_s=30)
+                         required_tokens=5500, deadline_s=30, rule=ONE)
     assert lenient.status is GateStatus.PASSED, lenient.summary
 
 
@@ -119,7 +128,7 @@ def test_a_long_cell_that_misses_cannot_hide_above_the_requirement(stub):
     # A cell that lands a little above the required length still has to recall it.
     server = stub({CHAT: model(full_recall_tokens=5400)})
     result = run_needle(server.url, "dsv4", context_lengths=[2000, 5600], depths=[0.5], required_tokens=5500,
-                        deadline_s=30, size_tolerance=0.03)
+                        deadline_s=30, size_tolerance=0.03, rule=ONE)
     assert result.status is GateStatus.FAILED
     assert result.summary.startswith("no cell of at least 5500 tokens (within 3%) recalled at depth 0.5")
 
@@ -152,6 +161,8 @@ def test_transient_errors_are_retried_per_cell_within_the_concurrency_bound(stub
         size_tolerance=0.05,
         sleep=sleeps,
         progress=lambda done, total, note: progress.append((done, total)),
+        rule=ONE,
+        max_retry_share=1.0,  # every request is retried once here; the share's own limit is tested below
     )
     assert result.status is GateStatus.PASSED, result.summary
     assert [c["attempts"] for c in result.evidence["cells"]] == [2] * 8
@@ -177,6 +188,7 @@ def test_client_errors_beyond_the_requirement_are_reported_not_failed(stub):
         deadline_s=30,
         calibrate=False,
         chars_per_token=3.0,
+        rule=ONE,
     )
     assert result.status is GateStatus.PASSED, result.summary
     long_cell = result.evidence["cells"][2]
@@ -185,7 +197,7 @@ def test_client_errors_beyond_the_requirement_are_reported_not_failed(stub):
     assert result.evidence["curve"][2]["errors"] == 1
 
 
-def test_deadline_leaves_cells_not_run_and_fails(stub):
+def test_deadline_leaves_cells_undecided_and_the_gate_inconclusive_never_passed(stub):
     slow = model()
     server = stub({CHAT: lambda r: (time.sleep(0.2), slow(r))[1]})
     result = run_needle(
@@ -197,10 +209,13 @@ def test_deadline_leaves_cells_not_run_and_fails(stub):
         deadline_s=0.5,
         concurrency=1,
         calibrate=False,
+        rule=ONE,
     )
-    assert result.status is GateStatus.FAILED
-    not_run = [c for c in result.evidence["cells"] if c["error"] == "not run: gate deadline reached"]
-    assert not_run and server.count(CHAT) < 6
+    assert result.status is GateStatus.INCONCLUSIVE, result.summary
+    not_run = [c for c in result.evidence["cells"] if c["error"] == "not decided: gate deadline reached"]
+    assert not_run and all(c["outcome"] == "inconclusive" and not c["recalled"] for c in not_run)
+    assert server.count(CHAT) < 6
+    assert "required cells undecided when the deadline came" in result.summary
 
 
 def test_haystack_plants_the_fact_at_its_depth_and_asks_last():
@@ -244,3 +259,75 @@ def test_bad_arguments_raise(kwargs, message):
     args = {"context_lengths": [1000], "depths": [0.5], "required_tokens": 1000, "deadline_s": 10} | kwargs
     with pytest.raises(ValueError, match=message):
         run_needle("http://127.0.0.1:1", "dsv4", **args)
+
+
+def forgetful(recall: float):
+    """The stub model, answering a needle with probability ``recall`` (drawn from the needle's value)."""
+    sees = model()
+
+    def route(request: Request):
+        status, body = sees(request)
+        code = VALUE.search(request.body["messages"][-1]["content"].rpartition("\n")[0]).group(0)
+        if int(hashlib.sha256(code.encode()).hexdigest()[:8], 16) / 16**8 >= recall:
+            body["choices"][0]["message"]["content"] = NO_IDEA
+        return status, body
+
+    return route
+
+
+def test_each_trial_is_its_own_needle_and_a_clean_cell_stops_at_its_verdict(stub):
+    server = stub({CHAT: model()})
+    result = run_needle(server.url, "dsv4", context_lengths=[300, 600], depths=[0.5], required_tokens=600,
+                        deadline_s=30, calibrate=False, chars_per_token=3.0, size_tolerance=0.05)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert "by rule 9 of 12 trials (a 90%-recall cell passes with 0.974, a 50% one with 0.073)" in result.summary
+    for cell in result.evidence["cells"]:
+        trials = cell["trials"]
+        assert (cell["outcome"], cell["recalled_trials"], cell["asked_trials"]) == ("recalled", 9, 9)
+        assert len({t["code"] for t in trials}) == 9 and len({t["phrasing"] for t in trials}) > 3
+        assert trials[0]["depth"] == 0.5 and all(abs(t["depth"] - 0.5) <= 0.05 for t in trials)
+        assert len({t["depth"] for t in trials}) > 3  # jittered
+        assert cell["interval"] == pytest.approx([0.6637, 1.0], abs=1e-4)
+    assert server.count(CHAT) == 18
+    assert result.evidence["rule"]["required_cells"] == 2 and result.evidence["required_trials"] == 18
+    decision = result.evidence["decision"]  # the requirement's evidence: trials, interval, the rule's risks
+    assert (decision["outcome"], decision["events"], decision["trials"]) == ("passed", 18, 18)
+    assert decision["interval_95"] == [0.8147, 1.0] and decision["risks"]["beta"] == 0.073
+
+
+def test_a_cell_that_recalls_half_its_trials_fails_and_one_miss_in_twelve_does_not(stub):
+    grid = {"context_lengths": [250, 300], "depths": [0.5], "required_tokens": 300, "deadline_s": 30,
+            "calibrate": False, "chars_per_token": 3.0, "size_tolerance": 0.05}
+    half = run_needle(stub({CHAT: forgetful(0.5)}).url, "dsv4", **grid)
+    assert half.status is GateStatus.FAILED, half.summary
+    cell = half.evidence["cells"][0]
+    assert cell["outcome"] == "missed" and cell["asked_trials"] - cell["recalled_trials"] == 4
+    assert "cells within 300 tokens missed the needle; first: 250 tokens" in half.summary
+    assert "recalled (95% interval" in half.summary
+    mostly = run_needle(stub({CHAT: forgetful(0.9)}).url, "dsv4", **grid)
+    assert mostly.status is GateStatus.PASSED, mostly.summary
+    assert [c["recalled_trials"] for c in mostly.evidence["cells"]] == [9, 9]
+    assert any(c["asked_trials"] > 9 for c in mostly.evidence["cells"]), "a miss among the trials"
+
+
+def test_retries_above_their_share_fail_the_needle_and_are_counted(stub):
+    answered = model()
+    lock, seen = threading.Lock(), set()
+
+    def flaky(request: Request):
+        # every prompt's first try meets a transient 503, as an intermittent PD path would give
+        content = request.body["messages"][-1]["content"]
+        with lock:
+            first = content not in seen
+            seen.add(content)
+        return (503, "Service Unavailable") if first else answered(request)
+
+    grid = {"context_lengths": [300], "depths": [0.5], "required_tokens": 300, "deadline_s": 30, "calibrate": False,
+            "chars_per_token": 3.0, "size_tolerance": 0.05, "sleep": sleeps}
+    result = run_needle(stub({CHAT: flaky}).url, "dsv4", **grid)
+    assert result.status is GateStatus.FAILED, result.summary
+    assert (result.evidence["attempts"], result.evidence["transport_retries"]) == (18, 9)
+    assert "above needle_max_retry_share 0.05: the path fails intermittently" in result.summary
+    fine = run_needle(stub({CHAT: lambda r: (503, "busy") if r.n == 0 else answered(r)}).url, "dsv4",
+                      **grid, max_retry_share=0.2)
+    assert fine.status is GateStatus.PASSED and fine.evidence["transport_retries"] == 1

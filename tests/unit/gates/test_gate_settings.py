@@ -93,3 +93,19 @@ def test_each_setting_weaker_than_the_spec_implies_is_named():
         "dsv4_gates_inconclusive is pass (an undecided gate lets the release through)",
         "dsv4_bake_canary_tokens 1000 is shorter than the needle requirement 2000",
     ]
+
+
+def test_a_weaker_needle_rule_or_a_larger_retry_share_is_named_and_a_stricter_one_is_not():
+    assert _weak(needle_trials=3, needle_min_recalled=3, needle_max_retry_share=0.2) == [
+        "needle_max_retry_share 0.2 is above the default 0.05",
+        "needle_min_recalled 3 of needle_trials 3 passes a 50%-recall cell with probability 0.125, above the "
+        "default 9 of 12's 0.073",
+    ]
+    assert _weak(needle_trials=20, needle_min_recalled=15) == []  # passes a 50 % cell with 0.021
+
+
+def test_a_needle_rule_that_cannot_pass_is_refused_naming_both_settings():
+    from dsv4deploy.gates.runner import GateSettingsError, settings_from_vars
+
+    with pytest.raises(GateSettingsError, match="needle_min_recalled 13 must be at most needle_trials 12"):
+        settings_from_vars({"needle_min_recalled": 13}, lambda v: v)

@@ -67,7 +67,10 @@ def test_report_md_reads_like_a_report(stub, tmp_path):
     assert first.startswith("**ROLLED BACK** from `20261001T100000Z-abcdef0123` to `20260930T090000Z-0123456789`")
     assert "gate `smoke` failed: no good answer" in first
     assert "| smoke | ❌ failed |" in md and "| readiness | ✅ passed | 1.2 | fine |" in md
-    assert "| 1000 |" in md and "| ✓ | ✓ | 2/2 |" in md and "| ✗ | ✓ | 1/2 |" in md
+    # each cell: its k/n and the exact 95 % interval (a 2000-token cell at depth 0 loses every trial: 4 misses)
+    assert "| 1000 |" in md and "| ✓ 9/9 (66%-100%) | ✓ 9/9 (66%-100%) | 2/2 |" in md
+    assert "| ✗ 0/4 (0%-60%) | ✓ 9/9 (66%-100%) | 1/2 |" in md
+    assert "A cell recalls when 9 of up to 12 independent trials do" in md
     assert "## Failures (raw answers)" in md and "### smoke (failed)" in md
     assert f"```\n{BREAKER_BODY}\n```" in md
 

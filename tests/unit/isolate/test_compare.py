@@ -51,7 +51,7 @@ def test_pd_losing_cells_the_combined_server_recalls_is_pd_specific_with_enough_
     verdict, why, ev = compare_needle(needle({2000: 0, 4000: 0}), needle({2000: 6, 4000: 6}), 2000, None)
     assert verdict == "pd_specific" and ev["only_pd"] == 12 and ev["mcnemar_p"] < 0.001
     few, why, _ = compare_needle(needle({2000: 0}, depths=2), needle({2000: 2}, depths=2), 2000, None)
-    assert few == "inconclusive" and "at least 6 such cells would decide" in why
+    assert few == "inconclusive" and "at least 6 such prompts would decide" in why
 
 
 def test_pd_worse_on_a_curve_both_lose_is_pd_amplified() -> None:
@@ -64,3 +64,22 @@ def test_suites_judged_together_name_the_pd_finding_first() -> None:
     verdict, why = combine_suites([("clean", "needle: fine"), ("pd_specific", "soak: PD corrupts")])
     assert verdict == "pd_specific" and why == "needle: fine; soak: PD corrupts"
     assert combine_suites([("clean", "a"), ("inconclusive", "b")])[0] == "inconclusive"
+
+
+def trials(recalled: dict[int, int], asked: int = 9) -> dict:
+    """One cell per length with `asked` trials (each its own needle), the first `recalled[n]` recalled."""
+    return {"cells": [{"context_tokens": n, "depth": 0.5, "code": f"c{n}-0", "recalled": recalled[n] >= 9,
+                       "trials": [{"trial": t, "code": f"c{n}-{t}", "recalled": t < recalled[n], "error": None}
+                                  for t in range(asked if recalled[n] >= 9 else 4)]}
+                      for n in recalled]}
+
+
+def test_cells_of_several_trials_are_paired_trial_by_trial_on_identical_prompts() -> None:
+    # PD loses every trial at 4K and 8K (its cells stop at four misses), the combined server recalls them:
+    # the four trials asked on both sides pair, so 8 discordant prompts, where one trial a cell had 2
+    verdict, why, ev = compare_needle(trials({2000: 9, 4000: 0, 8000: 0}), trials({2000: 9, 4000: 9, 8000: 9}),
+                                      4000, None)
+    assert verdict == "pd_specific", why
+    assert (ev["paired_prompts"], ev["only_pd"], ev["only_combined"]) == (17, 8, 0) and ev["mcnemar_p"] < 0.01
+    same, why, _ = compare_needle(trials({2000: 9, 4000: 0}), trials({2000: 9, 4000: 0}), 4000, 4000)
+    assert same == "shared_path", why
