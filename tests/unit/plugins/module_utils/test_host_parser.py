@@ -1,6 +1,7 @@
 """The host's own parsers over the rendered command lines, as preflight runs them: here with a Python that has
 sglang-router but no sglang (this venv, like the embedded host), so the router line meets its real parser
-and the server lines fall back to dsv4deploy's tables (tests/contract/test_host_parser_with_real_sglang.py: the real sglang)."""
+and the server lines fall back to dsv4deploy's tables (the real sglang:
+tests/contract/test_host_parser_with_real_sglang.py)."""
 
 from __future__ import annotations
 
