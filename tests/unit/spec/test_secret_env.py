@@ -156,3 +156,10 @@ def test_plan_and_render_commands_never_print_or_write_it(capsys, tmp_path: Path
     assert "  all servers: HF_TOKEN=<secret>" in "\n".join(cli.format_plan(cli.plan([str(site)], [extra])))
     written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert written and all(TOKEN.encode() not in p.read_bytes() for p in written)
+
+
+def test_the_salt_is_read_only_on_the_hosts_with_secret_env_values() -> None:
+    from dsv4deploy.plan import secret_hosts
+
+    assert secret_hosts(pd_spec(server_env={"HF_TOKEN": TOKEN}), ["gpu1"]) == {"gpu1": "/opt/dsv4deploy"}
+    assert secret_hosts(pd_spec(), ["gpu1"]) == {}  # a deploy without any reads nothing on the hosts
