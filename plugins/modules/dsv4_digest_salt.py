@@ -59,7 +59,7 @@ path:
   type: str
   returned: always
 new:
-  description: There was no salt: RV(salt) is new and is written by the install.
+  description: There was no salt - RV(salt) is new, and the install writes it.
   type: bool
   returned: state=read
 legacy:

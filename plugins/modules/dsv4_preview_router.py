@@ -9,7 +9,7 @@ short_description: Start or stop the preview router a rolling step gates its new
 description:
   - A rolling rollout (C(dsv4_rollout_strategy=rolling)) gates each step's new workers through a router of
     their own before they join the production router. This module runs that router on the router's host, under
-    the host's service manager, as the production router runs - as the service user, with its secret env file -
+    the host's service manager, as the production router runs (as the service user, with its secret env file),
     for one step.
   - On systemd hosts it is a transient unit (C(systemd-run)) named O(name).service with O(properties), the
     production router unit's settings (C(User=), C(EnvironmentFile=) and its hardening); systemd removes it once
@@ -18,7 +18,7 @@ description:
     C(O(install_root)/supervisor/preview) (root's), its output in C(O(install_root)/logs/O(name).log), loaded
     and removed alone (no other program is reloaded).
   - The API key is read from O(api_key_file) by the router's command at start (C(--api-key), as the serve
-    scripts do): it is in no unit, program file or argument of this module.
+    scripts do) - it is in no unit, program file or argument of this module.
   - O(state=present) stops and removes a preview router an earlier run left under O(name) (and the process an
     older version started, by its PID file), then starts O(argv). It fails, with the end of its log, when the
     router exits within O(settle_s). Readiness is the gates' job.
