@@ -32,8 +32,7 @@ REDACTED_MARK = "<secret"
 KEYED_PREFIX = "<secret hmac:"
 LEGACY_PREFIX = "<secret sha256:"
 UNKEYED = "<secret>"
-# The per-host key: 32 random bytes as 64 hex, in the host's secrets folder (dsv4_digest_salt reads it).
-SALT_FILE = "digest_salt"
+# The per-host key: 32 random bytes as 64 hex, in <install_root>/secrets/digest_salt (dsv4_digest_salt reads it).
 SALT_PATTERN = re.compile(r"[0-9a-f]{64}\Z")
 
 
