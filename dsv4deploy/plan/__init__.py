@@ -26,16 +26,19 @@ def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
 
 
 def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
-              rollout: dict[str, Any] | None = None) -> dict[str, Any]:
+              rollout: dict[str, Any] | None = None, keys: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The plan for deploying `spec` to `play_hosts`; raises SpecError when memory does not fit.
 
-    `rollout` is `dsv4deploy.rollout.strategy.rollout_plan`'s answer (unset: recreate)."""
+    `rollout` is `dsv4deploy.rollout.strategy.rollout_plan`'s answer (unset: recreate). `keys` are the
+    hosts' digest salts (host -> 64 hex, `dsv4_digest_salt`): each host's release shows its secret env values
+    as digests keyed by its own; every host with secret env values needs one. None: a plan made on the
+    controller alone (`dsv4deploy plan`, the isolation twin), whose secret values show as `<secret>`."""
     reports = memory.check_memory(spec)
-    problems = memory.problems_from_memory(reports)
+    problems = memory.problems_from_memory(reports) + (_missing_keys(spec, keys) if keys is not None else [])
     if problems:
         raise SpecError(problems)
     defs = _ordered_services(spec)
-    rendered = render.render_all(spec)
+    rendered = render.render_all(spec, keys)
     model = model_needs.model_facts(spec, memory.load_profile(spec.memory_profile).models.get(spec.model.profile))
     hosts: dict[str, Any] = {}
     for name, layout in _layouts(spec, play_hosts, defs).items():
@@ -56,12 +59,29 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
         **_targets(spec, defs),
         "hosts": hosts,
         "memory": [r.model_dump(mode="json") for r in reports],
-        # Secret env values only as digests: the plan is a fact, shown at -v and handed to the report.
+        # Secret env values as `<secret>`: the plan is a fact, shown at -v and handed to the report (each
+        # host's spec.json has the keyed digests).
         "spec": secret_env.redact_spec(spec.model_dump(mode="json")),
         **({"rollout": rollout} if rollout else {}),
     }
     # Typed: a plan of the wrong shape fails here, on the controller, before any host is touched.
     return Plan.model_validate(plan).model_dump(mode="json")
+
+
+def secret_hosts(spec: Deployment, play_hosts: list[str]) -> dict[str, str]:
+    """Each play host whose services have secret env values, with its install root: where the plan needs
+    the host's digest salt (`<install_root>/secrets/digest_salt`)."""
+    return {name: spec.hosts[name].install_root for name in play_hosts
+            if name in spec.hosts and any(s.secret_env for s in services.services_on(spec, name))}
+
+
+def _missing_keys(spec: Deployment, keys: Mapping[str, str]) -> list[Problem]:
+    # Without its salt a host's release would carry no digest, and a changed secret would change nothing.
+    return [Problem(field="server_env", host=name, message="the host's digest salt was not read (its secret env "
+                                                          "values are shown by a digest keyed with it)",
+                    fix="plan through the role dsv4_plan, which reads each host's salt (dsv4_digest_salt)")
+            for name in sorted(secret_hosts(spec, list(spec.hosts_in_use())))
+            if not secret_env.SALT_PATTERN.match(keys.get(name) or "")]
 
 
 ALL_SERVERS = "all servers"
@@ -86,16 +106,17 @@ def env_switch_lines(switches: dict[str, dict[str, str]]) -> list[str]:
 
 
 def secret_files(spec: Deployment, play_hosts: list[str], planned: dict[str, Any] | None = None,
-                 ) -> dict[str, dict[str, str]]:
+                 keys: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
     """Per play host, its services' secret env files (absolute path -> content); for a no_log task only.
 
-    `spec` is the inventory's. `planned` is the (redacted) spec of the plan being installed when it is
-    not the inventory's own, e.g. the isolation twin derived from a release's spec.json: its secrets
-    are taken from `spec` by digest, and SpecError names any the inventory no longer has.
+    `spec` is the inventory's. `planned` is the (redacted) spec of the plan being installed, e.g. the
+    other slot's, or the isolation twin derived from a release's spec.json: its secrets are taken from
+    `spec` by name and place (`<secret>`) or by digest, keyed with one of `keys` (the hosts' salts) or
+    unsalted (an older release), and SpecError names any the inventory no longer has.
     """
     target = spec
     if planned is not None:
-        data, missing = secret_env.unredact_spec(planned, spec.model_dump(mode="json"))
+        data, missing = secret_env.unredact_spec(planned, spec.model_dump(mode="json"), (keys or {}).values())
         if missing:
             raise SpecError([Problem(field="server_env", message=f"the secret values of {', '.join(missing)} in "
                                                                  "this release differ from the inventory's",

@@ -9,7 +9,8 @@ Release layout (docs/interfaces.md section 5), relative to the release directory
   units/<name>.service       (systemd hosts)
   supervisor/<name>.conf     (supervisor hosts)
   spec.json                  (the resolved spec; holds no secret: the API key's file or vault name, and
-                             secret env values only as a digest; they are in <install_root>/secrets/)
+                             secret env values only as a digest keyed by the host's salt; they are in
+                             <install_root>/secrets/)
   services.json              (the release's record of its services: name, role, drain rank, ports, GPUs, endpoint)
   manifest.json              (sha256 of every other file, and their content_hash)
 """
@@ -29,9 +30,8 @@ import jinja2
 from dsv4deploy import PACKAGE_DIR
 from dsv4deploy.plan.release_record import SERVICES_FILE, services_json
 from dsv4deploy.plan.services import ServiceDefinition, services_on
-from dsv4deploy.spec import Deployment
+from dsv4deploy.spec import Deployment, secret_env
 from dsv4deploy.spec.models import RECIPE_WORKER_KEYS
-from dsv4deploy.spec.secret_env import redact_spec
 
 MANAGED_HEADER = "Managed by dsv4deploy — local changes are overwritten"
 MANIFEST = "manifest.json"
@@ -163,16 +163,16 @@ def render_service(env: jinja2.Environment, svc: ServiceDefinition) -> dict[str,
     return files
 
 
-def spec_json(spec: Deployment, host: str) -> str:
+def spec_json(spec: Deployment, host: str, salt: str | None = None) -> str:
     """The resolved spec as stable JSON (sorted keys), with the host it was rendered for; secret env
-    values redacted (dsv4deploy.spec.secret_env)."""
+    values redacted, keyed by the host's digest `salt` (dsv4deploy.spec.secret_env)."""
     dump = spec.model_dump(mode="json")
     # Unset, these leave spec.json (and so the release's identity) as it was before they existed.
     for key in UNSET_OMITTED:
         if not dump.get(key):
             dump.pop(key, None)
     _omit_unset_recipe_keys(dump)
-    data = {"host": host, "deployment": redact_spec(dump)}
+    data = {"host": host, "deployment": secret_env.redact_spec(dump, salt)}
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -217,22 +217,28 @@ def file_mode(path: str) -> int:
     return 0o755 if path.startswith("bin/") else 0o644
 
 
-def render_release(spec: Deployment, host: str) -> dict[str, str]:
+def render_release(spec: Deployment, host: str, key: str | None = None) -> dict[str, str]:
     """Every file of `host`'s release (relative path -> content), sorted by path.
 
-    Deterministic: the same spec gives the same bytes, so the manifest's content_hash identifies
-    the release. Raises RenderError for a value that cannot be written safely.
+    Deterministic: the same spec and `key` (the host's digest salt) give the same bytes, so the manifest's
+    content_hash identifies the release; a changed secret env value changes its keyed digest, so the release.
+    Without a key (rendering on the controller alone) secret values show as `<secret>`, with no digest.
+    Raises RenderError for a value that cannot be written safely.
     """
     env = environment()
     files: dict[str, str] = {}
     for svc in services_on(spec, host):
+        if svc.secret_env and key is not None:
+            svc = svc.model_copy(update={"secret_env_digest": secret_env.digest(svc.secret_env, key)})
         files.update(render_service(env, svc))
-    files["spec.json"] = spec_json(spec, host)
+    files["spec.json"] = spec_json(spec, host, key)
     files[SERVICES_FILE] = services_json(spec, host)
     files[MANIFEST] = manifest_json(files)
     return dict(sorted(files.items()))
 
 
-def render_all(spec: Deployment) -> dict[str, dict[str, str]]:
-    """`render_release` for every host that runs something in the active topology."""
-    return {host: render_release(spec, host) for host in spec.hosts_in_use()}
+def render_all(spec: Deployment, keys: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """`render_release` for every host that runs something in the active topology, each with its digest
+    salt from `keys` (host -> salt; None: rendering on the controller alone)."""
+    return {host: render_release(spec, host, None if keys is None else keys.get(host))
+            for host in spec.hosts_in_use()}

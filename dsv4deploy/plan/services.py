@@ -83,7 +83,8 @@ class ServiceDefinition(BaseModel):
     node_rank: int = 0
     rank0: str | None = None
     # Secret environment (dsv4deploy.spec.secret_env): never dumped, so never rendered or put in the plan;
-    # the unit reads it from secret_env_file, whose content the serve script names by its digest.
+    # the unit reads it from secret_env_file, whose content the serve script names by its digest, keyed
+    # by the host's salt (set at render: dsv4deploy.plan.render.render_release).
     secret_env: dict[str, str] = Field(default={}, exclude=True, repr=False)
     secret_env_file: str | None = None
     secret_env_names: list[str] = []
@@ -325,8 +326,7 @@ def _env_fields(spec: Deployment, host: HostSpec, name: str, env: dict[str, str]
     plain, secret = secret_env.split(env, spec.secret_env)
     return {"env": plain, "secret_env": secret,
             "secret_env_file": secret_env.file_path(host.install_root, name) if secret else None,
-            "secret_env_names": sorted(secret),
-            "secret_env_digest": secret_env.digest(secret) if secret else None}
+            "secret_env_names": sorted(secret)}
 
 
 def secret_env_files(spec: Deployment, host: str) -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from dsv4deploy.gates import reach
 from dsv4deploy.plan import services
 from dsv4deploy.spec import Deployment, Problem, StrictModel
 
@@ -171,9 +172,46 @@ def _row(label: str, workers: Sequence[Mapping[str, Any]], release_of: Any) -> s
     return f"| {label} | " + " | ".join(release_of(w) for w in workers) + " |"
 
 
+# Settings of the router's unit the preview router's transient unit does not take: how it is started and
+# restarted (once, by systemd-run; a preview that dies fails its step) and what names it in the journal.
+NOT_CARRIED = frozenset({"Type", "ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost",
+                         "ExecReload", "Restart", "RestartSec", "SyslogIdentifier"})
+
+
+def unit_properties(unit_text: str) -> list[str]:
+    """The `[Service]` settings of the router's rendered unit (`Key=value`, unit escaping undone) that the
+    step's preview router runs with as a transient unit (`systemd-run -p`): its user, env file and hardening.
+    Empty for a host without the unit (supervisord)."""
+    out: list[str] = []
+    section = ""
+    for raw in unit_text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Service" and "=" in line and line.split("=", 1)[0] not in NOT_CARRIED:
+            out.append(line.replace("%%", "%"))
+    return out
+
+
+def preview_listen(spec: Deployment) -> str:
+    """Where a step's preview router listens: never every interface (it fronts workers no gate passed yet).
+
+    Loopback when the controller, where the gates run, reaches the router's host at a loopback address or the
+    production router itself listens on loopback; otherwise the one address the gates reach the host at (the
+    production router's own, or the host's inventory address where that is a wildcard)."""
+    assert spec.router is not None  # roll_problems refuses a deployment without one
+    host, listen = spec.host(spec.router.host), spec.router.listen
+    if reach.is_loopback(host.address) or reach.is_loopback(listen):
+        return "127.0.0.1"
+    return services.reach_address(host, listen)
+
+
 def preview_router_argv(spec: Deployment, step: Mapping[str, Any], port: int, prometheus_port: int) -> list[str]:
     """The preview router of one step: the production router's command and settings, fronting only the
-    step's `preview` workers, on `port` (metrics on `prometheus_port`, apart from the production router's)."""
+    step's `preview` workers, on `port` at `preview_listen` (metrics on `prometheus_port`, apart from the
+    production router's, on loopback or that same address)."""
     assert spec.router is not None  # roll_problems refuses a deployment without one
     wanted = set(step["preview"])
     defs = {(d.host, d.ports[0]): d for d in services.build_services(spec) if d.role in ROLES}
@@ -182,7 +220,10 @@ def preview_router_argv(spec: Deployment, step: Mapping[str, Any], port: int, pr
         for i, w in enumerate(getattr(spec, role)):
             if f"{role}[{i}]" in wanted:
                 chosen[role].append((w, defs[(w.host, w.port)]))
-    router = spec.router.model_copy(update={"port": port, "prometheus_port": prometheus_port})
+    listen = preview_listen(spec)
+    metrics = spec.router.prometheus_listen if reach.is_loopback(spec.router.prometheus_listen) else listen
+    router = spec.router.model_copy(update={"port": port, "prometheus_port": prometheus_port, "listen": listen,
+                                            "prometheus_listen": metrics})
     sub = spec.model_copy(update={"prefill": [w for w, _ in chosen["prefill"]],
                                   "decode": [w for w, _ in chosen["decode"]], "router": router})
     return services.router_argv(sub, [d for _, d in chosen["prefill"]], [d for _, d in chosen["decode"]])

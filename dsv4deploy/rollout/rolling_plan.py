@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dsv4deploy.gates import reach
 from dsv4deploy.plan import gate_targets, services
 from dsv4deploy.rollout import rolling, strategy
 from dsv4deploy.spec import Deployment, Problem
@@ -72,12 +73,15 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
     # is the production router's own (api_key.file, or the vault key's file the release's install wrote on
     # the router's host); the preview router module reads it there. None: no key.
     key_file = services.api_key_file(new, new.host(new.router.host))
-    # The preview router runs as the production router does: as the service user, with its secret env file.
-    router_env = next((s.secret_env_file for s in services.build_services(new) if s.role == "router"), None)
+    # The preview router runs as the production router does: as the service user, with its secret env file,
+    # under the host's service manager (a transient unit with the router unit's hardening, or a program).
+    router = next(s for s in services.build_services(new) if s.role == "router")
+    unit = new_files.get(new.router.host, {}).get(f"units/{router.name}.service", "")
     return [], {"steps": steps, "router_host": new.router.host, "preview_router_port": port,
                 "router_url": plan.get("router_url"), "router": plan.get("router"), "drain_s": new.drain_deadline_s,
                 "api_key_file": key_file, "gpu_query_command": plan.get("gpu_query_command"),
-                "router_user": new.host(new.router.host).service_user, "router_env_file": router_env}
+                "router_user": new.host(new.router.host).service_user, "router_env_file": router.secret_env_file,
+                "preview_name": f"{router.name}-preview", "preview_properties": rolling.unit_properties(unit)}
 
 
 def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any], port: int,
@@ -131,10 +135,12 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
     preview_names = {w.name for ws in rolling.roll_workers(spec).values() for w in ws if w.path in step["preview"]}
     router = spec.router
     assert router is not None  # rolling.roll_problems refuses a deployment without one
-    listen = router.listen if router.listen not in ("0.0.0.0", "::") else spec.host(router.host).address
-    url = f"http://{listen}:{port}"
+    # Never every interface (rolling.preview_listen): the address the gates reach it at, loopback where they can.
+    listen = rolling.preview_listen(spec)
+    url = f"http://{services.url_host(listen)}:{port}"
+    metrics = router.prometheus_listen if reach.is_loopback(router.prometheus_listen) else listen
     gate_plan = {**targets, "endpoint": url, "router_url": url,
-                 "router_metrics_url": f"http://{router.prometheus_listen}:{metrics_port}",
+                 "router_metrics_url": f"http://{services.url_host(metrics)}:{metrics_port}",
                  # Nothing for the readiness wait to start: the step's tasks start the preview router.
                  "router_service": None,
                  "workers": [w for w in targets["workers"] if w["name"] in preview_names],

@@ -15,7 +15,7 @@ from dsv4deploy.inventory import names, plain
 from dsv4deploy.inventory.checks import inventory_problems, vault_var_problems, view_of
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
-from dsv4deploy.plan import installed, make_plan, secret_files, targets_from_release_spec
+from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
 from dsv4deploy.rollout.router_change import router_change
 from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
 from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
@@ -26,10 +26,14 @@ from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
 #   secrets - the secret env files per host (no_log); targets - an installed release's gate targets
 #   (release_spec); combined - the isolation plan of the PD release in release_spec (playbooks/isolate.yml);
 #   roots - each play host's install root only (stop, rollback, verify, isolate); installed - an installed
-#   release's view from its records; router_change - the production router's changed settings (serving_spec).
-STATES = ("planned", "beside", "surge", "secrets", "targets", "combined", "roots", "installed", "router_change")
+#   release's view from its records; router_change - the production router's changed settings (serving_spec);
+#   secret_hosts - the play hosts whose digest salt the plan needs, with their install roots.
+STATES = ("planned", "beside", "surge", "secrets", "targets", "combined", "roots", "installed", "router_change",
+          "secret_hosts")
 # The fact a state sets when the task names none.
-DEFAULT_FACT = {"combined": "dsv4_isolation", "roots": "dsv4_installed_roots"}
+DEFAULT_FACT = {"combined": "dsv4_isolation", "roots": "dsv4_installed_roots", "secret_hosts": "dsv4_secret_hosts"}
+# The registered result of dsv4_digest_salt on each host (roles/dsv4_plan/tasks/digest_salt.yml): its `salt`.
+SALT_RESULT = "dsv4_plan_digest_salt"
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "required": True, "choices": list(STATES)},
@@ -48,6 +52,16 @@ ARGUMENT_SPEC = {
     # state=router_change: the serving release's spec.json text.
     "serving_spec": {"type": "str", "default": ""},
 }
+
+
+def digest_keys(hostvars: Any, play_hosts: list[str]) -> dict[str, str]:
+    """Each play host's digest salt, as dsv4_digest_salt read it there (hosts it did not run on have none)."""
+    out = {}
+    for host in play_hosts:
+        salt = plain(hostvars[host].get(SALT_RESULT) or {}).get("salt") if host in hostvars else None
+        if isinstance(salt, str) and salt:
+            out[host] = salt
+    return out
 
 
 class ActionModule(ValidatedAction):
@@ -105,9 +119,13 @@ class ActionModule(ValidatedAction):
             problems += vault_var_problems(spec, task_vars)
             if problems:
                 raise SpecError(problems)
+            if state == "secret_hosts":
+                result.update(changed=False, ansible_facts={fact: secret_hosts(spec, play_hosts)})
+                return result
+            keys = digest_keys(hostvars, play_hosts)
             if state == "secrets":
                 planned = args.get("planned_spec") or None
-                result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned)})
+                result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned, keys)})
                 return result
             settings = load_rollout(
                 {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
@@ -116,7 +134,7 @@ class ActionModule(ValidatedAction):
                 spec = beside_spec(spec, settings)
             elif state == "surge":
                 spec = surge_spec(spec, settings)
-            plan = make_plan(spec, play_hosts, rollout=rollout)
+            plan = make_plan(spec, play_hosts, rollout=rollout, keys=keys)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
                           msg="the deployment spec is invalid; nothing was changed:\n- "

@@ -24,9 +24,10 @@ STOP_RPC_TIMEOUT_S = 900
 # Logs hold the servers' start lines and prompts: group-readable at most, in a folder others cannot enter.
 LOG_DIR_MODE = 0o750
 SUPERVISOR_UMASK = "027"
-# Where supervisord reads its programs, under the install root: the active release's, and the continuous
-# verification's (role dsv4_verify_timer), which serves whichever release is active and so outlives a switch.
-PROGRAM_DIRS = ("current/supervisor", "verify-timer/supervisor")
+# Where supervisord reads its programs, under the install root: the active release's, the continuous
+# verification's (role dsv4_verify_timer), which serves whichever release is active and so outlives a switch,
+# and a rolling step's preview router (module_utils/preview.py), there only while the step runs.
+PROGRAM_DIRS = ("current/supervisor", "verify-timer/supervisor", "supervisor/preview")
 
 
 class _UnixConnection(http.client.HTTPConnection):

@@ -31,11 +31,15 @@ description:
     and service manager - not from the inventory.
   - O(state=router_change) compares the production router's own settings of O(serving_spec) and O(planned_spec)
     and returns RV(router_change); nothing else is planned.
+  - O(state=secret_hosts) gives each play host whose services have secret env values, with its install root - the
+    hosts whose digest salt (M(dsv4.deploy.dsv4_digest_salt), registered as C(dsv4_plan_digest_salt)) the plan
+    needs. O(state=planned), O(state=beside) and O(state=surge) key each host's digests with its salt and fail,
+    naming the host, where a host with secret env values has none; O(state=secrets) matches digests with them.
 options:
   state:
     type: str
     required: true
-    choices: [planned, beside, surge, secrets, targets, combined, roots, installed, router_change]
+    choices: [planned, beside, surge, secrets, targets, combined, roots, installed, router_change, secret_hosts]
     description:
       - What to compute (one job each; see the description). V(beside) - the plan of the new release as
         C(dsv4_rollout_strategy=blue_green) runs it beside the serving one, in the other slot - workers on GPUs
@@ -56,8 +60,8 @@ options:
     type: str
     default: dsv4_plan
     description:
-      - Name of the fact to set; left at C(dsv4_plan), O(state=combined) sets C(dsv4_isolation) and O(state=roots)
-        C(dsv4_installed_roots).
+      - Name of the fact to set; left at C(dsv4_plan), O(state=combined) sets C(dsv4_isolation), O(state=roots)
+        C(dsv4_installed_roots) and O(state=secret_hosts) C(dsv4_secret_hosts).
   release_id:
     type: str
     default: ""
@@ -167,6 +171,10 @@ ansible_facts:
     dsv4_installed_roots:
       description: O(state=roots) - each play host's install root.
       returned: state=roots
+      type: dict
+    dsv4_secret_hosts:
+      description: O(state=secret_hosts) - each play host with secret env values, and its install root.
+      returned: state=secret_hosts
       type: dict
 problems:
   description: Every problem found in the spec, one line each (field, host, fix).

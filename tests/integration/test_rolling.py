@@ -74,11 +74,24 @@ def assert_active(host: SimHost, release: str) -> None:
     assert json.loads((host.install_root / "state.json").read_text())["active"] == release
 
 
+PREVIEW = "sglang-dsv4-router-preview"
+
+
+def assert_preview_gone(host: SimHost) -> None:
+    """The step's preview router ran as a program of the deployment's supervisord (issue #37 item 6: not a
+    process of the module's, as root) and nothing of it is left: no program, no program file."""
+    log = (host.install_root / "supervisor" / "supervisord.log").read_text()
+    assert f"spawned: '{PREVIEW}'" in log
+    assert PREVIEW not in host.supervisorctl("status")
+    assert not (host.install_root / "supervisor" / "preview").exists()
+
+
 def test_rolling_2p2d_promotes_with_no_failed_request(roll_host: SimHost) -> None:
     first = roll_host.active_release()
     out = roll_under_load(roll_host, "rolling 2P2D promotion", "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "2"}}',
                           promoted=True, says="PROMOTED")
     assert "Gates through the step's preview router: step 2" in out, out[-3000:]
+    assert_preview_gone(roll_host)
     second = roll_host.active_release()
     assert second != first
     assert_active(roll_host, second)
@@ -95,6 +108,7 @@ def test_rolling_step_2_failure_rolls_back_step_by_step_with_no_failed_request(r
                     "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "3"}}',
                     "-e", '{"sim_faults_by_role": {"prefill[1]": "crash_on_start"}}',
                     promoted=False, says="ROLLED BACK: rolling step 2: readiness failed")
+    assert_preview_gone(roll_host)  # removed on the failure's path too (undo.yml)
     # Every worker runs the serving release again; the failed one is recorded as failed.
     assert_active(roll_host, serving)
     assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}

@@ -8,6 +8,8 @@ failure tails and the logs the config gate reads are redacted (README, "Secrets"
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import stat
@@ -116,5 +118,21 @@ def test_vault_key_and_secret_env_land_0600_the_servers_use_them_and_they_never_
     assert decode["SGLANG_DSV4_BF16_INDEX_K"] == "1" and "SGLANG_DSV4_BF16_INDEX_K" not in prefill
     assert "DSV4_SIM_STATE_DIR" in decode  # the inventory's server_env is kept
     report = (sim_host.reports / "latest" / "report.md").read_text()
-    assert "| env switches added (all servers) | HF_TOKEN=<secret sha256:" in report
+    assert "| env switches added (all servers) | HF_TOKEN=<secret> |" in report
     assert "| env switches added (decode) | SGLANG_DSV4_BF16_INDEX_K=1 |" in report
+    # Issue #37 item 16: the 0644 spec.json shows the token by a digest keyed with the host's salt (root's, 0400,
+    # in the 0700 folder), not by an unsalted sha256 a reader could match guesses against.
+    salt_file = secrets / "digest_salt"
+    assert stat.S_IMODE(salt_file.stat().st_mode) == 0o400
+    salt = salt_file.read_text().strip()
+    shown = json.loads((sim_host.install_root / "current" / "spec.json").read_text())["deployment"]
+    keyed = hmac.new(bytes.fromhex(salt), token.encode(), hashlib.sha256).hexdigest()[:12]
+    assert shown["server_env_extra"]["HF_TOKEN"] == f"<secret hmac:{keyed}>"
+    unsalted = hashlib.sha256(token.encode()).hexdigest()[:12]
+    assert not [p for p in releases.rglob("*") if p.is_file() and unsalted.encode() in p.read_bytes()]
+    # The salt is read back on the next run: the same secret is the same release (check mode writes nothing).
+    again = sim_host.playbook("deploy.yml", "--check", "-e", json.dumps(extra), "-e", f"dsv4_test_vault_key={key}",
+                              *FAST)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert "a real run would change nothing" in " ".join(again.stdout.split()), again.stdout[-4000:]
+    assert salt_file.read_text().strip() == salt

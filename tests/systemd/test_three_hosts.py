@@ -8,6 +8,7 @@ playbook installs it on each host for the service user. Tests run in order on th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -278,6 +279,15 @@ def test_rolling_2p1d_over_three_hosts_serves_throughout(lab: Lab, tmp_path: Pat
     assert decode1.sh("ss -Hltn '( sport = :30002 )'").stdout.strip(), "the decode is not home"
     assert not decode1.sh("ss -Hltn '( sport = :30102 )'").stdout.strip(), "the surge decode still listens"
     assert not router1.sh("ss -Hltn '( sport = :30100 )'").stdout.strip(), "the preview router still listens"
+    # The preview router ran as a transient unit as the router's service user (issue #37 item 6: it ran as
+    # root, outside systemd), its output in the journal under its unit, and the unit is gone.
+    user = router1.sh("systemctl show -p User --value sglang-dsv4-router.service").stdout.strip()
+    uid = router1.sh(f"id -u {user}").stdout.strip()
+    journal = router1.sh("journalctl -o json _SYSTEMD_UNIT=sglang-dsv4-router-preview.service || true").stdout
+    uids = {json.loads(line).get("_UID") for line in journal.splitlines() if line.strip()}
+    assert user and uids == {uid}, (user, uids)
+    assert not router1.sh("systemctl list-units --all --plain --no-legend 'sglang-dsv4-router-preview*' || true"
+                          ).stdout.strip()
     # The slot's units (its deployment name ends in b: sglang-dsv4_dsv4deployb-decode) are removed.
     assert not decode1.sh("ls /etc/systemd/system | grep -e 'b-decode.service' || true").stdout.strip()
     assert not decode1.sh("systemctl list-units --all --plain --no-legend '*b-decode*' || true").stdout.strip()

@@ -234,16 +234,17 @@ def test_the_twin_of_a_release_with_secrets_gets_them_from_the_inventory_by_dige
 
     token = "hf_" + "k" * 20
     inventory = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token})
-    release = render.render_release(inventory, "gpu1")["spec.json"]
+    salt = {"gpu1": "7e" * 32}  # the host's digest salt (issue #37 item 16): spec.json's digests are keyed by it
+    release = render.render_release(inventory, "gpu1", salt["gpu1"])["spec.json"]
     assert token not in release
     plan = isolation_plan(release, ["gpu1"])
     assert token not in json.dumps(plan)
-    files = secret_files(inventory, ["gpu1"], planned=plan["combined"]["spec"])["gpu1"]
+    files = secret_files(inventory, ["gpu1"], planned=plan["combined"]["spec"], keys=salt)["gpu1"]
     assert files == {"/opt/dsv4deploy/secrets/sglang-dsv4.env": f'HF_TOKEN="{token}"\n'}
     # The inventory's secret changed since the release was made: said, not written wrong.
     changed = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token + "2"})
     with pytest.raises(SpecError, match="the secret values of HF_TOKEN in this release differ from the inventory's"):
-        secret_files(changed, ["gpu1"], planned=plan["combined"]["spec"])
+        secret_files(changed, ["gpu1"], planned=plan["combined"]["spec"], keys=salt)
 
 
 def test_the_twin_of_a_release_served_as_root_is_planned_only_where_the_inventory_says_root_is_meant():

@@ -111,3 +111,40 @@ def test_the_preview_router_reads_the_production_routers_key_file_from_the_vault
         problems, roll = rolling_plan.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
         assert problems == [] and roll["api_key_file"] == key_file
         assert "vault_dsv4_api_key" not in json.dumps(roll)
+
+
+def _preview_host(argv: list[str]) -> str:
+    return argv[argv.index("--host") + 1]
+
+
+def test_the_preview_router_never_listens_on_every_interface() -> None:
+    # Issue #37 item 6: it listened on the production router's address, 0.0.0.0 here, fronting workers no gate
+    # had passed yet. Now: the one address the gates reach the router's host at, or loopback where they can.
+    spec = xpyd_spec()
+    assert spec.router.listen == "0.0.0.0"
+    plan = _plan(spec)
+    _, roll = rolling_plan.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+    first = roll["steps"][0]["preview"]
+    assert _preview_host(first["argv"]) == "10.0.0.11" and first["url"].startswith("http://10.0.0.11:")
+    local = spec.model_copy(update={"hosts": {**spec.hosts, "gpu1": spec.hosts["gpu1"].model_copy(
+        update={"address": "127.0.0.1"})}})
+    plan = _plan(local)
+    _, roll = rolling_plan.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+    first = roll["steps"][0]["preview"]
+    assert _preview_host(first["argv"]) == "127.0.0.1" and first["url"].startswith("http://127.0.0.1:")
+    metrics = first["argv"][first["argv"].index("--prometheus-host") + 1]
+    assert metrics == "127.0.0.1"
+
+
+def test_the_preview_router_runs_with_the_router_units_user_env_and_hardening() -> None:
+    spec = xpyd_spec()
+    plan = _plan(spec)
+    _, roll = rolling_plan.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+    assert roll["preview_name"] == "sglang-dsv4-router-preview"
+    props = roll["preview_properties"]
+    assert f"User={spec.hosts['gpu1'].service_user}" in props
+    for wanted in ("NoNewPrivileges=yes", "CapabilityBoundingSet=", "ProtectSystem=strict", "PrivateDevices=yes",
+                   "ProtectProc=invisible", "RestrictNamespaces=yes", "SystemCallFilter=@system-service"):
+        assert wanted in props, wanted
+    # How it starts and restarts is systemd-run's (once; a preview router that dies fails its step).
+    assert not [p for p in props if p.split("=", 1)[0] in ("ExecStart", "Restart", "Type", "RestartSec")]

@@ -8,6 +8,7 @@ servers' real environment) is tests/integration/test_secrets.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +24,8 @@ from dsv4deploy.spec import SpecError, secret_env
 from tests.golden.fixture_specs import pd_spec
 
 TOKEN = "hf_" + "Zq9" * 8
+SALT = "5a" * 32  # a host's digest salt (64 hex, as dsv4_digest_salt keeps it)
+KEYS = {"gpu1": SALT}
 NASTY = 'it\'s "quoted" $HOME `id` \\ back; # not a comment'
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "inventory" / "examples" / "pd-single-host"
@@ -45,14 +48,14 @@ def test_no_rendered_file_holds_a_secret_value(manager: str) -> None:
     spec = pd_spec(manager, server_env={"HF_TOKEN": TOKEN, "A": "1"},
                    server_env_extra_by_role={"router": {"ROUTER_TOKEN": TOKEN + "r"}},
                    secret_env=["WANDB_ENTITY"], server_env_extra={"WANDB_ENTITY": "team-secret-name"})
-    files = render_all(spec)["gpu1"]
+    files = render_all(spec, KEYS)["gpu1"]
     for rel, text in files.items():
         assert TOKEN not in text and "team-secret-name" not in text, rel
     script = files["bin/serve-sglang-dsv4-decode.sh"]
     assert "export A=1" in script and "HF_TOKEN" in script  # the name is shown, the value never
     deployment = json.loads(files["spec.json"])["deployment"]
-    assert deployment["server_env"]["HF_TOKEN"] == secret_env.redacted(TOKEN)
-    assert deployment["server_env_extra"]["WANDB_ENTITY"].startswith("<secret sha256:")
+    assert deployment["server_env"]["HF_TOKEN"] == secret_env.redacted(TOKEN, SALT)
+    assert deployment["server_env_extra"]["WANDB_ENTITY"].startswith("<secret hmac:")
     if manager == "systemd":
         assert "EnvironmentFile=/opt/dsv4deploy/secrets/sglang-dsv4-decode.env\n" in \
             files["units/sglang-dsv4-decode.service"]
@@ -62,9 +65,11 @@ def test_no_rendered_file_holds_a_secret_value(manager: str) -> None:
         assert "secret_env_file=/opt/dsv4deploy/secrets/sglang-dsv4-decode.env\n" in script
 
 
-def test_the_plan_carries_digests_and_only_the_secrets_task_gets_values() -> None:
+def test_the_plan_carries_no_value_and_only_the_secrets_task_gets_values() -> None:
     spec = pd_spec(server_env={"HF_TOKEN": TOKEN})
-    assert TOKEN not in json.dumps(make_plan(spec, ["gpu1"]))
+    plan = make_plan(spec, ["gpu1"], keys=KEYS)
+    assert TOKEN not in json.dumps(plan)
+    assert plan["spec"]["server_env"]["HF_TOKEN"] == "<secret>"  # the plan's own spec (and the report): no digest
     files = secret_files(spec, ["gpu1"])["gpu1"]
     assert sorted(files) == ["/opt/dsv4deploy/secrets/sglang-dsv4-decode.env",
                              "/opt/dsv4deploy/secrets/sglang-dsv4-prefill.env"]
@@ -72,8 +77,56 @@ def test_the_plan_carries_digests_and_only_the_secrets_task_gets_values() -> Non
 
 
 def test_a_changed_secret_changes_the_release_so_its_servers_restart() -> None:
-    one, two = (make_plan(pd_spec(server_env={"HF_TOKEN": t}), ["gpu1"]) for t in (TOKEN, TOKEN + "2"))
+    one, two = (make_plan(pd_spec(server_env={"HF_TOKEN": t}), ["gpu1"], keys=KEYS) for t in (TOKEN, TOKEN + "2"))
     assert one["hosts"]["gpu1"]["content_hash"] != two["hosts"]["gpu1"]["content_hash"]
+    again = make_plan(pd_spec(server_env={"HF_TOKEN": TOKEN}), ["gpu1"], keys=KEYS)  # the next run, same salt
+    assert again["hosts"]["gpu1"]["content_hash"] == one["hosts"]["gpu1"]["content_hash"]
+
+
+def test_a_guessed_secret_cannot_be_confirmed_from_a_release() -> None:
+    # Issue #37 item 16: spec.json (0644) and the serve scripts showed 12 hex of an unsalted sha256, so a reader
+    # could hash a dictionary of weak secrets and find the one that matches. Now the digest is keyed by the
+    # host's salt, which the reader (without the 0700 secrets folder) does not have.
+    weak = "password1"
+    files = render_all(pd_spec(server_env={"HF_TOKEN": weak}), KEYS)["gpu1"]
+    shown = "".join(files.values())
+    unsalted = hashlib.sha256(weak.encode()).hexdigest()[:12]
+    assert unsalted not in shown
+    env_line = secret_env.file_content({"HF_TOKEN": weak})
+    assert hashlib.sha256(env_line.encode()).hexdigest()[:12] not in shown  # the serve script's old digest
+    guesses = {hashlib.sha256(g.encode()).hexdigest()[:12] for g in ("123456", "password", weak, "letmein")}
+    assert not any(g in shown for g in guesses)
+    assert secret_env.keyed_digest(weak, SALT) in shown  # what the host with its salt can still compare
+
+
+def test_one_hosts_digest_says_nothing_about_anothers() -> None:
+    spec = pd_spec(server_env={"HF_TOKEN": TOKEN})
+    one, two = (json.loads(render_all(spec, {"gpu1": salt})["gpu1"]["spec.json"])["deployment"]["server_env"]
+                for salt in (SALT, "c3" * 32))
+    assert one["HF_TOKEN"] != two["HF_TOKEN"]
+
+
+def test_a_host_with_secrets_and_no_salt_is_refused_before_anything_changes() -> None:
+    # A release without a digest would not change when its secret does: the plan refuses to make one.
+    with pytest.raises(SpecError) as err:
+        make_plan(pd_spec(server_env={"HF_TOKEN": TOKEN}), ["gpu1"], keys={})
+    assert "server_env (host gpu1): the host's digest salt was not read" in str(err.value)
+    make_plan(pd_spec(), ["gpu1"], keys={})  # no secret, no salt needed
+
+
+def test_secret_values_are_found_again_from_keyed_unsalted_and_plain_redactions() -> None:
+    # The isolation twin comes from a release's spec.json: keyed (this version) or unsalted (an older one);
+    # the other slot's plan shows `<secret>`, taken by name and place.
+    spec = pd_spec(server_env={"HF_TOKEN": TOKEN}, server_env_extra_by_role={"router": {"R_TOKEN": "r" + TOKEN}})
+    dump = spec.model_dump(mode="json")
+    legacy = json.loads(json.dumps(secret_env.redact_spec(dump, SALT)).replace(
+        secret_env.redacted(TOKEN, SALT), "<secret sha256:" + hashlib.sha256(TOKEN.encode()).hexdigest()[:12] + ">"))
+    for redacted in (secret_env.redact_spec(dump, SALT), secret_env.redact_spec(dump), legacy):
+        data, missing = secret_env.unredact_spec(redacted, dump, [SALT])
+        assert missing == [] and data["server_env"]["HF_TOKEN"] == TOKEN
+        assert data["server_env_extra_by_role"]["router"]["R_TOKEN"] == "r" + TOKEN
+    _, missing = secret_env.unredact_spec(secret_env.redact_spec(dump, "c3" * 32), dump, [SALT])
+    assert missing == ["HF_TOKEN", "R_TOKEN"]  # another salt: not this inventory's values, so refused
 
 
 def test_the_env_file_reads_back_exactly_in_bash(tmp_path: Path) -> None:
@@ -100,6 +153,13 @@ def test_plan_and_render_commands_never_print_or_write_it(capsys, tmp_path: Path
         assert cli.main([*command, "-i", str(site), "-e", extra]) == 0
         out, err = capsys.readouterr()
         assert TOKEN not in out + err, command
-    assert "  all servers: HF_TOKEN=<secret sha256:" in "\n".join(cli.format_plan(cli.plan([str(site)], [extra])))
+    assert "  all servers: HF_TOKEN=<secret>" in "\n".join(cli.format_plan(cli.plan([str(site)], [extra])))
     written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert written and all(TOKEN.encode() not in p.read_bytes() for p in written)
+
+
+def test_the_salt_is_read_only_on_the_hosts_with_secret_env_values() -> None:
+    from dsv4deploy.plan import secret_hosts
+
+    assert secret_hosts(pd_spec(server_env={"HF_TOKEN": TOKEN}), ["gpu1"]) == {"gpu1": "/opt/dsv4deploy"}
+    assert secret_hosts(pd_spec(), ["gpu1"]) == {}  # a deploy without any reads nothing on the hosts

@@ -1,0 +1,160 @@
+#!/usr/bin/python
+"""The host's digest salt: the key of the digests that stand for its secret env values in its releases."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dsv4_digest_salt
+short_description: Read, or write once, the per-host key of the digests of secret env values
+description:
+  - A release shows each secret env value (spec.json, 0644; the serve scripts) only as a digest, so that a changed
+    secret makes a new release. The digest is HMAC-SHA256 keyed by this host's salt, 32 random bytes kept in
+    C(INSTALL_ROOT/secrets/digest_salt) (0400, root's, in the 0700 secrets folder), so that a reader of the release
+    cannot confirm a guessed secret offline and one host's digests say nothing about another's.
+  - O(state=read) (the plan, before anything is validated or written) returns the salt, or a new random one when
+    there is none yet (RV(new)), which it does not write.
+  - O(state=present) (the release install, after preflight) writes O(salt) when the file does not hold it; a link
+    or anything but a regular file there is replaced, never followed.
+options:
+  install_root:
+    type: path
+    required: true
+    description: [The deployment's install root (the home, not a blue_green slot).]
+  state:
+    type: str
+    choices: [read, present]
+    default: read
+    description: [What to do.]
+  salt:
+    type: str
+    default: ""
+    description: [With O(state=present), the salt to keep (64 hex, as O(state=read) returned it).]
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.posix
+attributes:
+  check_mode:
+    support: full
+    description: Reading changes nothing; a write is only reported.
+  diff_mode:
+    support: none
+    description: The salt is a secret; run the task with no_log.
+author: dsv4deploy maintainers (@dsv4deploy)
+"""
+
+EXAMPLES = r"""
+- name: Read this host's digest salt (never logged)
+  dsv4.deploy.dsv4_digest_salt:
+    install_root: /opt/dsv4deploy
+  register: dsv4_digest_salt
+  no_log: true
+"""
+
+RETURN = r"""
+salt:
+  description: The salt (64 hex), a new one when RV(new).
+  type: str
+  returned: state=read
+path:
+  description: Where the salt is kept.
+  type: str
+  returned: always
+new:
+  description: There was no salt - RV(salt) is new, and the install writes it.
+  type: bool
+  returned: state=read
+legacy:
+  description: There was no salt and the active release shows unsalted digests (an older dsv4deploy), so the next
+    release differs from it once, even when no secret changed.
+  type: bool
+  returned: state=read
+"""
+
+import os
+import re
+import secrets
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
+
+SALT_FILE = os.path.join("secrets", "digest_salt")
+SALT = re.compile(r"[0-9a-f]{64}\Z")
+# What an older dsv4deploy wrote into spec.json for each secret env value.
+LEGACY_MARK = b"<secret sha256:"
+
+
+def salt_path(root: str) -> str:
+    """Where the host keeps its salt."""
+    return os.path.join(root, SALT_FILE)
+
+
+def read_salt(root: str) -> str | None:
+    """The salt kept under `root`, or None when there is none (or what is there is not a salt file we wrote:
+    a link, another kind of file, other content - the install replaces it)."""
+    try:
+        fd = os.open(salt_path(root), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        text = fh.read(65).decode("ascii", "replace").strip()
+    return text if SALT.match(text) else None
+
+
+def shows_unsalted(root: str) -> bool:
+    """Whether the active release's spec.json shows unsalted digests (made before the salt)."""
+    try:
+        with open(os.path.join(root, "current", "spec.json"), "rb") as fh:
+            return LEGACY_MARK in fh.read()
+    except OSError:
+        return False
+
+
+def read(root: str) -> dict:
+    """state=read: the salt kept, or a new one (not written)."""
+    salt = read_salt(root)
+    if salt is not None:
+        return {"salt": salt, "new": False, "legacy": False}
+    return {"salt": secrets.token_hex(32), "new": True, "legacy": shows_unsalted(root)}
+
+
+def keep(root: str, salt: str, check_mode: bool = False) -> bool:
+    """state=present: write `salt` unless it is kept already; whether anything changed (or would)."""
+    if not SALT.match(salt):
+        raise ValueError("salt must be 64 lowercase hex, as state=read returned it")
+    if read_salt(root) == salt:
+        return False
+    if not check_mode:
+        # Replaces whatever is there (a link is replaced, not followed): the folder is the service user's.
+        write_atomic(salt_path(root), salt + "\n", mode=0o400, prefix=".tmp-salt-")
+    return True
+
+
+def main() -> None:
+    """Run the module."""
+    module = AnsibleModule(
+        argument_spec={
+            "install_root": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["read", "present"], "default": "read"},
+            "salt": {"type": "str", "default": "", "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    root = module.params["install_root"]
+    out = {"path": salt_path(root)}
+    if module.params["state"] == "read":
+        module.exit_json(changed=False, **out, **read(root))
+    salt = module.params["salt"]
+    if not os.path.isdir(os.path.dirname(out["path"])):
+        module.fail_json(msg=f"{os.path.dirname(out['path'])} does not exist: the install makes it first", **out)
+    try:
+        changed = keep(root, salt, module.check_mode)
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=f"cannot keep the digest salt in {out['path']}: {exc}", **out)
+    module.exit_json(changed=changed, **out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The host's digest salt (issue #37 item 16, plugins/modules/dsv4_digest_salt): read without writing, a new one
+where there is none, kept once by the install, a planted link replaced and never followed."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from tests.unit.plugins.runner import run_module
+
+
+def _root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "secrets").mkdir(parents=True)
+    return root
+
+
+def test_reading_writes_nothing_and_a_new_salt_is_kept_once_then_read_back(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    first = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
+    assert first["new"] and not first["legacy"] and not first["changed"] and len(first["salt"]) == 64
+    assert list((root / "secrets").iterdir()) == []  # the plan reads before anything is validated
+    again = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
+    assert again["salt"] != first["salt"]  # nothing kept yet: each read proposes its own
+    checked = run_module("dsv4_digest_salt", tmp_path, check_mode=True, install_root=str(root), state="present",
+                         salt=first["salt"])
+    assert checked["changed"] and list((root / "secrets").iterdir()) == []  # check mode writes nothing
+    kept = run_module("dsv4_digest_salt", tmp_path, install_root=str(root), state="present", salt=first["salt"])
+    assert kept["changed"] and "salt" not in kept
+    path = root / "secrets" / "digest_salt"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o400
+    read = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
+    assert read["salt"] == first["salt"] and not read["new"]  # the same salt every later run
+    same = run_module("dsv4_digest_salt", tmp_path, install_root=str(root), state="present", salt=first["salt"])
+    assert not same["changed"]
+
+
+def test_a_release_with_unsalted_digests_is_named_once(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "releases" / "r1").mkdir(parents=True)
+    (root / "releases" / "r1" / "spec.json").write_text('{"deployment": {"server_env": '
+                                                        '{"HF_TOKEN": "<secret sha256:0123456789ab>"}}}')
+    (root / "current").symlink_to("releases/r1")
+    read = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
+    assert read["new"] and read["legacy"]
+    run_module("dsv4_digest_salt", tmp_path, install_root=str(root), state="present", salt=read["salt"])
+    assert not run_module("dsv4_digest_salt", tmp_path, install_root=str(root))["legacy"]  # once only
+
+
+def test_a_planted_link_is_neither_read_nor_followed(tmp_path: Path) -> None:
+    # The secrets folder is the service user's: it may plant digest_salt -> a file of root's.
+    root = _root(tmp_path)
+    target = tmp_path / "roots-file"
+    target.write_text("a" * 64 + "\n")
+    (root / "secrets" / "digest_salt").symlink_to(target)
+    read = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
+    assert read["new"] and read["salt"] != "a" * 64
+    run_module("dsv4_digest_salt", tmp_path, install_root=str(root), state="present", salt=read["salt"])
+    assert target.read_text() == "a" * 64 + "\n"  # untouched
+    path = root / "secrets" / "digest_salt"
+    assert not path.is_symlink() and path.read_text() == read["salt"] + "\n"
+
+
+def test_a_salt_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    out = run_module("dsv4_digest_salt", tmp_path, install_root=str(root), state="present", salt="short")
+    assert out["failed"] and "64 lowercase hex" in out["msg"]
