@@ -128,14 +128,15 @@ def judge(current: Mapping[str, Any], baseline: Mapping[str, Any], *, alpha: flo
             if smallest_p(n, m) >= alpha:
                 skipped.append(f"{what} (too few rounds for a rank test at alpha {alpha:g}: {n} now, {m} before)")
                 continue
-            judged.append(_judge_one(where, figure, now[figure], before[figure], alpha=alpha,
-                                     band=tail_band if tail_band is not None and "_p99" in figure else band,
-                                     noise_floor_s=noise_floor_s))
+            judged.append(judge_figure(where, figure, now[figure], before[figure], alpha=alpha,
+                                       band=tail_band if tail_band is not None and "_p99" in figure else band,
+                                       noise_floor_s=noise_floor_s))
     return judged, skipped
 
 
-def _judge_one(where: str, figure: str, now: list[float], before: list[float], *, alpha: float, band: float,
-               noise_floor_s: float) -> Judgement:
+def judge_figure(where: str, figure: str, now: list[float], before: list[float], *, alpha: float, band: float,
+                 noise_floor_s: float) -> Judgement:
+    """One figure's rounds `now` against `before`: regressed when significant at `alpha` and beyond `band`."""
     median_now, median_before = statistics.median(now), statistics.median(before)
     latency = is_latency(figure)
     # Worse: a latency larger, a throughput smaller.

@@ -201,9 +201,9 @@ class GateSettings(BaseModel):
     perf_output_tokens: int = Field(32, ge=2)
     perf_rounds: int = Field(5, ge=1, le=50)
     perf_alpha: float = Field(0.02, gt=0, lt=0.5)
-    perf_tolerance: float = Field(0.25, gt=0)
+    perf_tolerance: float = Field(0.3, gt=0)
     perf_p99_tolerance: float = Field(0.5, gt=0)
-    perf_noise_floor_s: float = Field(0.005, ge=0)
+    perf_noise_floor_s: float = Field(0.002, ge=0)
     perf_deadline_s: float = Field(300, gt=0)
     # The accuracy gate (dsv4deploy.gates.accuracy): a question set ('builtin' or a JSONL path on the
     # controller, GSM8K's format), judged against the model profile's reference score for accuracy_task

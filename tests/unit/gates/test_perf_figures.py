@@ -3,6 +3,7 @@ quantiles, and the judgement against the last good release's figures."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -228,3 +229,16 @@ def test_a_slower_release_fails_with_its_evidence(monkeypatch):
     assert result.status.value == "failed", result.summary
     assert re.search(r"client itl_p50_s 0.02 vs 0.01 \(2.00x worse, p=0.00\d+\)", result.summary), result.summary
     assert {r["figure"] for r in result.evidence["regressions"]} == {"itl_p50_s"}
+
+
+def test_the_default_rule_refuses_a_one_and_a_half_times_slower_figure_and_lets_a_loaded_machine_pass():
+    from dsv4deploy.gates.runner import GateSettings
+
+    g = GateSettings()
+    rule = {"alpha": g.perf_alpha, "band": g.perf_tolerance, "noise_floor_s": g.perf_noise_floor_s,
+            "tail_band": g.perf_p99_tolerance}
+    # The embedded host's decode: 11.6 ms a token, 1.5x slower is 17.4 ms, each round within a few %.
+    assert ("decode", "itl_p50_s") in _regressed(_rounds(0.0174, 200), _rounds(0.0116, 300), **rule)
+    # 1.2x in every round (a busy machine): significant, inside the band.
+    assert _regressed(_rounds(0.0139, 250), _rounds(0.0116, 300), **rule) == set()
+    assert math.comb(2 * g.perf_rounds, g.perf_rounds) >= 1 / g.perf_alpha  # the rounds can reach alpha
