@@ -71,7 +71,7 @@ def main() -> int:
         return run_perf(url, "dsv4", workers=[{"name": w["name"], "url": w["url"]} for w in workers], key="bench",
                         load=load, tolerance=settings.perf_tolerance, noise_floor_s=settings.perf_noise_floor_s,
                         baseline=baseline, deadline_s=settings.perf_deadline_s,
-                        tail_tolerance=settings.perf_p99_tolerance, rounds=settings.perf_rounds,
+                        ttft_tolerance=settings.perf_ttft_tolerance, rounds=settings.perf_rounds,
                         alpha=settings.perf_alpha)
 
     root = Path(tempfile.mkdtemp(prefix="dsv4-perf-bench-"))
@@ -83,7 +83,7 @@ def main() -> int:
         clean_url, clean_workers = start_stack(launcher, root / "clean", "")
         slow_url, slow_workers = start_stack(launcher, root / "slow", SLOW)
         print(f"perf settings: {settings.perf_rounds} rounds of {load.key()}, alpha {settings.perf_alpha}, "
-              f"band {settings.perf_tolerance:.0%} (p99 {settings.perf_p99_tolerance:.0%})", flush=True)
+              f"band {settings.perf_tolerance:.0%} (TTFT {settings.perf_ttft_tolerance:.0%})", flush=True)
         for i in range(opts.runs):
             base = gate(clean_url, clean_workers, None)
             baseline = {**base.evidence["figures"], "release": f"clean-{i}"}

@@ -182,13 +182,14 @@ def _fmt(figures: Mapping[str, Any]) -> str:
 def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]], key: str, load: PerfLoad,
              tolerance: float, noise_floor_s: float, baseline: Mapping[str, Any] | None, deadline_s: float,
              api_key: str | None = None, progress: Progress | None = None,
-             tail_tolerance: float | None = None, rounds: int = 5, alpha: float = 0.02) -> GateResult:
+             ttft_tolerance: float | None = None, rounds: int = 5, alpha: float = 0.02) -> GateResult:
     """Run `rounds` rounds of the load through `endpoint`, measure each from the client and the `workers'`
     metrics, and judge the rounds against the baseline's (:func:`perf_compare.judge`).
 
     `key` names what the figures are measured on (hosts, topology, router, load); `baseline` is the
     last good release's record (``evidence.figures`` of its perf gate), or None. `tolerance` is the
-    band a median may be worse by (`tail_tolerance` for a p99), `alpha` the rank test's level.
+    band a median may be worse by (`ttft_tolerance` for the time-to-first-token figures), `alpha` the rank
+    test's level.
     """
     endpoint = check_url(endpoint, "endpoint")
     watch = Stopwatch()
@@ -224,7 +225,7 @@ def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
         for r in per_round:
             r["servers"].pop(name, None)
     figures = record(key, load, per_round)
-    evidence: dict[str, Any] = {"figures": figures, "tolerance": tolerance, "tail_tolerance": tail_tolerance,
+    evidence: dict[str, Any] = {"figures": figures, "tolerance": tolerance, "ttft_tolerance": ttft_tolerance,
                                 "alpha": alpha, "rounds": rounds, "noise_floor_s": noise_floor_s,
                                 "baseline": dict(baseline) if baseline else None,
                                 "servers_unavailable": unavailable}
@@ -237,14 +238,14 @@ def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
                            evidence)
     assert baseline is not None
     judgements, skipped = judge(figures, baseline, alpha=alpha, band=tolerance, noise_floor_s=noise_floor_s,
-                                tail_band=tail_tolerance)
+                                ttft_band=ttft_tolerance)
     regressions = [j for j in judgements if j.regressed]
     evidence.update(judged=bool(judgements), regressions=[j.record() for j in regressions],
                     judgements=[j.record() for j in judgements], not_judged=skipped)
     against = f"release {baseline.get('release') or '?'}"
     not_judged = f"; not judged: {', '.join(skipped)}" if skipped else ""
     rule = (f"one-sided Mann-Whitney U at alpha {alpha:g} and a median worse by at least {tolerance:.0%}"
-            + (f" ({tail_tolerance:.0%} for a p99)" if tail_tolerance is not None else ""))
+            + (f" ({ttft_tolerance:.0%} for a TTFT)" if ttft_tolerance is not None else ""))
     if not judgements:
         evidence["not_judged_because"] = f"no figure could be judged against {against}"
         return make_result(GATE, GateStatus.SKIPPED, watch,

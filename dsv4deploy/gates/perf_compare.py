@@ -107,10 +107,11 @@ def _clean(figs: Mapping[str, Any]) -> dict[str, list[float]]:
 
 
 def judge(current: Mapping[str, Any], baseline: Mapping[str, Any], *, alpha: float, band: float,
-          noise_floor_s: float, tail_band: float | None = None) -> tuple[list[Judgement], list[str]]:
+          noise_floor_s: float, ttft_band: float | None = None) -> tuple[list[Judgement], list[str]]:
     """Every figure of `current` judged against `baseline` (perf records), and what was not judged, with
-    why (``decode ttft_p50_s (no figure now)``). A p99 figure is judged with `tail_band` (default:
-    `band`): per round it is the slowest request or two, and one scheduling hiccup moves it."""
+    why (``decode ttft_p50_s (no figure now)``). A time-to-first-token figure is judged with `ttft_band`
+    (default: `band`): it is mostly queueing, which a busy machine moves most (its p99 is the slowest
+    request or two of a round)."""
     now_all, before_all = samples(current), samples(baseline)
     judged: list[Judgement] = []
     skipped: list[str] = [f"{name} (no server figures now)" for name in sorted(set(before_all) - set(now_all))]
@@ -129,7 +130,7 @@ def judge(current: Mapping[str, Any], baseline: Mapping[str, Any], *, alpha: flo
                 skipped.append(f"{what} (too few rounds for a rank test at alpha {alpha:g}: {n} now, {m} before)")
                 continue
             judged.append(judge_figure(where, figure, now[figure], before[figure], alpha=alpha,
-                                       band=tail_band if tail_band is not None and "_p99" in figure else band,
+                                       band=ttft_band if ttft_band is not None and figure.startswith("ttft") else band,
                                        noise_floor_s=noise_floor_s))
     return judged, skipped
 

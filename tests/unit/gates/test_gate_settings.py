@@ -93,3 +93,10 @@ def test_each_setting_weaker_than_the_spec_implies_is_named():
         "dsv4_gates_inconclusive is pass (an undecided gate lets the release through)",
         "dsv4_bake_canary_tokens 1000 is shorter than the needle requirement 2000",
     ]
+
+
+def test_the_retired_perf_p99_tolerance_warns_and_names_perf_ttft_tolerance() -> None:
+    settings = settings_from_vars({"perf_p99_tolerance": 3.0}, lambda v: v)
+    assert settings.perf_ttft_tolerance == 1.0  # not carried over: the band now covers every TTFT figure
+    (warning,) = retired_warnings({"perf_p99_tolerance": 3.0})
+    assert warning.startswith("'perf_p99_tolerance' is no longer read") and "perf_ttft_tolerance" in warning

@@ -141,11 +141,15 @@ def test_faster_is_never_a_regression_and_throughput_is_judged_the_other_way():
     assert _regressed(_rounds(0.01, 150), _rounds(0.01, 300)) == {("client", "output_tokens_per_s")}
 
 
-def test_a_p99_is_judged_with_its_own_band():
+def test_the_time_to_first_token_is_judged_with_its_own_band():
+    # TTFT is mostly queueing: a busy machine moves it most (1.3x in a clean integration deploy).
     now, before = _rounds(0.01, 300, ttft=0.02), _rounds(0.01, 300, ttft=0.02)
-    now["samples"]["client"]["ttft_p99_s"] = [v * 1.4 for v in before["samples"]["client"]["ttft_p99_s"]]
-    assert _regressed(now, before) == {("client", "ttft_p99_s")}
-    assert _regressed(now, before, tail_band=0.5) == set()
+    for figure in ("ttft_p50_s", "ttft_p99_s"):
+        now["samples"]["client"][figure] = [v * 1.4 for v in before["samples"]["client"][figure]]
+    assert _regressed(now, before) == {("client", "ttft_p50_s"), ("client", "ttft_p99_s")}
+    assert _regressed(now, before, ttft_band=1.0) == set()
+    now["samples"]["client"]["ttft_p50_s"] = [v * 2.5 for v in before["samples"]["client"]["ttft_p50_s"]]
+    assert _regressed(now, before, ttft_band=1.0) == {("client", "ttft_p50_s")}
 
 
 def test_counts_are_recorded_not_judged_as_latencies():
@@ -236,7 +240,7 @@ def test_the_default_rule_refuses_a_one_and_a_half_times_slower_figure_and_lets_
 
     g = GateSettings()
     rule = {"alpha": g.perf_alpha, "band": g.perf_tolerance, "noise_floor_s": g.perf_noise_floor_s,
-            "tail_band": g.perf_p99_tolerance}
+            "ttft_band": g.perf_ttft_tolerance}
     # The embedded host's decode: 11.6 ms a token, 1.5x slower is 17.4 ms, each round within a few %.
     assert ("decode", "itl_p50_s") in _regressed(_rounds(0.0174, 200), _rounds(0.0116, 300), **rule)
     # 1.2x in every round (a busy machine): significant, inside the band.
