@@ -1,8 +1,9 @@
 """One benchmark command: how fast a gated rollout reaches a verified release, notices readiness,
 runs its needle grid, gets back to service after a failure, how its cost grows with hosts, and what
 clients see during a recreate, blue_green and rolling rollout (the continuous client: sent, failed,
-longest gap between answers). Where mitogen is installed, the timed switch and the scale pair run once more
-under the opt-in mitogen_linear strategy (docs/mitogen.md): the `mitogen_*` figures, informational.
+longest gap between answers), and how long the soak takes to a verdict on a clean and on a faulty
+release. Where mitogen is installed, the timed switch and the scale pair run once more under the
+opt-in mitogen_linear strategy (docs/mitogen.md): the `mitogen_*` figures, informational.
 
     .venv/bin/python -m bench            # full: 3 repetitions, 20 s load, 16 hosts (about 20-30 min)
     .venv/bin/python -m bench --quick    # 1 repetition, 5 s load, 4 hosts (a few minutes)
@@ -28,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import downtime, metrics
+from bench import downtime, metrics, soak_verdict_time
 from bench.baseline import prepare as baseline
 from bench.mitogen_compare import mitogen_env
 from bench.scale import install_roots, scale_host
@@ -47,6 +48,10 @@ TARGETS = {
     # Issue #20: no request fails while blue_green or rolling replaces the serving release.
     "downtime_blue_green_failed": ("<=", 0),
     "downtime_rolling_failed": ("<=", 0),
+    # Issue #38 item 9: a clean soak verdict at the stated risks takes no longer than the former 50-session
+    # soak (after / before, same run), and every soak verdict is the expected one.
+    "soak_verdict_clean_after_vs_before": ("<=", 1.0),
+    "soak_verdict_wrong": ("<=", 0),
 }
 
 
@@ -216,8 +221,9 @@ def rollouts(load_s: float, repeat: int) -> dict[str, list[dict[str, Any]]]:
 
 
 def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float, hosts: int,
-            ro: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """Flat figures (medians) and their summaries."""
+            ro: dict[str, list[dict[str, Any]]] | None = None,
+            sv: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """Flat figures (medians) and their summaries; `sv` the soak's times to a verdict (soak_verdict_time)."""
     s = metrics.summary
     details = {
         "ratio_verified_vs_baseline": s(vr["ratio"]),
@@ -257,6 +263,7 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
     for strategy, runs in (ro or {}).items():
         for key in ("failed", "sent", "longest_gap_s", "rollout_s"):
             details[f"downtime_{strategy}_{key}"] = s([r[key] for r in runs])
+    details.update(soak_verdict_details(sv or {}))
     flat = {
         "ratio_verified_vs_baseline": details["ratio_verified_vs_baseline"]["median"],
         "readiness_latency_s_median": details["readiness_latency_s"]["median"],
@@ -269,10 +276,27 @@ def figures(vr: dict[str, list[Any]], sc: dict[str, list[float]], load_s: float,
         "task_overhead_s_median": details["task_overhead_s"]["median"],
         f"controller_cpu_growth_{hosts}_vs_1": details[f"controller_cpu_growth_{hosts}_vs_1"]["median"],
     }
+    if sv:
+        flat["soak_verdict_clean_after_vs_before"] = details["soak_verdict_clean_after_vs_before"]["median"]
+        flat["soak_verdict_wrong"] = details["soak_verdict_wrong"]["max"]
     for strategy in ro or {}:
         # The worst repetition, not the median: one failed request is a failure of the strategy.
         flat[f"downtime_{strategy}_failed"] = details[f"downtime_{strategy}_failed"]["max"]
     return {"figures": flat, "details": details, "slowest_tasks": metrics.slowest_tasks(vr["runs"])}
+
+
+def soak_verdict_details(sv: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """The soak's seconds to a verdict, a clean release's and a faulty one's (the seeds' PD rate, 15 %), under
+    the former rule (50 sessions judged at once: before) and the sequential test (after), and their ratios
+    per repetition (each pair on the same machine at about the same time)."""
+    s = metrics.summary
+    out = {f"soak_verdict_{k}_s": s(sv.get(k, [])) for k in ("clean_before", "clean_after", "faulty_before",
+                                                               "faulty_after")}
+    for kind in ("clean", "faulty"):
+        out[f"soak_verdict_{kind}_after_vs_before"] = s([a / b for a, b in zip(
+            sv.get(f"{kind}_after", []), sv.get(f"{kind}_before", []), strict=False) if b])
+    out["soak_verdict_wrong"] = s(sv.get("wrong", []))
+    return out
 
 
 def judge(flat: dict[str, Any], hosts: int) -> dict[str, dict[str, Any]]:
@@ -280,6 +304,8 @@ def judge(flat: dict[str, Any], hosts: int) -> dict[str, dict[str, Any]]:
     out = {}
     for name, (op, bound) in TARGETS.items():
         key = name.replace("_vs_1", f"_{hosts}_vs_1") if name.endswith("_vs_1") else name
+        if key not in flat:
+            continue  # a figure this run did not measure has no verdict
         value = flat.get(key)
         limit = flat[bound] if isinstance(bound, str) else bound
         out[key] = {"target": f"{op} {limit:g}", "met": value is not None and value <= limit}
@@ -328,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     vr = verified_and_rollback(load_s, repeat)
     sc = scaling(hosts, scale_load_s, repeat)
     ro = rollouts(scale_load_s, repeat)
+    log("soak: time to a verdict, a clean and a faulty release, the former rule and the sequential test")
+    sv = soak_verdict_time.verdict_times(repeat)
     result: dict[str, Any] = {
         "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "mode": "quick" if args.quick else "full",
@@ -335,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                      **NEEDLE},
         "machine": {"cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
-        **figures(vr, sc, load_s, hosts, ro),
+        **figures(vr, sc, load_s, hosts, ro, sv),
     }
     result["targets"] = judge(result["figures"], hosts)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -40,15 +40,15 @@ def decode_env(host: SimHost, **env: str) -> list[str]:
     return ["-e", json.dumps({"decode": [decode]})]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=1)
-    opts = parser.parse_args()
+def verdict_times(repeat: int = 1) -> dict[str, list[float]]:
+    """Per repetition, the soak's seconds to its verdict, ``{clean,faulty}_{before,after}``, and ``wrong``:
+    1.0 for each run whose verdict was not the expected one (a clean release not passed, a faulty one not
+    failed), else 0.0 (``python -m bench`` reports it beside the times)."""
     root = Path(tempfile.mkdtemp(prefix="dsv4-verdict-"))
     host = make_sim_host(root)
-    medians = {}
+    out: dict[str, list[float]] = {"wrong": []}
     try:
-        for n in range(opts.repeat):
+        for n in range(repeat):
             for faulty in (False, True):
                 fault = decode_env(host, SGLANG_DSV4_BF16_INDEX_K="1",
                                    DSV4_SIM_FAULTS="tool_call_corruption=0.15") if faulty else []
@@ -59,16 +59,26 @@ def main() -> int:
                                   "-e", json.dumps({"server_env_extra": {"DSV4_BENCH_RUN": run}}))
                     soak = next(g for g in host.report()["gates"] if g["name"] == "soak")
                     ev = soak["evidence"]
-                    medians.setdefault((faulty, rule), []).append(soak["seconds"])
+                    name = f"{'faulty' if faulty else 'clean'}_{rule}"
+                    out.setdefault(name, []).append(soak["seconds"])
+                    out["wrong"].append(float(soak["status"] != ("failed" if faulty else "passed")))
                     print(f"{'faulty' if faulty else 'clean':6} {rule:6}: {soak['status']:12} "
                           f"{ev.get('corrupted_sessions')} of {ev.get('finished')} corrupted, {soak['seconds']:6.1f} s",
-                          flush=True)
+                          file=sys.stderr, flush=True)
     finally:
         host.teardown()
         shutil.rmtree(root, ignore_errors=True)
-    for faulty in (False, True):
-        print(f"{'faulty' if faulty else 'clean'}: median {statistics.median(medians[(faulty, 'before')]):.1f} s "
-              f"before, {statistics.median(medians[(faulty, 'after')]):.1f} s after")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    opts = parser.parse_args()
+    times = verdict_times(opts.repeat)
+    for kind in ("clean", "faulty"):
+        print(f"{kind}: median {statistics.median(times[kind + '_before']):.1f} s before, "
+              f"{statistics.median(times[kind + '_after']):.1f} s after")
     return 0
 
 

@@ -1,19 +1,22 @@
-"""Performance gate: a fixed short streaming load through the client-facing endpoint, measured twice.
+"""Performance gate: several rounds of a fixed short streaming load through the client-facing endpoint.
 
-From the client: time to first token (p50, p99), inter-token latency (p50 of each request's mean gap
-between its first and last token) and output tokens per second over the load. From the servers: the
-change of their ``/metrics`` histograms (``sglang:time_to_first_token_seconds``,
-``sglang:inter_token_latency_seconds``, ``sglang:e2e_request_latency_seconds``) across the load, read
+From the client, per round: time to first token (p50, p99), inter-token latency (p50 of each request's
+mean gap between its first and last token) and output tokens per second over the round. From the
+servers: the change of their ``/metrics`` histograms (``sglang:time_to_first_token_seconds``,
+``sglang:inter_token_latency_seconds``, ``sglang:e2e_request_latency_seconds``) across each round, read
 with prometheus_client's parser (:mod:`dsv4deploy.gates.prom`).
 
-The figures are judged against the last good release's (:mod:`dsv4deploy.gates.perf_compare`) when
-they were measured on the same hosts, topology and load; otherwise they are recorded, not judged,
-and the summary says so. A request that fails fails the gate: figures of a broken load mean nothing.
+The rounds are judged against the last good release's stored rounds (:mod:`dsv4deploy.gates.perf_compare`:
+a one-sided Mann-Whitney U test and a tolerance band, as Kayenta does) when they were measured on the
+same hosts, topology and load. Otherwise, or when no figure could be judged, the gate is skipped:
+recorded, not judged, and the summary says why (not judged is never a pass). A request that fails
+fails the gate: figures of a broken load mean nothing.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +28,7 @@ import httpx
 from dsv4deploy.gates import prom
 from dsv4deploy.gates.chat import CHAT_PATH
 from dsv4deploy.gates.http import check_url, describe_error, make_client
-from dsv4deploy.gates.perf_compare import baseline_problem, compare, unjudged
+from dsv4deploy.gates.perf_compare import baseline_problem, judge
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
 
 GATE = "perf"
@@ -179,64 +182,104 @@ def _fmt(figures: Mapping[str, Any]) -> str:
 def run_perf(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]], key: str, load: PerfLoad,
              tolerance: float, noise_floor_s: float, baseline: Mapping[str, Any] | None, deadline_s: float,
              api_key: str | None = None, progress: Progress | None = None,
-             tail_tolerance: float | None = None) -> GateResult:
-    """Run the load through `endpoint`, measure it from the client and the `workers`' metrics, judge it.
+             ttft_tolerance: float | None = None, rounds: int = 5, alpha: float = 0.02) -> GateResult:
+    """Run `rounds` rounds of the load through `endpoint`, measure each from the client and the `workers'`
+    metrics, and judge the rounds against the baseline's (:func:`perf_compare.judge`).
 
     `key` names what the figures are measured on (hosts, topology, router, load); `baseline` is the
-    last good release's record (``evidence.figures`` of its perf gate), or None.
+    last good release's record (``evidence.figures`` of its perf gate), or None. `tolerance` is the
+    band a median may be worse by (`ttft_tolerance` for the time-to-first-token figures), `alpha` the rank
+    test's level.
     """
     endpoint = check_url(endpoint, "endpoint")
     watch = Stopwatch()
+    per_round: list[dict[str, Any]] = []
+    unavailable: dict[str, str] = {}
     with make_client(api_key, timeout_s=deadline_s) as client:
         warm = stream_once(client, endpoint, model, load, deadline_s)  # opens the path; not counted
         if not warm.ok:
             return _broken(watch, [warm], key)
-        before = {w["name"]: scrape(client, w["url"]) for w in workers}
-        notify(progress, 0, load.requests, f"{load.requests} streamed requests, {load.concurrency} at once")
-        started = time.monotonic()
-        with ThreadPoolExecutor(load.concurrency) as pool:
-            timings = list(pool.map(lambda _: stream_once(client, endpoint, model, load, deadline_s),
-                                    range(load.requests)))
-        wall = time.monotonic() - started
-        after = {w["name"]: scrape(client, w["url"]) for w in workers}
-    if not all(t.ok for t in timings):
-        return _broken(watch, timings, key)
-    servers: dict[str, dict[str, float | None]] = {}
-    unavailable: dict[str, str] = {}
-    for w in workers:
-        (old, why_old), (new, why_new) = before[w["name"]], after[w["name"]]
-        if old is None or new is None:
-            unavailable[w["name"]] = why_old or why_new
-            continue
-        servers[w["name"]] = prom.summarize(prom.delta(old, new), SERVER_FIGURES)
-    client_figs = client_figures(timings, wall)
-    figures = {"key": key, "load": load.__dict__, "client": client_figs, "servers": servers,
-               "wall_s": round(wall, 3)}
-    evidence: dict[str, Any] = {"figures": figures, "tolerance": tolerance, "tail_tolerance": tail_tolerance,
-                                "noise_floor_s": noise_floor_s,
+        scrapes = {w["name"]: scrape(client, w["url"]) for w in workers}
+        for done in range(rounds):
+            notify(progress, done, rounds, f"round {done + 1} of {rounds}: {load.requests} streamed requests, "
+                                           f"{load.concurrency} at once")
+            started = time.monotonic()
+            with ThreadPoolExecutor(load.concurrency) as pool:
+                timings = list(pool.map(lambda _: stream_once(client, endpoint, model, load, deadline_s),
+                                        range(load.requests)))
+            wall = time.monotonic() - started
+            if not all(t.ok for t in timings):
+                return _broken(watch, timings, key)
+            after = {w["name"]: scrape(client, w["url"]) for w in workers}
+            servers: dict[str, dict[str, float | None]] = {}
+            for w in workers:
+                (old, why_old), (new, why_new) = scrapes[w["name"]], after[w["name"]]
+                if old is None or new is None:
+                    unavailable[w["name"]] = why_old or why_new
+                    continue
+                servers[w["name"]] = prom.summarize(prom.delta(old, new), SERVER_FIGURES)
+            scrapes = after
+            per_round.append({"client": client_figures(timings, wall), "servers": servers, "wall_s": wall})
+    # A server that could not be read in one round has no samples: it is not judged, and said so.
+    for name in unavailable:
+        for r in per_round:
+            r["servers"].pop(name, None)
+    figures = record(key, load, per_round)
+    evidence: dict[str, Any] = {"figures": figures, "tolerance": tolerance, "ttft_tolerance": ttft_tolerance,
+                                "alpha": alpha, "rounds": rounds, "noise_floor_s": noise_floor_s,
                                 "baseline": dict(baseline) if baseline else None,
                                 "servers_unavailable": unavailable}
     why_not = baseline_problem(key, baseline)
-    measured = _fmt(client_figs)
+    measured = _fmt(figures["client"]) + f" (medians of {rounds} round(s))"
     if why_not:
-        evidence.update(judged=False, not_judged_because=why_not, regressions=[])
-        return make_result(GATE, GateStatus.PASSED, watch, f"recorded, not judged ({why_not}): {measured}", evidence)
+        # Not judged is never a pass: skipped, recorded for the next release to be judged against.
+        evidence.update(judged=False, not_judged_because=why_not, regressions=[], not_judged=[])
+        return make_result(GATE, GateStatus.SKIPPED, watch, f"recorded, not judged ({why_not}): {measured}",
+                           evidence)
     assert baseline is not None
-    regressions = compare(figures, baseline, tolerance, noise_floor_s, tail_tolerance)
-    skipped = unjudged(figures, baseline)
-    evidence.update(judged=True, regressions=[r.__dict__ for r in regressions], not_judged=skipped)
+    judgements, skipped = judge(figures, baseline, alpha=alpha, band=tolerance, noise_floor_s=noise_floor_s,
+                                ttft_band=ttft_tolerance)
+    regressions = [j for j in judgements if j.regressed]
+    evidence.update(judged=bool(judgements), regressions=[j.record() for j in regressions],
+                    judgements=[j.record() for j in judgements], not_judged=skipped)
     against = f"release {baseline.get('release') or '?'}"
-    # A figure missing (or renamed) on one side was not compared: say so rather than "within X %" of it.
     not_judged = f"; not judged: {', '.join(skipped)}" if skipped else ""
-    if regressions:
-        lines = "; ".join(r.line() for r in regressions)
-        return make_result(GATE, GateStatus.FAILED, watch,
-                           f"slower than {against} beyond the tolerance ({tolerance:.0%}): {lines}; now {measured}"
+    rule = (f"one-sided Mann-Whitney U at alpha {alpha:g} and a median worse by at least {tolerance:.0%}"
+            + (f" ({ttft_tolerance:.0%} for a TTFT)" if ttft_tolerance is not None else ""))
+    if not judgements:
+        evidence["not_judged_because"] = f"no figure could be judged against {against}"
+        return make_result(GATE, GateStatus.SKIPPED, watch,
+                           f"recorded, not judged (no figure could be judged against {against}): {measured}"
                            f"{not_judged}", evidence)
-    judged = "the figures judged " if skipped else ""
+    if regressions:
+        lines = "; ".join(j.line() for j in regressions)
+        return make_result(GATE, GateStatus.FAILED, watch,
+                           f"slower than {against} ({rule}): {lines}; now {measured}{not_judged}", evidence)
     return make_result(GATE, GateStatus.PASSED, watch,
-                       f"{judged}within {tolerance:.0%} of {against} ({_fmt(baseline.get('client') or {})}): "
-                       f"{measured}{not_judged}", evidence)
+                       f"{len(judgements)} figure(s) judged, none slower than {against} ({rule}; "
+                       f"{_fmt(baseline.get('client') or {})}): {measured}{not_judged}", evidence)
+
+
+def record(key: str, load: PerfLoad, per_round: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The release's perf record: per-round samples of every figure (what the next release is judged
+    against) and their medians as the point figures the report shows."""
+    client: dict[str, list[float]] = {}
+    servers: dict[str, dict[str, list[float]]] = {}
+    for r in per_round:
+        for figure, value in r["client"].items():
+            if value is not None:
+                client.setdefault(figure, []).append(round(float(value), 6))
+        for name, figs in r["servers"].items():
+            for figure, value in figs.items():
+                if value is not None:
+                    servers.setdefault(name, {}).setdefault(figure, []).append(round(float(value), 6))
+    def medians(figs: Mapping[str, list[float]]) -> dict[str, float]:
+        return {f: statistics.median(v) for f, v in figs.items()}
+    names = {name for r in per_round for name in r["servers"]}
+    return {"key": key, "load": load.__dict__, "rounds": len(per_round), "client": medians(client),
+            "servers": {name: medians(servers.get(name, {})) for name in sorted(names)},
+            "samples": {"client": client, "servers": servers},
+            "wall_s": round(sum(r["wall_s"] for r in per_round), 3)}
 
 
 def _broken(watch: Stopwatch, timings: Sequence[Timing], key: str) -> GateResult:

@@ -39,10 +39,15 @@ def markdown(gates: Sequence[Mapping[str, Any]]) -> list[str]:
     if evidence.get("judged"):
         count = len(evidence["regressions"])
         verdict = f"{count} figure(s) regressed." if count else "none regressed."
+        # Records from before the rank test (issue #38) carry no alpha.
+        test = (f"one-sided Mann-Whitney U over {evidence.get('rounds')} rounds at alpha {evidence['alpha']:g}, "
+                if evidence.get("alpha") is not None else "")
         head = (f"Judged against release {baseline.get('release') or '?'} (the last good one on these hosts), "
-                f"tolerance {float(evidence['tolerance']):.0%}: {verdict}")
+                f"{test}tolerance {float(evidence['tolerance']):.0%}: {verdict}")
     else:
         head = f"Recorded, not judged: {evidence.get('not_judged_because') or 'no baseline'}."
+    if evidence.get("not_judged"):
+        head += f" Not judged: {', '.join(evidence['not_judged'])}."
     load = figures.get("load") or {}
     lines = ["## Performance", "", head,
              f"Load: {load.get('requests')} streamed requests, {load.get('concurrency')} at once, "

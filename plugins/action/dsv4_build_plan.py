@@ -15,6 +15,7 @@ from dsv4deploy.inventory import names, plain
 from dsv4deploy.inventory.checks import inventory_problems, vault_var_problems, view_of
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
+from dsv4deploy.isolate.estimate import estimate
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
 from dsv4deploy.rollout.router_change import router_change
 from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
@@ -226,7 +227,10 @@ class ActionModule(ValidatedAction):
             result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
             return result
         try:  # the suite's settings, judged by what the serving release runs (its index_topk)
-            self.gate_settings(task_vars, plan["original"])
+            # Both sides run the fixed soak of dsv4_isolate_soak_sessions (the role passes it to the suite).
+            sessions = task_vars.get("dsv4_isolate_soak_sessions")
+            settings = self.gate_settings(task_vars, plan["original"], {"soak_sessions": self.templated(sessions)}
+                                          if sessions is not None else None)
         except GateSettingsError as exc:
             result.update(failed=True, problems=exc.problems,
                           msg="the gate settings are invalid; nothing was changed:\n- " + "\n- ".join(exc.problems))
@@ -238,6 +242,7 @@ class ActionModule(ValidatedAction):
                               "(isolate_port, or the host's listen address)")
             return result
         plan["suite"] = suite
+        plan["estimate"] = estimate(suite, settings)
         result.update(changed=False, ansible_facts={args["fact"]: plan},
                       msg=f"combined release {plan['combined']['release_id']} on "
                           f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")

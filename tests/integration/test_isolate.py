@@ -69,6 +69,9 @@ def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_sec
     deploy_report = sim_host.report()
     proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke,needle", *NEEDLE_2K, *FAST, *secret)
     assert proc.returncode == 0, proc.stdout[-6000:]
+    # The plan line, before the suite runs: what runs where, and about how long it takes.
+    plan = next(line for line in proc.stdout.splitlines() if '"Plan: smoke, needle on release' in line)
+    assert "estimated time about" in plan and "needle cells a side" in plan, plan
     report = isolate_report(sim_host)
     assert report["verdict"] == "clean", report["why"]
     assert report["suite"] == ["smoke", "needle"]

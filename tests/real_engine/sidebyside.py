@@ -21,7 +21,7 @@ from tests.integration.simhost import SimHost
 FIRST_DEPLOY_GATES = ["-e", json.dumps({
     "dsv4_gates_names": ["readiness", ["config", "smoke"], "perf"],
     "perf_requests": 4, "perf_concurrency": 2, "perf_prompt_tokens": 32, "perf_output_tokens": 8,
-    "perf_tolerance": 4.0, "perf_p99_tolerance": 8.0, "perf_noise_floor_s": 0.5, "perf_deadline_s": 120})]
+    "perf_tolerance": 4.0, "perf_ttft_tolerance": 8.0, "perf_noise_floor_s": 0.5, "perf_deadline_s": 120})]
 # What the gates and operators ask a server (GET), during warm-up and once up.
 PATHS = ("/health", "/health_generate", "/ready", "/model_info", "/v1/models", "/server_info")
 # Bad requests and what each is: (name, method, path, JSON body).

@@ -66,7 +66,7 @@ def promoted(combined_first_deploy: tuple[SimHost, dict]) -> dict:
 def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost, promoted: dict) -> None:
     assert promoted["verdict"] == "promoted"
     assert [(g["name"], g["status"]) for g in promoted["gates"]] == [
-        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("perf", "passed")]
+        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("perf", "skipped")]
     assert engine_host.active_release() == promoted["release"]
     assert set(engine_host.pids()) == {SERVER}
     # The override is in the real start log and effective per the real /server_info.
@@ -91,7 +91,7 @@ def test_the_perf_gate_measured_the_real_server_and_recorded_its_figures(promote
     assert all(client[k] and client[k] > 0 for k in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "output_tokens_per_s"))
     # The real server's histograms saw exactly the load (the warm-up request is before the first scrape).
     server = figures["servers"][SERVER]
-    assert server["requests"] == 4, server
+    assert server["requests"] == 4, server  # the median of the rounds' counts, each the load
     assert server["ttft_p50_s"] and server["ttft_p50_s"] > 0 and server["itl_p50_s"] and server["itl_p50_s"] > 0
     # A decode step, not a stall: the tiny model on CPU measured 4-8 ms a token (idle and loaded machine);
     # no lower bound, since speed is bench's to judge, not a test's.
@@ -104,7 +104,7 @@ def test_verify_judges_the_real_server_against_its_recorded_figures(engine_host:
     proc = engine_host.playbook("verify.yml", *FIRST_DEPLOY_GATES, timeout=600)
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert "gate perf: passed in" in proc.stdout, proc.stdout[-4000:]
-    assert f"within 400% of release {promoted['release']}" in proc.stdout, proc.stdout[-4000:]
+    assert f"none slower than release {promoted['release']}" in proc.stdout, proc.stdout[-4000:]
 
 
 def combined_with(host: SimHost, **changes: object) -> list[str]:

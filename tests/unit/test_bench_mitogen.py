@@ -33,3 +33,4 @@ def test_mitogen_figures_are_reported_against_the_same_baseline_and_judged_by_no
 def test_without_mitogen_its_rows_are_empty_not_zero() -> None:
     details = bench_main.figures(*_inputs(mitogen=False), 20.0, 16)["details"]
     assert details["mitogen_overhead_vs_limit"] == {"median": None, "min": None, "max": None, "spread": None, "n": 0}
+

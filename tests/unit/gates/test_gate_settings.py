@@ -109,3 +109,10 @@ def test_a_needle_rule_that_cannot_pass_is_refused_naming_both_settings():
 
     with pytest.raises(GateSettingsError, match="needle_min_recalled 13 must be at most needle_trials 12"):
         settings_from_vars({"needle_min_recalled": 13}, lambda v: v)
+
+
+def test_the_retired_perf_p99_tolerance_warns_and_names_perf_ttft_tolerance() -> None:
+    settings = settings_from_vars({"perf_p99_tolerance": 3.0}, lambda v: v)
+    assert settings.perf_ttft_tolerance == 1.0  # not carried over: the band now covers every TTFT figure
+    (warning,) = retired_warnings({"perf_p99_tolerance": 3.0})
+    assert warning.startswith("'perf_p99_tolerance' is no longer read") and "perf_ttft_tolerance" in warning
