@@ -419,7 +419,8 @@ def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) 
     if module.check_mode:
         return {"changed": True, **store.summary(root), "would": [f"record {release_id} as verified"]}
     failed = {r: g for r, g in (store.read_state(root).get("failed") or {}).items() if r != release_id}
-    store.save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf, **baked, **parity)
+    store.save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed,
+                     **perf, **baked, **parity)
     return {"changed": True, **store.summary(root)}
 
 

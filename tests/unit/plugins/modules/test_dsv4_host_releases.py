@@ -423,7 +423,8 @@ def test_a_releases_parity_record_is_kept_and_the_active_ones_is_the_next_refere
     files = release_files()
     files["bin/serve-extra.sh"] = "#!/bin/sh\n# fourth\n"
     files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
-    installed = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="fourth", files=files)
+    installed = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="fourth",
+                           files=files)
     assert (installed["before"]["last_parity"], installed["before"]["last_parity_record"]) == (first, records[first])
 
 
