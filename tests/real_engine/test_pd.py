@@ -2,7 +2,9 @@
 
 Prefill and decode are two real servers on one host; the router fronts them. Both deploys must be
 promoted by readiness, config (prefill and decode agreeing, per their real /server_info) and smoke,
-and the pair must go on serving the requests that come after the gates' own.
+and the pair must go on serving the requests that come after the gates' own. Then parity: the pair and a
+combined server with the same settings agree on the fixed prompt set, and with the tier's test-only fault
+in the KV transfer (half of each request's pages sent) they do not: the isolation verdict is pd_specific.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import time
 import httpx
 import pytest
 
+from dsv4deploy.gates.parity import TOLERANCE, collect, fixed_prompts
+from dsv4deploy.isolate import parity_suite
 from tests.integration.simhost import SimHost
 from tests.real_engine.enginehost import descendants, process_name
 
@@ -75,3 +79,47 @@ def test_pd_through_smg_is_promoted(engine_host: SimHost) -> None:
     # smg retitles its process `smg::router` (sglang-router's is `sglang::router`); either way it is smg.
     assert "smg.launch_router" in names or "smg::router" in names, names
     print(f"pd (smg): promoted in {wall} s (playbook wall time)")
+
+
+# The fixed set within the tiny model's 4096-token context (its 512-token vocabulary makes a word about
+# three tokens): the plain prompts up to 800 words and the tool conversations.
+PARITY_PROMPTS = [p for p in fixed_prompts() if p["kind"] == "tools" or p["length"] <= 800]
+
+
+def _side(outputs: dict) -> dict:
+    """One side of an isolation experiment as the parity suite reads it."""
+    return {"gates": [{"name": "parity", "evidence": {"record": {"outputs": outputs, "tolerance": TOLERANCE["cpu"]}}}]}
+
+
+def test_pd_and_combined_agree_and_a_kv_transfer_that_loses_half_is_pd_specific(engine_host: SimHost) -> None:
+    # The smg deploy above serves: PD as it is, then with the fault switched on (no restart: a file).
+    started = time.monotonic()
+    pd = collect(engine_host.endpoint, api_key=engine_host.api_key, prompts=PARITY_PROMPTS)
+    switch = engine_host.install_root / "kv-drop-switch"
+    switch.touch()
+    try:
+        damaged = collect(engine_host.endpoint, api_key=engine_host.api_key, prompts=PARITY_PROMPTS)
+    finally:
+        switch.unlink()
+    pd_seconds = round(time.monotonic() - started, 1)
+    proc = engine_host.playbook("deploy.yml", "-e", "topology=combined", timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert engine_host.report()["verdict"] == "promoted"
+    combined = collect(engine_host.endpoint, api_key=engine_host.api_key, prompts=PARITY_PROMPTS)
+    assert not [o["error"] for o in [*pd.values(), *damaged.values(), *combined.values()] if "error" in o]
+
+    clean = parity_suite.comparison({"pd": _side(pd), "combined": _side(combined)})
+    assert clean is not None and clean["outcome"] == "passed", clean
+    deltas = [r["max_delta"] for r in clean["prompts"]]
+    print(f"real engine parity, PD against combined: {len(PARITY_PROMPTS)} prompts, greedy tokens equal, max "
+          f"logprob delta {max(deltas):.2g} (tolerance {TOLERANCE['cpu']}); PD twice in {pd_seconds} s")
+    assert parity_suite.with_parity(("clean", "no difference"), clean)[0] == "clean"
+
+    lost = parity_suite.comparison({"pd": _side(damaged), "combined": _side(combined)})
+    assert lost is not None and lost["outcome"] == "failed", lost
+    verdict, why = parity_suite.with_parity(("clean", "no difference"), lost)
+    assert verdict == "pd_specific" and "compute differently" in why, why
+    rows = {r["prompt"]: r for r in lost["prompts"]}
+    print("real engine parity with half the KV pages sent: " + ", ".join(
+        f"{pid} divergent at {r['first_divergent']} (max delta {r['max_delta']:.2g})" for pid, r in rows.items()))
+    assert not rows["plain-800"]["within_tolerance"], rows["plain-800"]
