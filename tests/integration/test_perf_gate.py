@@ -186,7 +186,7 @@ def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_b
     names = [g["name"] for g in report["gates"]]
     # Every gate before the bake passed (the rollback's own readiness and smoke follow it).
     before = report["gates"][:names.index("bake")]
-    assert [g["name"] for g in before] == ["readiness", "config", "smoke", "needle", "soak", "perf"], names
+    assert [g["name"] for g in before] == ["readiness", "config", "smoke", "needle", "soak", "parity", "perf"], names
     assert all(g["status"] in ("passed", "skipped") for g in before), before
     bake = _bake(report)
     intervals = bake["evidence"]["intervals"]
