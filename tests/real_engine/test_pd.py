@@ -4,7 +4,8 @@ Prefill and decode are two real servers on one host; the router fronts them. Bot
 promoted by readiness, config (prefill and decode agreeing, per their real /server_info) and smoke,
 and the pair must go on serving the requests that come after the gates' own. Then parity: the pair and a
 combined server with the same settings agree on the fixed prompt set, and with the tier's test-only fault
-in the KV transfer (half of each request's pages sent) they do not: the isolation verdict is pd_specific.
+in the KV transfer (half of each request's pages replaced by copies of the other half) they do not: the
+isolation verdict is pd_specific.
 """
 
 from __future__ import annotations
@@ -120,6 +121,6 @@ def test_pd_and_combined_agree_and_a_kv_transfer_that_loses_half_is_pd_specific(
     verdict, why = parity_suite.with_parity(("clean", "no difference"), lost)
     assert verdict == "pd_specific" and "compute differently" in why, why
     rows = {r["prompt"]: r for r in lost["prompts"]}
-    print("real engine parity with half the KV pages sent: " + ", ".join(
+    print("real engine parity with half the KV pages replaced: " + ", ".join(
         f"{pid} divergent at {r['first_divergent']} (max delta {r['max_delta']:.2g})" for pid, r in rows.items()))
     assert not rows["plain-800"]["within_tolerance"], rows["plain-800"]

@@ -7,10 +7,12 @@ at start because its folder is on ``PYTHONPATH``; the patch applies when sglang 
 
 A test-only fault in the same patch: while the file that ``DSV4_TEST_KV_DROP_FILE`` names exists, the
 prefill's KV sends (``MooncakeKVManager._send_kvcache_generic``, the KV pool's pages, not the aux data
-with the first token) transfer only the first half of each request's pages; the decode then attends to
-whatever its own pool held for the rest. A file, not an environment switch, so that a test turns it on and
-off on a running PD pair (a restart costs a minute here). The seeds' first hypothesis, a KV transfer that
-loses part of the cache, made real.
+with the first token) fill the decode's slots for the second half of each request's pages with copies of
+the first half's: half of the prompt's KV is lost, replaced by entries of other positions. (Dropping the
+pages would not do: a decode slot freed by an earlier run of the same prompt may still hold the right
+entry; nor would permuting them: attention over the whole prompt does not see the order.) A file, not an
+environment switch, so that a test turns it on and off on a running PD pair (a restart costs a minute
+here). The seeds' first hypothesis, a KV transfer that loses part of the cache, made real.
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ DROP_SWITCH = os.environ.get("DSV4_TEST_KV_DROP_FILE", "")
 
 
 def _dropping_half(send: Any) -> Any:
-    """``_send_kvcache_generic`` that sends the first half of the pages while the switch file exists."""
+    """``_send_kvcache_generic`` that, while the switch file exists, sends the first half of the pages again into
+    the decode's slots for the second half."""
 
     @functools.wraps(send)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         pages = kwargs.get("prefill_data_indices")
         if (DROP_SWITCH and os.path.exists(DROP_SWITCH) and not args and pages is not None and len(pages) > 1
                 and kwargs.get("state_type") is None and kwargs.get("dst_device_data_indices") is None):
-            keep = (len(pages) + 1) // 2
-            kwargs["prefill_data_indices"] = pages[:keep]
-            kwargs["dst_data_indices"] = kwargs["dst_data_indices"][:keep]
+            src = pages.copy()
+            half = len(src) // 2
+            src[len(src) - half:] = pages[:half]
+            kwargs["prefill_data_indices"] = src
         return send(self, *args, **kwargs)
 
     return wrapper
