@@ -108,6 +108,8 @@ def test_pd_and_combined_agree_and_a_kv_transfer_that_loses_half_is_pd_specific(
         damaged = collect(engine_host.endpoint, api_key=engine_host.api_key, prompts=PARITY_PROMPTS)
     finally:
         switch.unlink()
+    seen = switch.with_name("kv-drop-switch.log")
+    print(f"KV fault switch saw: {seen.read_text()[-600:] if seen.exists() else 'no KV send at all'}")
     pd_seconds = round(time.monotonic() - started, 1)
     proc = engine_host.playbook("deploy.yml", "-e", "topology=combined", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:]

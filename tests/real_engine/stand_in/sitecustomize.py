@@ -36,8 +36,15 @@ def _dropping_half(send: Any) -> Any:
     @functools.wraps(send)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         pages = kwargs.get("prefill_data_indices")
-        if (DROP_SWITCH and os.path.exists(DROP_SWITCH) and not args and pages is not None and len(pages) > 1
-                and kwargs.get("state_type") is None and kwargs.get("dst_device_data_indices") is None):
+        if not (DROP_SWITCH and os.path.exists(DROP_SWITCH)):
+            return send(self, *args, **kwargs)
+        fires = (not args and pages is not None and len(pages) > 1 and kwargs.get("state_type") is None
+                 and kwargs.get("dst_device_data_indices") is None)
+        # What the switch saw, for the test to show (a fault that never fires must say so).
+        with open(DROP_SWITCH + ".log", "a", encoding="utf-8") as log:
+            log.write(f"pages={None if pages is None else len(pages)} positional={len(args)} "
+                      f"state_type={kwargs.get('state_type')} fired={fires}\n")
+        if fires:
             src = pages.copy()
             half = len(src) // 2
             src[len(src) - half:] = pages[:half]
