@@ -38,7 +38,7 @@ class GateTaskAction(ValidatedAction):
         (`gates`, `gate`, `passed`), or with `failed` and `msg` when the task itself cannot run them.
 
         `args` holds dsv4_run_gates' options (name, then, keep_going, inconclusive, plan, logs, api_key,
-        api_key_problem, settings, probes, baseline, bake)."""
+        api_key_problem, settings, probes, baseline, parity_baseline, bake)."""
         groups = [args["name"], *([g] if isinstance(g, str) else list(g) for g in args["then"])]
         problem = next((p for p in map(chain_problem, groups) if p), "")
         if problem:
@@ -82,7 +82,7 @@ class GateTaskAction(ValidatedAction):
                 else:
                     gate = run_gate(name, args["plan"], settings, logs=logs, api_key=args["api_key"] or None,
                                     progress=progress, probes=args["probes"], baseline=args["baseline"] or None,
-                                    bake=bake)
+                                    bake=bake, parity_baseline=args.get("parity_baseline") or None)
             except Exception as exc:  # a gate that cannot run fails by its own name (the stage, the rollback)
                 why = f"the gate could not run: {type(exc).__name__}: {exc}"
                 failure = {"what": name, "status": None, "body": "", "error": str(exc)}

@@ -42,6 +42,7 @@ from dsv4deploy.gates import prom
 from dsv4deploy.gates.evidence import rate_above_p_value
 from dsv4deploy.gates.http import describe_error, make_client
 from dsv4deploy.gates.needle import run_needle
+from dsv4deploy.gates.parity import PROMPT_COUNT
 from dsv4deploy.gates.recall_rule import RecallRule
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result, notify
 from dsv4deploy.gates.soak import run_soak
@@ -87,6 +88,9 @@ class BakeSettings(BaseModel):
     # One-turn sessions at once: the soak's concurrency, where the seeds' corruption lives.
     probe_sessions: int = Field(16, ge=1)
     probe_deadline_s: float = Field(120, gt=0)
+    # Quality canaries per interval (dsv4deploy.gates.canary), opt-in: accuracy questions and parity prompts.
+    canary_questions: int = Field(0, ge=0, le=64)
+    canary_prompts: int = Field(0, ge=0, le=PROMPT_COUNT)
 
     def intervals(self) -> int:
         """How many intervals the bake runs (at least one when it runs at all)."""
@@ -282,11 +286,14 @@ def probe_analyses(endpoint: str, model: str, settings: BakeSettings, index: int
 def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]], settings: BakeSettings,
              topology: str, router_metrics_url: str | None = None,
              api_key: str | None = None, progress: Progress | None = None,
-             sleep: Callable[[float], None] = time.sleep) -> GateResult:
+             sleep: Callable[[float], None] = time.sleep,
+             canaries: Callable[[int], list[Analysis]] | None = None, notes: Sequence[str] = ()) -> GateResult:
     """Bake the release serving at `endpoint` for ``settings.seconds`` and judge it (gate ``bake``).
 
     `workers` are the servers whose ``/metrics`` the controller reads (``{name, url}``);
     `router_metrics_url` is the router's Prometheus listener (None: no router, or not reachable here).
+    `canaries` gives interval i's quality canaries as more analyses (:mod:`dsv4deploy.gates.canary`); `notes`
+    (why a canary asked for does not run) go into the evidence.
     """
     watch = Stopwatch()
     total = settings.intervals()
@@ -298,6 +305,8 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
             started = time.monotonic()
             before = read_counters(client, workers, router_metrics_url)
             analyses = probe_analyses(endpoint, model, settings, index, api_key)
+            if canaries is not None:
+                analyses += canaries(index)
             sleep(max(0.0, settings.interval_s - (time.monotonic() - started)))
             change = read_counters(client, workers, router_metrics_url).minus(before)
             analyses = metric_analyses(change, settings, topology == "pd", bool(router_metrics_url),
@@ -326,16 +335,18 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
     # Said in the evidence: without the router's metrics there is no error-rate analysis.
     return _result(watch, settings, intervals, verdict, total,
                    router_metrics_url or "not read (no router, or not reachable from here)",
-                   [w["name"] for w in workers])
+                   [w["name"] for w in workers], list(notes))
 
 
 def _result(watch: Stopwatch, settings: BakeSettings, intervals: list[Interval], verdict: Phase,
-            total: int, router_metrics: str, server_metrics: list[str]) -> GateResult:
+            total: int, router_metrics: str, server_metrics: list[str], notes: list[str]) -> GateResult:
     evidence: dict[str, Any] = {"verdict": str(verdict), "settings": settings.model_dump(),
                                 "router_metrics": router_metrics,
                                 # The servers whose /metrics were read (none: no abort or transfer analysis).
                                 "server_metrics": server_metrics,
                                 "intervals": [asdict(i) for i in intervals]}
+    if notes:
+        evidence["canary_notes"] = notes
     counts = {p: sum(i.phase is p for i in intervals) for p in Phase}
     tally = (f"{counts[Phase.SUCCESSFUL]} successful, {counts[Phase.FAILED]} failed, "
              f"{counts[Phase.INCONCLUSIVE]} inconclusive, {counts[Phase.ERROR]} error of {len(intervals)} interval(s) "

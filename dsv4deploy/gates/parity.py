@@ -50,6 +50,9 @@ _TOOLS = (
      '{"result": 40125.5}', "Now convert the same amount to dollars."),
 )
 
+#: How many prompts the fixed set has.
+PROMPT_COUNT = len(LENGTHS) + len(_TOOLS)
+
 
 def fixed_prompts() -> list[dict[str, Any]]:
     """The fixed set: ``{id, kind, length, text}``, plain prompts by length, then tool-call conversations."""

@@ -12,26 +12,38 @@ from typing import Any
 
 from dsv4deploy.gates.accuracy import STATUS as OUTCOME_STATUS
 from dsv4deploy.gates.accuracy import AccuracyPlan, reference_score, run_accuracy
+from dsv4deploy.gates.canary import PARITY, CanaryPlan
 from dsv4deploy.gates.parity import TOLERANCE, collect, compare, markdown_table
 from dsv4deploy.gates.questions import BUILTIN
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result
+
+
+def accuracy_reference(plan: Mapping[str, Any], settings: Any) -> tuple[str, float, str]:
+    """The task, the expected score and where it comes from: ``accuracy_expected``, else the model profile's
+    reference score for the task (0.0 and '' when there is neither)."""
+    task = settings.accuracy_task or ("builtin" if settings.accuracy_questions == BUILTIN else "gsm8k")
+    reference = reference_score(plan.get("reference_scores"), task)
+    if settings.accuracy_expected is not None:
+        return task, settings.accuracy_expected, "accuracy_expected"
+    if reference is not None:
+        return task, reference[0], f"model profile, task {task}: {reference[1]}"
+    return task, 0.0, ""
+
+
+def accuracy_sampling(settings: Any) -> dict[str, Any]:
+    """The recipe's sampling settings the questions are asked with."""
+    sampling: dict[str, Any] = {"temperature": settings.accuracy_temperature}
+    if settings.accuracy_top_p is not None:
+        sampling["top_p"] = settings.accuracy_top_p
+    return sampling
 
 
 def accuracy_gate(plan: Mapping[str, Any], settings: Any, *, api_key: str | None = None,
                   progress: Progress | None = None) -> GateResult:
     """The accuracy gate: the question set, judged against the profile's score for its task (or
     ``accuracy_expected``); without either the score is recorded and not judged."""
-    task = settings.accuracy_task or ("builtin" if settings.accuracy_questions == BUILTIN else "gsm8k")
-    reference = reference_score(plan.get("reference_scores"), task)
-    if settings.accuracy_expected is not None:
-        expected, source = settings.accuracy_expected, "accuracy_expected"
-    elif reference is not None:
-        expected, source = reference[0], f"model profile, task {task}: {reference[1]}"
-    else:
-        expected, source = 0.0, ""
-    sampling: dict[str, Any] = {"temperature": settings.accuracy_temperature}
-    if settings.accuracy_top_p is not None:
-        sampling["top_p"] = settings.accuracy_top_p
+    task, expected, source = accuracy_reference(plan, settings)
+    sampling = accuracy_sampling(settings)
     judged = expected > settings.accuracy_margin
     acc = AccuracyPlan(questions=settings.accuracy_questions, count=settings.accuracy_count,
                        concurrency=settings.accuracy_concurrency, expected=expected if judged else 0.99,
@@ -72,15 +84,52 @@ def parity_topology(plan: Mapping[str, Any]) -> str:
     return f"{plan.get('topology')}|{plan.get('endpoint')}|{workers}"
 
 
+def record_differs(record: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    """What makes two parity records not comparable: the model-affecting settings that differ, the topology
+    first ([] when they can be compared)."""
+    ours, theirs = record.get("settings") or {}, baseline.get("settings") or {}
+    differ = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
+    if baseline.get("topology") != record.get("topology"):
+        differ.insert(0, "topology (hosts, ports or roles)")
+    return differ
+
+
+def parity_tolerance(settings: Any) -> float:
+    """``parity_tolerance``, else the tolerance of ``parity_hardware``."""
+    return settings.parity_tolerance if settings.parity_tolerance is not None else TOLERANCE[settings.parity_hardware]
+
+
+def bake_canary(plan: Mapping[str, Any], settings: Any, bake: Any,
+                parity_baseline: Mapping[str, Any] | None) -> CanaryPlan:
+    """The bake's quality canaries (``bake.canary_questions``, ``bake.canary_prompts``): the accuracy gate's
+    question set, reference and sampling; the parity record given (this deploy's own, else the last good
+    release's) when it was taken with the same model-affecting settings and topology."""
+    _, expected, _ = accuracy_reference(plan, settings)
+    skipped = []
+    record = dict(parity_baseline or {})
+    if bake.canary_prompts and record:
+        here = {"settings": model_settings(plan), "topology": parity_topology(plan)}
+        differ = record_differs(here, record)
+        if differ:
+            whose = f"release {record['release']}'s" if record.get("release") else "this deploy's"
+            skipped.append(f"{PARITY} not run: {whose} parity record was taken with other settings "
+                           f"({', '.join(differ[:3])})")
+            record = {}
+    return CanaryPlan(questions=bake.canary_questions, prompts=bake.canary_prompts,
+                      question_source=settings.accuracy_questions,
+                      expected=expected if expected > settings.accuracy_margin else None,
+                      margin=settings.accuracy_margin, sampling=accuracy_sampling(settings),
+                      max_tokens=settings.accuracy_max_tokens, parity_record=record or None,
+                      tolerance=parity_tolerance(settings), deadline_s=bake.probe_deadline_s, skipped=tuple(skipped))
+
+
 def parity_gate(plan: Mapping[str, Any], settings: Any, *, baseline: Mapping[str, Any] | None = None,
                 api_key: str | None = None) -> GateResult:
     """Record the fixed set's greedy outputs and logprobs; compare them with the last good release's record
     (``baseline``: what this gate's ``evidence.record`` was then) when every model-affecting setting and
     the topology are equal, else say which differs (skipped)."""
     watch = Stopwatch(settings.parity_deadline_s)
-    tolerance = settings.parity_tolerance
-    if tolerance is None:
-        tolerance = TOLERANCE[settings.parity_hardware]
+    tolerance = parity_tolerance(settings)
     record = {"outputs": collect(plan["endpoint"], api_key=api_key), "settings": model_settings(plan),
               "topology": parity_topology(plan), "tolerance": tolerance}
     errors = [f"{pid}: {o['error']}" for pid, o in record["outputs"].items() if "error" in o]
@@ -94,10 +143,7 @@ def parity_gate(plan: Mapping[str, Any], settings: Any, *, baseline: Mapping[str
         return make_result("parity", GateStatus.PASSED, watch,
                            f"recorded {len(record['outputs'])} prompts' greedy outputs and top-5 logprobs; no last "
                            "good release's record on these hosts to compare with", evidence)
-    differ = [k for k in sorted(set(record["settings"]) | set(baseline.get("settings") or {}))
-              if record["settings"].get(k) != (baseline.get("settings") or {}).get(k)]
-    if baseline.get("topology") != record["topology"]:
-        differ.insert(0, "topology (hosts, ports or roles)")
+    differ = record_differs(record, baseline)
     if differ:
         theirs = baseline.get("settings") or {}
         shown = "; ".join(f"{k}: {theirs.get(k)!r} -> {record['settings'].get(k)!r}" for k in differ[:3])

@@ -36,8 +36,9 @@ from dsv4deploy.gates import (
     skipped,
 )
 from dsv4deploy.gates.bake import BakeSettings, run_bake
+from dsv4deploy.gates.canary import canary_analyses
 from dsv4deploy.gates.perf import PerfLoad, run_perf
-from dsv4deploy.gates.quality_runner import accuracy_gate, parity_gate
+from dsv4deploy.gates.quality_runner import accuracy_gate, bake_canary, parity_gate
 from dsv4deploy.gates.recall_rule import BAD_RECALL, DEFAULT_MIN_RECALLED, DEFAULT_TRIALS, RecallRule
 from dsv4deploy.gates.result import Stopwatch, make_result
 
@@ -400,7 +401,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     float, "workers": {name: answers}}``. Without it every host counts as reachable from here.
     `baseline` is the perf figures of the last good release (the perf gate judges against them);
     `bake` the bake's settings (gate ``bake``; none or 0 seconds: skipped); `parity_baseline` the parity
-    record of the last good release (gate ``parity`` compares with it).
+    record of the last good release (gate ``parity`` compares with it; the bake's parity canary, this deploy's
+    own record).
     """
     if name not in GATES:
         raise ValueError(f"unknown gate '{name}'; choose one of {', '.join(GATES)}")
@@ -470,9 +472,12 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
     if name == "bake":
         if bake is None or bake.seconds <= 0:
             return skipped("bake", "dsv4_bake_s is 0: no bake")
+        canary = bake_canary(plan, settings, bake, parity_baseline)
         return run_bake(endpoint, model, workers=_metrics_workers(plan, probes), settings=bake,
                         topology=plan.get("topology") or "", router_metrics_url=_router_metrics(plan, probes),
-                        api_key=api_key, progress=progress)
+                        api_key=api_key, progress=progress, notes=canary.notes(),
+                        canaries=(lambda i: canary_analyses(endpoint, model, canary, i, api_key))
+                        if canary.runs() else None)
     return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
                     concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
                     design=settings.soak_design(), sequential=settings.soak_sequential,

@@ -24,6 +24,7 @@ ARGUMENT_SPEC = {
     "settings": {"type": "dict", "default": {}},
     "probes": {"type": "dict", "default": {}},
     "baseline": {"type": "dict", "default": {}},
+    "parity_baseline": {"type": "dict", "default": {}},
     "bake": {"type": "dict", "default": {}},
 }
 

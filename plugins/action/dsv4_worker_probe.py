@@ -99,7 +99,8 @@ class ActionModule(GateTaskAction):
                      "plan": args["plan"], "logs": {},
                      "api_key": result.get("api_key") or args["api_key"],
                      "api_key_problem": result.get("api_key_problem", ""), "settings": args["settings"],
-                     "probes": {host: result["probe"]}, "baseline": {}, "bake": {}}
+                     "probes": {host: result["probe"]}, "baseline": {}, "parity_baseline": {},
+                     "bake": {}}
         judged = self.run_gates({}, gate_args, task_vars)
         if judged.get("failed"):
             return

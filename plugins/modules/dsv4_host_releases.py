@@ -97,6 +97,14 @@ options:
       - The release's performance figures (the perf gate's C(evidence.figures)), kept in C(state.json) with
         O(state=verified) or O(state=failed), so that the next deploy judges against the last good release's
         figures on this host (RV(perf)).
+  parity:
+    type: dict
+    default: {}
+    description:
+      - The release's parity record (the parity gate's C(evidence.record) - greedy tokens and top-5 logprobs of
+        the fixed prompt set, the model-affecting settings, the topology), kept in C(state.json) with
+        O(state=verified), so that the next deploy's parity gate compares with the last good release's record on
+        this host (RV(last_parity), RV(last_parity_record)). Records of pruned releases go with them.
   lock:
     type: dict
     default: {}
@@ -200,6 +208,16 @@ last_baked:
   description: The last verified release here whose bake passed and whose performance figures are recorded.
   returned: always
   type: str
+last_parity:
+  description: >-
+    The release whose parity record (O(parity)) the next parity gate compares with - the active release when it
+    passed its gates here and has one, else the newest verified release that has one; null when none.
+  returned: O(state=query), and in RV(before)
+  type: str
+last_parity_record:
+  description: That release's parity record ({} when none).
+  returned: O(state=query), and in RV(before)
+  type: dict
 releases:
   description: Installed release ids, oldest first.
   returned: always
@@ -386,7 +404,8 @@ def _perf_changes(root: str, release_id: str, figures: dict) -> dict:
 
 
 def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) -> dict:
-    """Record `release_id` verified here, with its perf figures and how its bake ended (O(bake))."""
+    """Record `release_id` verified here, with its perf figures, its parity record (O(parity)) and how its bake
+    ended (O(bake))."""
     bake = module.params.get("bake") or ""
     _check_release_id(module, release_id)
     if release_id not in store.list_releases(root):
@@ -394,12 +413,14 @@ def _verified(module: AnsibleModule, root: str, release_id: str, figures: dict) 
     good = store.read_state(root).get("good", [])
     perf = _perf_changes(root, release_id, figures)
     baked = _per_release_changes(root, "baked", release_id, bake)
-    if good and good[-1] == release_id and not perf and not baked:
+    parity = _per_release_changes(root, "parity", release_id, module.params.get("parity") or {})
+    if good and good[-1] == release_id and not perf and not baked and not parity:
         return {"changed": False, **store.summary(root)}
     if module.check_mode:
         return {"changed": True, **store.summary(root), "would": [f"record {release_id} as verified"]}
     failed = {r: g for r, g in (store.read_state(root).get("failed") or {}).items() if r != release_id}
-    store.save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed, **perf, **baked)
+    store.save_state(root, good=[r for r in good if r != release_id] + [release_id], failed=failed,
+                     **perf, **baked, **parity)
     return {"changed": True, **store.summary(root)}
 
 
@@ -459,6 +480,18 @@ def _release_details(root: str, summary: dict) -> list[dict]:
     return details
 
 
+def _last_parity(root: str, summary: dict) -> tuple[str | None, dict]:
+    """The release whose parity record the next parity gate compares with, and that record: the active release
+    when it passed its gates here and has one (a rollback by hand makes it the reference), else the newest
+    verified release that has one. Only this record is returned (each is some tens of KB)."""
+    records = store.read_state(root).get("parity") or {}
+    good = [r for r in summary["good"] if r in records]
+    if not good:
+        return None, {}
+    chosen = summary["active"] if summary["active"] in good else good[-1]
+    return chosen, records[chosen]
+
+
 def _query(root: str) -> dict:
     """The host's releases: active (with its content hash), previous, verified ones."""
     result = store.summary(root)
@@ -467,6 +500,7 @@ def _query(root: str) -> dict:
         result["active_tampered"] = store.tampered(root, result["active"])
         result["active_hash"] = "" if result["active_tampered"] else store.content_hash(root, result["active"])
     result["details"] = _release_details(root, result)
+    result["last_parity"], result["last_parity_record"] = _last_parity(root, result)
     result["owner_id"] = ownership.read_owner(root).get("id")
     return result
 
@@ -524,6 +558,7 @@ def main() -> None:
             "bake": {"type": "str", "default": "", "choices": ["", "passed", "inconclusive"]},
             "keep": {"type": "int", "default": 5},
             "perf": {"type": "dict", "default": {}},
+            "parity": {"type": "dict", "default": {}},
             "lock": {"type": "dict", "default": {}},
             "release_lock": {"type": "dict", "default": {}},
         },

@@ -88,6 +88,13 @@ options:
     description:
       - "The perf gate's figures of the last good release (its C(evidence.figures)), which the perf gate
         judges against; empty means none, and the perf gate then records its figures without judging."
+  parity_baseline:
+    type: dict
+    default: {}
+    description:
+      - "The parity gate's record of the last good release (its C(evidence.record)), which the parity gate
+        compares with when every model-affecting setting and the topology are equal; empty means none, and the
+        parity gate then records the outputs without comparing."
   bake:
     type: dict
     default: {}

@@ -1,7 +1,9 @@
-"""The performance gate in real deploys on the simulated host: the first release's rounds are
-recorded, not judged (the gate is skipped, never passed); the next clean release is judged against them
-and passes; a release whose decode is 1.5 times slower (slow_decode=1.5) is refused with its figures and
-rolled back. These tests run in order on one host."""
+"""The gates against the last good release in real deploys on the simulated host, perf and parity: the first
+release's rounds and its parity record (greedy tokens, top-5 logprobs) are kept in state.json, not judged (perf is
+skipped, never passed); the next clean release (an environment switch only) is judged against them and passes; a
+release whose decode is 1.5 times slower (slow_decode=1.5) is refused with its figures and rolled back; one whose KV
+transfer loses entries (pd_transfer_truncate) fails parity and is rolled back; one that changes index_topk is not
+compared, naming the setting. These tests run in order on one host."""
 
 from __future__ import annotations
 
@@ -18,16 +20,21 @@ from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
 
-# Every gate, the needle and soak kept small (they are other tests' subject); the perf gate (opt-in) at its
-# defaults.
+# Every gate, the needle and soak kept small (they are other tests' subject); the parity gate and the perf gate
+# (both opt-in) at their defaults, parity before perf (perf last and alone).
 GATES = ["-e", json.dumps({"needle_lengths": [500], "needle_depths": [0.5], "needle_required_tokens": 0,
                            "soak_enabled": False, **SMALL_NEEDLE_RULE_VARS,
-                           "dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"], "perf"]}),
+                           "dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"], "parity",
+                                                "perf"]}),
          "-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "topology=pd", "-e", "index_topk=1024"]
 
 
 def _perf(report: dict) -> dict:
     return next(g for g in report["gates"] if g["name"] == "perf")
+
+
+def _parity(report: dict) -> dict:
+    return next(g for g in report["gates"] if g["name"] == "parity")
 
 
 def _bake(report: dict) -> dict:
@@ -66,6 +73,14 @@ def test_the_first_release_is_recorded_not_judged(sim_host: SimHost) -> None:
     release = sim_host.active_release()
     recorded = _state(sim_host)["perf"][release]
     assert recorded["release"] == release and recorded["client"] == client
+    # The parity gate's record too: the fixed set's greedy tokens and top-5 logprobs, and what decides them.
+    parity = _parity(report)
+    assert parity["status"] == "passed" and parity["summary"].startswith(
+        "recorded 9 prompts' greedy outputs and top-5 logprobs; no last good release's record"), parity["summary"]
+    print(f"parity gate, recording: {parity['seconds']:.2f} s, {parity['evidence']['requests']} requests")
+    kept = _state(sim_host)["parity"][release]
+    assert kept["release"] == release and kept["outputs"] == parity["evidence"]["record"]["outputs"]
+    assert kept["outputs"]["plain-3200"]["tokens"] and len(kept["outputs"]["tools-1"]["top"][0]) == 5
 
 
 def test_a_clean_release_is_judged_against_the_last_good_one_and_passes_perf_and_the_bake(
@@ -83,6 +98,13 @@ def test_a_clean_release_is_judged_against_the_last_good_one_and_passes_perf_and
     assert re.match(rf"\d+ figure\(s\) judged, none slower than release {first} \(one-sided Mann-Whitney U",
                     perf["summary"]), perf["summary"]
     assert perf["evidence"]["regressions"] == []
+    # Only an environment switch changed: the parity gate compared the outputs with the first release's.
+    parity = _parity(report)
+    assert parity["status"] == "passed" and parity["summary"].startswith(
+        "0 of 9 prompts out of tolerance 0.05 (this release against the last good release)"), parity["summary"]
+    assert (parity["evidence"]["decision"]["events"], parity["evidence"]["decision"]["trials"]) == (0, 9)
+    assert all(r["first_divergent"] is None and r["max_delta"] == 0 for r in parity["evidence"]["prompts"])
+    print(f"parity gate, comparing: {parity['seconds']:.2f} s against {first}")
     bake = _bake(report)
     assert bake["status"] == "passed", bake["summary"]
     assert bake["summary"].startswith("baked 3 s: 3 successful, 0 failed, 0 inconclusive"), bake["summary"]
@@ -143,6 +165,8 @@ def test_verify_judges_what_serves_against_its_own_figures(sim_host: SimHost) ->
     proc = sim_host.playbook("verify.yml", *GATES)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "gate perf: passed in" in proc.stdout and f"none slower than release {good}" in proc.stdout
+    # What serves is compared with its own parity record from its deploy.
+    assert "gate parity: passed in" in proc.stdout and "0 of 9 prompts out of tolerance" in proc.stdout
 
     # The retired perf_enabled still means what it said, and says what to do instead.
     proc = sim_host.playbook("verify.yml", *GATES, "-e", "perf_enabled=false")
@@ -167,7 +191,7 @@ def test_a_release_degrading_after_200_requests_passes_the_gates_and_is_rolled_b
     names = [g["name"] for g in report["gates"]]
     # Every gate before the bake passed (the rollback's own readiness and smoke follow it).
     before = report["gates"][:names.index("bake")]
-    assert [g["name"] for g in before] == ["readiness", "config", "smoke", "needle", "soak", "perf"], names
+    assert [g["name"] for g in before] == ["readiness", "config", "smoke", "needle", "soak", "parity", "perf"], names
     assert all(g["status"] in ("passed", "skipped") for g in before), before
     bake = _bake(report)
     intervals = bake["evidence"]["intervals"]
@@ -205,6 +229,44 @@ def test_a_bake_that_cannot_read_the_servers_metrics_ends_in_error_and_rolls_bac
     assert analyses["abort rate"]["detail"] == "no servers metrics could be read", analyses
     assert analyses["canary needle"]["phase"] == analyses["tool-call probe"]["phase"] == "successful"
     assert sim_host.active_release() == good
+
+
+# Readiness and smoke only beside the parity gate: the deploys below are the parity gate's subject.
+PARITY = ["-e", json.dumps({"dsv4_gates_names": ["readiness", "smoke", "parity"]})]
+
+
+def test_a_release_whose_kv_transfer_loses_entries_fails_parity_and_is_rolled_back(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *GATES, *PARITY, *_release_with("7"), "-e",
+                             "sim_faults=pd_transfer_truncate")
+    assert proc.returncode != 0
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "parity"), proc.stdout[-3000:]
+    parity = _parity(report)
+    assert parity["status"] == "failed"
+    assert "prompts out of tolerance 0.05 (this release against the last good release)" in parity["summary"]
+    rows = {r["prompt"]: r for r in parity["evidence"]["prompts"]}
+    # The shortest prompt fits the sliding window the truncated KV keeps; the longest diverges.
+    assert rows["plain-24"]["within_tolerance"] and not rows["plain-3200"]["within_tolerance"], rows
+    assert "ROLLED BACK" in proc.stdout
+    assert_serving(sim_host, good)
+    state = _state(sim_host)
+    assert state["failed"][report["release"]] == "parity" and report["release"] not in state["parity"]
+
+
+def test_a_release_that_changes_index_topk_is_not_compared_for_parity_and_says_why(sim_host: SimHost) -> None:
+    good = sim_host.active_release()
+    proc = sim_host.playbook("deploy.yml", *GATES, *PARITY, "-e", "index_topk=512", *_release_with("8"))
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    report = sim_host.report()
+    parity = _parity(report)
+    assert report["verdict"] == "promoted" and parity["status"] == "skipped", parity["summary"]
+    assert parity["summary"].startswith("not compared with the last good release: a model-affecting setting "
+                                        "differs ("), parity["summary"]
+    assert "index_topk" in parity["summary"], parity["summary"]
+    # Its own record is the reference from now on (the next deploy has its settings).
+    release = sim_host.active_release()
+    assert release != good and _state(sim_host)["parity"][release]["release"] == release
 
 
 def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_reads(sim_host: SimHost,

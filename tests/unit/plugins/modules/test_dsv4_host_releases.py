@@ -400,6 +400,34 @@ def test_a_releases_perf_figures_are_kept_with_its_verdict(tmp_path: Path) -> No
     assert query["perf"]["r1"] == figures and query["last_good"] == "r1"
 
 
+def test_a_releases_parity_record_is_kept_and_the_active_ones_is_the_next_reference(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first, second, third = _releases(root, tmp_path, 3)
+    records = {r: {"outputs": {"plain-24": {"tokens": [i, 2], "logprobs": [-0.1, -0.2]}}, "settings": {"k": i}}
+               for i, r in enumerate((first, second, third))}
+    assert run_module(RELEASES, tmp_path, install_root=str(root), state="query")["last_parity"] is None
+    out = run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=first,
+                     parity=records[first])
+    assert out["changed"]
+    assert not run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=first,
+                          parity=records[first])["changed"]
+    # The newest verified release with a record, while the active one (third) has none.
+    query = run_module(RELEASES, tmp_path, install_root=str(root), state="query")
+    assert (query["last_parity"], query["last_parity_record"]) == (first, records[first])
+    run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=second, parity=records[second])
+    run_module(RELEASES, tmp_path, install_root=str(root), state="verified", release_id=third, parity=records[third])
+    assert json.loads((root / "state.json").read_text())["parity"] == records
+    assert run_module(RELEASES, tmp_path, install_root=str(root), state="query")["last_parity"] == third
+    # Rolled back by hand to the first: what serves is the reference, and the next install says so (before).
+    run_module(RELEASES, tmp_path, install_root=str(root), state="active", release_id=first)
+    files = release_files()
+    files["bin/serve-extra.sh"] = "#!/bin/sh\n# fourth\n"
+    files["manifest.json"] = render.manifest_json({k: v for k, v in files.items() if k != "manifest.json"})
+    installed = run_module(RELEASES, tmp_path, install_root=str(root), state="present", release_id="fourth",
+                           files=files)
+    assert (installed["before"]["last_parity"], installed["before"]["last_parity_record"]) == (first, records[first])
+
+
 def test_a_releases_bake_is_recorded_and_the_last_baked_release_is_the_perf_baseline(tmp_path: Path) -> None:
     root = tmp_path / "root"
     first, second, third = _releases(root, tmp_path, 3)
