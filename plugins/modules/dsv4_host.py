@@ -290,8 +290,13 @@ def clashes(bound: str | None, other: str) -> bool:
     address). Two different addresses, neither a wildcard, do not clash."""
     if bound is None:
         return True
-    mine, theirs = ipaddress.ip_address(bound), ipaddress.ip_address(other)
+    mine, theirs = (_plain(ipaddress.ip_address(a)) for a in (bound, other))
     return mine.is_unspecified or theirs.is_unspecified or mine == theirs
+
+
+def _plain(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    # An IPv4-mapped IPv6 listener (::ffff:127.0.0.1) holds the IPv4 address itself.
+    return getattr(addr, "ipv4_mapped", None) or addr
 
 
 def _port_problems(ports: list[int], bound: dict[str, str], ours: set[int]) -> list[str]:
