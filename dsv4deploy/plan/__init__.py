@@ -139,6 +139,10 @@ def _layouts(spec: Deployment, play_hosts: list[str], defs: list[services.Servic
             "services": [d.name for d in host_defs],
             "gpus": sorted({g for d in host_defs for g in d.gpus}),
             "ports": sorted({p for d in host_defs for p in d.ports}),
+            # The address a server's ports are bound to (its node's listen): preflight lets a listener on another
+            # address keep them. The router's are left out (they count as bound to every address).
+            "port_addresses": {str(p): settings.listen for d in host_defs if d.role != "router" for p in d.ports}
+            if settings else {},
             "install_root": settings.install_root if settings else "",
             "service_manager": settings.service_manager if settings else "supervisor",
             # Preflight (dsv4_access): the user the services run as.

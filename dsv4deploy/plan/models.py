@@ -77,6 +77,8 @@ class HostPlan(_Strict):
     services: list[str]
     gpus: list[int]
     ports: list[int]
+    # Port (as text) -> the address its server binds; ports not named count as bound to every address.
+    port_addresses: dict[str, str] = {}
     install_root: str
     service_manager: Literal["systemd", "supervisor"]
     service_user: str

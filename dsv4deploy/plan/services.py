@@ -189,8 +189,10 @@ def _common(spec: Deployment, name: str, host: HostSpec) -> dict:
 def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"], worker: WorkerSpec,
                 node_rank: int = 0) -> list[str]:
     """The full server command for `worker` (launcher + flags, extra_args last; no API key); a server over
-    several nodes runs the same command on each, but for `--node-rank`."""
+    several nodes runs the same command on each, but for `--node-rank` and the address it listens on (its
+    own node's `listen`)."""
     host = spec.host(worker.host)
+    node = spec.host(worker.node_names()[node_rank])
     t = flags.table(host.sglang_version)
     f = t.flag
     argv = [
@@ -200,7 +202,7 @@ def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"]
         f("tp_size"), str(worker.tp_size),
         # CUDA_VISIBLE_DEVICES narrows the server to its GPUs; counting starts at 0 inside them.
         f("base_gpu_id"), "0",
-        f("host"), host.listen,
+        f("host"), node.listen,
         f("port"), str(worker.port),
         f("mem_fraction_static"), _fraction(worker.mem_fraction_static),
         # /metrics on the server's own host and port, open without the API key as in sglang.

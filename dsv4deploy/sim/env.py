@@ -34,12 +34,20 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
+def _state_dir(env: dict[str, str]) -> Path:
+    # DSV4_SIM_NODE gives a node of several simulated on one machine GPUs of its own: its ledger is a folder
+    # of the state dir (the deployment's server_env names one state dir for all its hosts).
+    base = Path(env.get("DSV4_SIM_STATE_DIR", "").strip() or DEFAULT_STATE_DIR)
+    node = env.get("DSV4_SIM_NODE", "").strip()
+    return base / f"node-{node}" if node else base
+
+
 def read_env(environ: dict[str, str] | None = None) -> SimEnv:
     """Build :class:`SimEnv` from ``environ`` (default ``os.environ``); FaultError on bad faults."""
     env = dict(os.environ if environ is None else environ)
     return SimEnv(
         sglang_version=env.get("DSV4_SIM_SGLANG_VERSION", "").strip() or DEFAULT_VERSION,
-        state_dir=Path(env.get("DSV4_SIM_STATE_DIR", "").strip() or DEFAULT_STATE_DIR),
+        state_dir=_state_dir(env),
         gpu_count=int(_float(env, "DSV4_SIM_GPU_COUNT", 8)),
         gpu_memory_gib=_float(env, "DSV4_SIM_GPU_MEMORY_GIB", 96.0),
         startup_s=_float(env, "DSV4_SIM_STARTUP_S", 0.8),

@@ -37,6 +37,14 @@ options:
     default: []
     description:
       - TCP ports the new services listen on.
+  port_addresses:
+    type: dict
+    default: {}
+    description:
+      - The address the service of a port in O(ports) binds (port as a string -> address). A listener on
+        another address, neither of them a wildcard, does not take that port (two nodes of a multi-node
+        server on one machine, each on its own address). A port not named here counts as bound to every
+        address.
   our_pids:
     type: list
     elements: int
@@ -203,6 +211,7 @@ seconds:
 """
 
 
+import ipaddress
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -233,9 +242,15 @@ def gpu_snapshot(module: AnsibleModule, cmd: list[str]) -> tuple[dict[int, dict]
     return {}, []
 
 
-def listeners() -> dict[int, list[int]]:
-    """port -> PIDs listening on it (TCP, IPv4 and IPv6), from /proc."""
-    inode_port: dict[str, int] = {}
+def _address(hex_addr: str) -> str:
+    """A /proc/net/tcp{,6} local address (host byte order, 32-bit words) as text."""
+    raw = bytes.fromhex(hex_addr)
+    return str(ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))))
+
+
+def listeners() -> dict[int, list[tuple[int, str]]]:
+    """port -> (PID, local address) of each listener on it (TCP, IPv4 and IPv6), from /proc."""
+    inode_port: dict[str, tuple[int, str]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table, encoding="utf-8") as fh:
@@ -245,8 +260,10 @@ def listeners() -> dict[int, list[int]]:
         for line in lines:
             cols = line.split()
             if len(cols) > 9 and cols[3] == "0A":  # LISTEN
-                inode_port[cols[9]] = int(cols[1].rsplit(":", 1)[1], 16)
-    owners: dict[int, list[int]] = {}
+                addr, port = cols[1].rsplit(":", 1)
+                inode_port[cols[9]] = (int(port, 16), _address(addr))
+    owners: dict[int, list[tuple[int, str]]] = {}
+    seen: set[str] = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -258,12 +275,41 @@ def listeners() -> dict[int, list[int]]:
             except OSError:
                 continue
             if target.startswith("socket:["):
-                port = inode_port.get(target[8:-1])
-                if port is not None:
-                    owners.setdefault(port, []).append(int(pid))
-    for port in inode_port.values():
-        owners.setdefault(port, [])
+                found = inode_port.get(target[8:-1])
+                if found is not None:
+                    owners.setdefault(found[0], []).append((int(pid), found[1]))
+                    seen.add(target[8:-1])
+    for inode, (port, addr) in inode_port.items():
+        if inode not in seen:  # a listener whose process we cannot see
+            owners.setdefault(port, []).append((0, addr))
     return owners
+
+
+def clashes(bound: str | None, other: str) -> bool:
+    """Whether a listener on `other` keeps a service from binding the same port on `bound` (None: every
+    address). Two different addresses, neither a wildcard, do not clash."""
+    if bound is None:
+        return True
+    mine, theirs = (_plain(ipaddress.ip_address(a)) for a in (bound, other))
+    return mine.is_unspecified or theirs.is_unspecified or mine == theirs
+
+
+def _plain(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    # An IPv4-mapped IPv6 listener (::ffff:127.0.0.1) holds the IPv4 address itself.
+    return getattr(addr, "ipv4_mapped", None) or addr
+
+
+def _port_problems(ports: list[int], bound: dict[str, str], ours: set[int]) -> list[str]:
+    """Ports of the new layout a process that is not ours listens on (where its service would bind)."""
+    problems = []
+    owners = listeners()
+    for port in ports:
+        taken = [pid for pid, addr in owners.get(port, []) if clashes(bound.get(str(port)), addr)]
+        foreign = [pid for pid in taken if pid not in ours]
+        if foreign:
+            who = ", ".join(f"{pid} ({gpus.proc_name(pid)})" for pid in foreign if pid) or "a process we cannot see"
+            problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
+    return problems
 
 
 def _gpu_problems(module: AnsibleModule, ours: set[int]) -> list[str]:
@@ -371,13 +417,7 @@ def check(module: AnsibleModule) -> None:
     problems = []
     if p["gpus"]:
         problems += _gpu_problems(module, ours)
-    owners = listeners()
-    for port in p["ports"]:
-        if port in owners:
-            foreign = [pid for pid in owners[port] if pid not in ours]
-            if foreign or not owners[port]:
-                who = ", ".join(f"{pid} ({gpus.proc_name(pid)})" for pid in foreign) or "a process we cannot see"
-                problems.append(f"port {port} is taken by {who}: stop it or change the port in the spec")
+    problems += _port_problems(p["ports"], {str(k): str(v) for k, v in p["port_addresses"].items()}, ours)
     # A router-only host has no GPUs to check (and may have no nvidia-smi at all).
     result = {"changed": False, "problems": problems, **before, **found}
     if p["key_on_command_line"]:
@@ -409,6 +449,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["check", "released"], "default": "check"},
             "gpus": {"type": "list", "elements": "int", "default": []},
             "ports": {"type": "list", "elements": "int", "default": []},
+            "port_addresses": {"type": "dict", "default": {}},
             "our_pids": {"type": "list", "elements": "int", "default": []},
             "services": {"type": "dict", "default": {}},
             "access": {"type": "dict", "default": {}},

@@ -131,6 +131,34 @@ class SimHost:
             stop_supervisord(pidfile.parent.parent)
 
 
+@dataclass
+class HostPart(SimHost):
+    """One inventory host of a module's simulated host split into several (split_hosts): its own install root."""
+
+    name: str = ""
+
+    @property
+    def install_root(self) -> Path:
+        return self.root / f"install-{self.name}"
+
+
+def split_hosts(sim_host: SimHost, host_vars: dict[str, dict[str, Any]]) -> dict[str, HostPart]:
+    """Make `sim_host`'s inventory several hosts (name -> host variables over the local host's), each with its
+    own install root and supervisord. The simulated GPUs stay one ledger for all of them (the spec's
+    server_env and gpu_query_command are one for all hosts), so each host's workers need GPUs of their own."""
+    hosts_path = sim_host.inventory / "hosts.yml"
+    inventory = yaml.safe_load(hosts_path.read_text())
+    group = inventory["all"]["children"]["dsv4"]
+    local = group["hosts"].pop("local")
+    parts = {name: HostPart(root=sim_host.root, base_port=sim_host.base_port, name=name) for name in host_vars}
+    group["hosts"] = {name: {**local, "install_root": str(part.install_root), **host_vars[name]}
+                      for name, part in parts.items()}
+    hosts_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    (sim_host.inventory / "group_vars" / "all" / "zz_hosts.yml").write_text(
+        yaml.safe_dump({"dsv4_sim_state_dir": str(sim_host.root / "sim-gpus")}))
+    return parts
+
+
 def stop_supervisord(install_root: Path, timeout_s: float = 180) -> None:
     """End the supervisord under `install_root` by its PID file and wait until it has exited: on SIGTERM it
     stops every program first (TERM, then KILL after the program's stopwaitsecs), as `supervisorctl shutdown`.

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
 
 from dsv4deploy.rollout.downtime import Downtime, DowntimeClient
-from tests.integration.simhost import SimHost, assign_ports, stop_supervisord
+from tests.integration.simhost import HostPart as Part
+from tests.integration.simhost import SimHost, assign_ports, split_hosts, stop_supervisord
 from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening, _registered_ports
 from tests.ports import free_port_block
 
@@ -33,31 +32,14 @@ PORT_OFFSET = 5
 HOSTS = {"pa": ["sglang-dsv4-prefill"], "db": ["sglang-dsv4-decode"], "rt": ["sglang-dsv4-router"]}
 
 
-@dataclass
-class Part(SimHost):
-    """One of the three inventory hosts: the module's simulated host seen through its own install root."""
-
-    name: str = ""
-
-    @property
-    def install_root(self) -> Path:
-        return self.root / f"install-{self.name}"
-
-
 @pytest.fixture(scope="module")
 def three(sim_host: SimHost) -> Iterator[dict[str, Part]]:
     """The module's simulated host as three inventory hosts (pa, db, rt), tp 2 per role, ports for both
     slots; a first release serving (started as recreate starts it: nothing served yet)."""
     sim_host.base_port = free_port_block(2 * PORT_OFFSET)
     assign_ports(sim_host.inventory, sim_host.base_port)
-    hosts_path = sim_host.inventory / "hosts.yml"
-    inventory = yaml.safe_load(hosts_path.read_text())
-    group = inventory["all"]["children"]["dsv4"]
-    local = group["hosts"].pop("local")
-    parts = {name: Part(root=sim_host.root, base_port=sim_host.base_port, name=name) for name in HOSTS}
-    group["hosts"] = {name: {**local, "install_root": str(part.install_root),
-                             **({"gpu_count": 0} if name == "rt" else {})} for name, part in parts.items()}
-    hosts_path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    # One simulated GPU ledger for the three hosts (split_hosts): each host's workers take GPUs of their own.
+    parts = split_hosts(sim_host, {name: {"gpu_count": 0} if name == "rt" else {} for name in HOSTS})
     dep_path = sim_host.inventory / "group_vars" / "all" / "deployment.yml"
     dep = yaml.safe_load(dep_path.read_text())
     dep["prefill"][0].update(host="pa", gpus=[0, 1], tp_size=2)
@@ -67,9 +49,6 @@ def three(sim_host: SimHost) -> Iterator[dict[str, Part]]:
     dep.update(dsv4_rollout_strategy="blue_green", dsv4_rollout_blue_green_gpu_offset=4,
                dsv4_rollout_blue_green_port_offset=PORT_OFFSET)
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
-    # One simulated GPU state for the three hosts (the simulator's nvidia-smi and servers read it).
-    (sim_host.inventory / "group_vars" / "all" / "zz_hosts.yml").write_text(
-        yaml.safe_dump({"dsv4_sim_state_dir": str(sim_host.root / "sim-gpus")}))
     try:
         sim_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)
         yield parts

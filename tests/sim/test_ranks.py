@@ -38,3 +38,10 @@ def test_rank0_waits_for_rank1_which_answers_only_a_dummy_health_and_takes_rank0
     while rank0.popen.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert rank0.popen.returncode == 1 and "NCCL error" in rank0.text()
+
+
+def test_each_node_simulated_on_one_machine_has_a_gpu_ledger_of_its_own() -> None:
+    from dsv4deploy.sim.env import read_env
+
+    assert read_env({"DSV4_SIM_STATE_DIR": "/s", "DSV4_SIM_NODE": "nb"}).state_dir == Path("/s/node-nb")
+    assert read_env({"DSV4_SIM_STATE_DIR": "/s"}).state_dir == Path("/s")

@@ -286,6 +286,16 @@ def test_a_server_over_two_nodes_runs_one_service_per_node_with_its_rank() -> No
     assert f"units/{rank1.name}.service" in files and '"rank0"' in files["services.json"]
 
 
+def test_each_rank_listens_on_its_own_nodes_address() -> None:
+    from fixture_specs import multi_node_pd_spec
+
+    spec = multi_node_pd_spec()
+    hosts = {name: h.model_copy(update={"listen": h.address}) for name, h in spec.hosts.items()}
+    decode, rank1 = [s for s in build_services(spec.model_copy(update={"hosts": hosts})) if s.role == "decode"]
+    assert (_after(decode.argv, "--host"), _after(rank1.argv, "--host")) == ("10.0.0.11", "10.0.0.12")
+    assert rank1.url == "http://10.0.0.12:30002"
+
+
 def test_the_gates_address_rank0_and_the_wait_on_rank1s_host_watches_rank1_until_rank0_answers() -> None:
     from fixture_specs import multi_node_pd_spec
 

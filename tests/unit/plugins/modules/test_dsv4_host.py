@@ -50,3 +50,29 @@ def test_a_preflight_problem_after_the_lock_is_not_reported_as_a_held_lock(tmp_p
         out = preflight(tmp_path, "r1", ports=[sock.getsockname()[1]])
     assert out["failed"] and out["msg"].startswith("preflight failed:") and "holder" not in out
     assert json.loads((tmp_path / "root" / "deploy.lock").read_text())["run_id"] == "r1"
+
+
+def test_a_listener_on_another_address_leaves_the_port_to_a_server_bound_elsewhere(tmp_path: Path) -> None:
+    # Two nodes of a multi-node server on one machine: rank 0 on 127.0.0.1:P does not take 127.0.0.2:P, but it
+    # takes P from a server bound to 127.0.0.1 or to every address (and from one whose address is not named).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        elsewhere = run_module("dsv4_host", tmp_path, gpu_query_command=["false"], state="check", ports=[port],
+                               port_addresses={str(port): "127.0.0.2"})
+        same, wildcard, unnamed = (
+            run_module("dsv4_host", tmp_path, gpu_query_command=["false"], state="check", ports=[port], **extra)
+            for extra in ({"port_addresses": {str(port): "127.0.0.1"}}, {"port_addresses": {str(port): "0.0.0.0"}},
+                          {}))
+    assert not elsewhere.get("failed") and elsewhere["problems"] == [], elsewhere
+    for out in (same, wildcard, unnamed):
+        assert out["failed"] and f"port {port} is taken by" in out["msg"], out
+
+
+def test_addresses_clash_when_equal_or_either_is_a_wildcard_and_an_ipv4_mapped_listener_is_its_ipv4() -> None:
+    from ansible_collections.dsv4.deploy.plugins.modules.dsv4_host import clashes
+
+    assert [clashes(bound, other) for bound, other in (("127.0.0.2", "127.0.0.1"), ("127.0.0.1", "::ffff:127.0.0.1"),
+                                                       ("127.0.0.1", "::"), ("0.0.0.0", "10.0.0.1"),
+                                                       (None, "10.0.0.1"))] == [False, True, True, True, True]
