@@ -153,7 +153,9 @@ def test_a_rank_killed_during_readiness_fails_the_deploy_naming_its_nodes_log(
         killed = None
         while killed is None and time.monotonic() < deadline and not running.done():
             pid = nodes["nb"].pids().get(RANK1)
-            if pid and _environ(pid).get("DSV4_SIM_STARTUP_S") == "20":
+            # Killed once it has joined rank 0 (its log says so): before that, nb's log has no join to name.
+            if pid and _environ(pid).get("DSV4_SIM_STARTUP_S") == "20" \
+                    and "Node rank 1 joined" in nodes["nb"].supervisorctl("tail", RANK1):
                 os.kill(pid, signal.SIGKILL)
                 killed = pid
             time.sleep(0.3)
