@@ -165,7 +165,7 @@ ansible_facts:
       type: dict
     dsv4_isolation:
       description: O(state=combined) - the isolation plan - C(original), C(combined), the settings side by side,
-        the differences, C(suite) and C(estimate) (C(seconds) and the plan line's phrase: the estimated time
+        the differences, C(suite) and C(estimate) (C(seconds) and the plan line's phrase - the estimated time
         from the chosen sample sizes).
       returned: state=combined
       type: dict
