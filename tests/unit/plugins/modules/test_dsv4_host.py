@@ -7,6 +7,8 @@ import json
 import socket
 from pathlib import Path
 
+# At import time, before a test installs Ansible's collection finder (which then refuses this import).
+from ansible_collections.dsv4.deploy.plugins.modules.dsv4_host import clashes
 from tests.unit.plugins.runner import run_module
 
 
@@ -71,8 +73,6 @@ def test_a_listener_on_another_address_leaves_the_port_to_a_server_bound_elsewhe
 
 
 def test_addresses_clash_when_equal_or_either_is_a_wildcard_and_an_ipv4_mapped_listener_is_its_ipv4() -> None:
-    from ansible_collections.dsv4.deploy.plugins.modules.dsv4_host import clashes
-
     assert [clashes(bound, other) for bound, other in (("127.0.0.2", "127.0.0.1"), ("127.0.0.1", "::ffff:127.0.0.1"),
                                                        ("127.0.0.1", "::"), ("0.0.0.0", "10.0.0.1"),
                                                        (None, "10.0.0.1"))] == [False, True, True, True, True]
