@@ -251,6 +251,17 @@ class GateSettings(BaseModel):
         if self.soak_acceptable_mistake_rate >= self.soak_max_mistake_rate:
             raise ValueError(f"soak_acceptable_mistake_rate {self.soak_acceptable_mistake_rate:g} must be below "
                              f"soak_max_mistake_rate {self.soak_max_mistake_rate:g}")
+        if self.soak_enabled and self.soak_sequential:
+            # A budget below what a clean release needs to pass makes every soak inconclusive: refused here,
+            # before anything changes, rather than found after the rollout stopped production.
+            needed = max(t.more_to_pass() for t in self.soak_design().tests(self.soak_sessions))
+            if needed > self.soak_sessions:
+                raise ValueError(
+                    f"soak_sessions {self.soak_sessions} cannot pass even a clean release: the sequential test "
+                    f"(clean at most {self.soak_acceptable_rate:g}, refused from {self.soak_max_corruption_rate:g}, "
+                    f"risks soak_alpha {self.soak_alpha:g} and soak_beta {self.soak_beta:g}) needs {needed} clean "
+                    f"sessions; fix: soak_sessions {needed} or more (300 is the default), or a wider design "
+                    f"(a higher soak_max_corruption_rate or soak_acceptable_rate)")
         if self.needle_min_recalled > self.needle_trials:
             raise ValueError(f"needle_min_recalled {self.needle_min_recalled} must be at most needle_trials "
                              f"{self.needle_trials}")

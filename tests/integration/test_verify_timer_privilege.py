@@ -121,6 +121,20 @@ def test_another_install_roots_verification_of_the_same_name_is_neither_overwrit
         assert os.readlink(theirs) == "/srv/install/verify-timer/metrics/" + theirs.name
 
 
+def test_a_python_without_the_gates_dependencies_is_refused_before_anything_is_written(host: SimHost) -> None:
+    """The system Python has neither dsv4deploy nor scipy: the timer would fail at every tick, so it is not
+    installed, and the error names the host, the setting and the fix."""
+    textfile_dir = host.root / "textfile-nopython"
+    textfile_dir.mkdir(mode=0o755)
+    proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir),
+                         "-e", "dsv4_verify_timer_python=/usr/bin/python3")
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert 'host local: dsv4_verify_timer_python "/usr/bin/python3" cannot run the verification' in out, out[-3000:]
+    assert "ModuleNotFoundError" in out and "pip install dsv4deploy" in out
+    assert not (host.install_root / "verify-timer").exists() and list(textfile_dir.iterdir()) == []
+
+
 def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHost) -> None:
     """Item 3, as the review saw it: "deployment": "/../../keep/important", then stop -e dsv4_stop_purge=true."""
     textfile_dir = host.root / "textfile"
@@ -150,3 +164,4 @@ def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHos
     # our record was replaced, so nothing says so).
     assert [p.name for p in textfile_dir.iterdir()] == ["dsv4deploy-"]
     assert forged.exists()
+

@@ -73,10 +73,11 @@ WATCH_PYTHON = "/opt/dsv4watch/bin/python"
 def install_watch_env(host: Host) -> str:
     """A Python environment on `host` that runs ``python -m dsv4deploy.watch``, as an operator's ``pip install
     dsv4deploy`` into a venv would make: dsv4deploy is the host's copy (/opt/dsv4sim), its dependencies are the
-    controller's installed ones (the same CPython 3.11 as bookworm's; the hosts have no package index).
+    controller's installed ones (the same CPython 3.11 as bookworm's; the hosts have no package index), scipy
+    among them: the gates import it only when they judge (the needle rule's binomial risks).
     Returns the interpreter's path."""
     found = subprocess.run([sys.executable, "-c", (
-        "import sys, dsv4deploy.watch, httpx\n"
+        "import sys, dsv4deploy.watch, httpx, scipy.stats\n"
         "httpx.Client().close()  # what a request imports (httpcore, h11, certifi)\n"
         "for m in list(sys.modules.values()):\n"
         "    f = getattr(m, '__file__', None) or ''\n"
@@ -88,6 +89,9 @@ def install_watch_env(host: Host) -> str:
         if file.name == "__init__.py":
             shutil.copytree(file.parent, deps / file.parent.name, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
+            bundled = file.parent.with_name(file.parent.name + ".libs")  # a wheel's shared libraries (scipy's BLAS)
+            if bundled.is_dir():
+                shutil.copytree(bundled, deps / bundled.name, dirs_exist_ok=True)
         else:
             shutil.copy2(file, deps / file.name)
     host.sh("python3 -m venv --without-pip /opt/dsv4watch && chmod -R a+rX /opt/dsv4watch && "

@@ -12,15 +12,16 @@ MODEL_DIR = "/models/DeepSeek-V4-Flash-NVFP4"
 STAND_IN = Path(__file__).resolve().parents[2] / "inventory" / "local" / ".model"
 
 
-def prepare(host: Host, key: str) -> None:
+def prepare(host: Host, key: str, model_dir: str = MODEL_DIR) -> None:
     """The API key file (the service user's only, as the example expects) and the model folder with
     its config, tokenizer, weights' index and chat template (preflight reads them; the simulator does not)."""
     host.write_file(KEY_FILE, f"{key}\n", owner="sglang", mode="0400")
-    install_model(host)
+    install_model(host, model_dir)
 
 
-def install_model(host: Host) -> None:
-    """The model folder the examples name, with a checkpoint's files but no weights (preflight reads them)."""
-    host.sh(f"install -d -m 0755 {MODEL_DIR}")
+def install_model(host: Host, model_dir: str = MODEL_DIR) -> None:
+    """The model folder an example names (`model_dir`), with a checkpoint's files but no weights (preflight
+    reads them)."""
+    host.sh(f"install -d -m 0755 {model_dir}")
     for source in sorted(STAND_IN.iterdir()):
-        host.write_file(f"{MODEL_DIR}/{source.name}", source.read_text(encoding="utf-8"), mode="0644")
+        host.write_file(f"{model_dir}/{source.name}", source.read_text(encoding="utf-8"), mode="0644")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from dsv4deploy.gates.runner import (
     GateSettings,
@@ -10,6 +13,7 @@ from dsv4deploy.gates.runner import (
     plan_index_topk,
     retired_warnings,
     settings_from_vars,
+    weakened,
 )
 
 
@@ -116,3 +120,32 @@ def test_the_retired_perf_p99_tolerance_warns_and_names_perf_ttft_tolerance() ->
     assert settings.perf_ttft_tolerance == 1.0  # not carried over: the band now covers every TTFT figure
     (warning,) = retired_warnings({"perf_p99_tolerance": 3.0})
     assert warning.startswith("'perf_p99_tolerance' is no longer read") and "perf_ttft_tolerance" in warning
+
+
+def test_a_soak_budget_too_small_for_a_clean_release_to_pass_is_refused_naming_the_fix() -> None:
+    # 50 sessions against 0.5 % vs 2 % at risks 0.01/0.05: a clean release needs 197, so every soak would
+    # end inconclusive after the rollout had stopped production.
+    with pytest.raises(GateSettingsError) as exc:
+        settings_from_vars({"soak_sessions": 50, "soak_max_corruption_rate": 0.02}, same)
+    text = "; ".join(exc.value.problems)
+    assert "soak_sessions 50 cannot pass even a clean release" in text and "needs 197 clean sessions" in text
+    assert "fix: soak_sessions 197 or more" in text
+    # the same budget is fine when the soak is off, or judged all at once (the isolation experiment)
+    assert settings_from_vars({"soak_sessions": 50, "soak_max_corruption_rate": 0.02, "soak_enabled": False}, same)
+    assert settings_from_vars({"soak_sessions": 50, "soak_max_corruption_rate": 0.02, "soak_sequential": False}, same)
+    assert settings_from_vars({"soak_sessions": 65}, same).soak_sessions == 65  # the default design's least
+
+
+EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[3] / "inventory" / "examples").iterdir()
+                  if (p / "hosts.yml").exists())
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_shipped_examples_gate_settings_are_accepted(example: Path) -> None:
+    variables: dict = {}
+    for path in sorted((example / "group_vars" / "all").glob("*.yml")):
+        variables.update(yaml.safe_load(path.read_text()) or {})
+    deployment_topk = (variables.get("model_overrides") or {}).get("index_topk") or variables.get("index_topk")
+    # a shipped example neither fails its own plan nor ships gates weaker than the defaults
+    settings = settings_from_vars(variables, same, index_topk=deployment_topk)
+    assert weakened(settings, deployment_topk, variables, same) == []

@@ -18,8 +18,8 @@ def test_the_estimate_names_each_sample_size_and_adds_both_sides_and_the_switche
 
 
 def test_more_sessions_take_longer_and_a_suite_left_out_costs_nothing() -> None:
-    small = estimate(["soak"], GateSettings(soak_sessions=50))["seconds"]
-    large = estimate(["soak"], GateSettings(soak_sessions=300))["seconds"]
+    small = estimate(["soak"], GateSettings(soak_sessions=50, soak_sequential=False))["seconds"]
+    large = estimate(["soak"], GateSettings(soak_sessions=300, soak_sequential=False))["seconds"]
     assert large > small
     assert "needle" not in estimate(["soak"], GateSettings())["line"]
     assert needle_cells(GateSettings(needle_lengths=[1000, 2000], needle_depths=[0.5], needle_trials=3,
