@@ -185,7 +185,9 @@ class GateSettings(BaseModel):
     # fails in about 20; undecided at the budget or the deadline, the soak is inconclusive.
     soak_sessions: int = Field(300, ge=1)
     soak_turns: int = Field(4, ge=1)
-    soak_concurrency: int = Field(16, ge=1)
+    # 32 in flight: a clean verdict's 65 sessions then take about as long as the former 50-session soak took at
+    # 16 (bench: soak_verdict_time), and the decode is loaded as the seeds' corruption needed.
+    soak_concurrency: int = Field(32, ge=1)
     soak_acceptable_rate: float = Field(0.005, gt=0, lt=1)
     soak_max_corruption_rate: float = Field(0.05, gt=0, lt=1)
     soak_acceptable_mistake_rate: float = Field(0.02, gt=0, lt=1)

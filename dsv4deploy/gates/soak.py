@@ -164,11 +164,16 @@ def run_soak(
             notify(progress, done[0], sessions, f"session {state.session}: {outcome}")
 
     steps = 2 * turns  # requests per session: each turn's tool call, then the reply to the tool's result
+    # The lanes are planned for the sessions a clean verdict needs (65 at the defaults), then for the rest of
+    # the budget: planned for the whole budget, the lanes would run their sessions one after another and the
+    # 65th to start would begin only once four rounds had ended (five session times at 16 lanes, not 4.1).
+    first = min(sessions, max(t.more_to_pass() for t in (referee.corruption, referee.mistakes))) \
+        if referee is not None else sessions
     talks = []
     for index in range(sessions):
         state = SoakSession(session=index)
         talks.append(_Talk(state, _conversation(state, session_script(seed, index, turns), keep),
-                           steps, _due(index, sessions, steps, concurrency)))
+                           steps, _planned_due(index, first, sessions, steps, concurrency)))
 
     with make_client(api_key, request_timeout_s) as client:
 
@@ -301,6 +306,15 @@ def _due(index: int, sessions: int, steps: int, lanes: int) -> int:
     if first // span != last // span:
         return span
     return last + 1 - (first // span) * span
+
+
+def _planned_due(index: int, first: int, sessions: int, steps: int, lanes: int) -> int:
+    """``_due`` for a soak planned in two parts: the ``first`` sessions (those a clean verdict needs) as one
+    plan, the rest of the ``sessions`` as a second one after it."""
+    if index < first:
+        return _due(index, first, steps, lanes)
+    span = max(steps, -(-first * steps // lanes))
+    return span + _due(index - first, sessions - first, steps, lanes)
 
 
 class _Referee:

@@ -378,14 +378,17 @@ def test_a_verification_that_cannot_start_fails_with_its_log_and_a_purge_removes
     other = textfile_dir / "node.prom"  # another collector's file, beside ours
     other.write_text("node_custom 1\n")
     config = sim_host.install_root / "verify-timer" / "watch.json"
-    # An interpreter without dsv4deploy (as the role's default /usr/bin/python3 is where nobody installed it):
-    # the watch exits at once with an ImportError. -S: no site-packages, wherever this machine has it installed.
+    # An interpreter whose environment differs between the role's import check and supervisord's start (as a
+    # PYTHONPATH set in the login shell but not in supervisord's): the check passes, the watch exits at once with an
+    # ImportError. -S: no site-packages, wherever this machine has it installed. (A Python without dsv4deploy at
+    # all is refused before anything is written: test_verify_timer_privilege.)
     bare = tmp_path / "python-without-dsv4deploy"
-    bare.write_text('#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n')
+    bare.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec {VENV_BIN / "python"} "$@"\nexec /usr/bin/python3 -S "$@"\n')
     bare.chmod(0o755)
     proc = sim_host.playbook("verify_timer.yml", *_timer_args(textfile_dir, python=bare))
     assert proc.returncode != 0
     out = " ".join(proc.stdout.split())
+    assert config.exists(), out[-3000:]
     program = json.loads(config.read_text())["deployment"]
     assert f"host local: the verification program dsv4-verify-{program} does not run" in out, out[-3000:]
     assert "No module named" in out and "dsv4deploy" in out, out[-3000:]

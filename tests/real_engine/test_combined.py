@@ -13,6 +13,7 @@ in flight when the drain began has completed.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -175,7 +176,9 @@ def test_the_needle_fails_on_the_random_model_as_a_recall_failure_and_rolls_back
     # A true recall failure: every request was answered (200, no error), and no answer held the needle.
     assert cells and all(c["status"] == 200 and c["error"] is None for c in cells), cells
     assert not any(c["recalled"] for c in cells), cells
-    assert "recalled at depth 0.5, so the requirement is unproven" in found["summary"], found["summary"]
+    # The 600-token cell (a few tokens over once tokenized) is a required cell: a recall failure, with its trials.
+    assert re.search(r"\d+ of \d+ cells within 600 tokens missed the needle; first: \d+ tokens .* 0/\d+ recalled",
+                     found["summary"]), found["summary"]
     assert f"release {promoted['release']} is serving again and verified" in proc.stdout
     assert_serving(engine_host, promoted["release"])
 

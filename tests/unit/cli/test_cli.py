@@ -346,7 +346,7 @@ def test_gate_soak_by_hand(capsys: pytest.CaptureFixture[str], sim_server: tuple
      "--lengths [1000, 2000] cannot reach the required 5500 tokens: add a length of at least 5500 "
      "(or lower --required-tokens)"),
     (["soak", "--url", "http://127.0.0.1:1", "--sessions", "0"],
-     "need sessions, turns and concurrency >= 1 (got 0, 4, 16)"),
+     "need sessions, turns and concurrency >= 1 (got 0, 4, 32)"),
     (["config", "--server", "prefill=http://127.0.0.1:1"],
      "no --log-file for server prefill (give one per --server, in the same order)"),
     (["config", "--server", "prefill=http://127.0.0.1:1", "--log-file", "prefill=/nonexistent/x.log",

@@ -52,7 +52,11 @@ class StubServer:
             def do_POST(self) -> None:
                 stub._serve(self, "POST")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # The default backlog (5) drops connections when a gate opens 16 at once (a second's SYN retry).
+            request_queue_size = 128
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         # A short poll interval keeps shutdown (once per test) from waiting half a second per server.

@@ -171,7 +171,8 @@ class EveryLaneBusy:
     """A stub model that answers a round of requests only once every lane is busy: ``lanes`` requests in
     flight, or all the sessions that have not ended yet. Counts the rounds; keeps each session's requests."""
 
-    def __init__(self, sessions: int, turns: int, lanes: int, seed: int = 0) -> None:
+    def __init__(self, sessions: int, turns: int, lanes: int, seed: int = 0, wait_s: float = 20) -> None:
+        self.wait_s = wait_s  # how long a round waits for idle lanes before it is answered short
         self.first = {session_script(seed, i, turns)[0].instruction: i for i in range(sessions)}
         self.last_length = 4 * turns  # messages in a session's last request
         self.lanes, self.open = lanes, sessions
@@ -195,7 +196,7 @@ class EveryLaneBusy:
             this_round = self.rounds
             if self.waiting >= min(self.lanes, self.open):
                 self._release()
-            elif not self.cond.wait_for(lambda: self.rounds != this_round, timeout=20):
+            elif not self.cond.wait_for(lambda: self.rounds != this_round, timeout=self.wait_s):
                 self.short_rounds += 1  # a lane stayed idle while a session had work left
                 self._release()
             self.in_flight -= 1
@@ -273,6 +274,22 @@ def test_a_clean_release_passes_as_soon_as_the_test_decides_and_runs_no_more(stu
     assert "passed after 65 sessions" in result.summary and "refused with risk 0.01" in result.summary
     stopped = [r for r in ev["session_results"] if r["stopped"]]
     assert stopped and all("the test had decided (passed) after 65 sessions" in r["stopped"] for r in stopped)
+
+
+def test_a_clean_verdict_takes_the_rounds_its_sessions_need_not_whole_sessions_per_lane(stub):
+    # 65 clean sessions of 8 requests on 16 lanes need 33 rounds of requests. Lanes planned for the whole
+    # budget (300) ran their sessions one after another: the 65th to start began in round 33, ended in 40.
+    lanes, turns = 16, 4
+    model = EveryLaneBusy(300, turns, lanes, wait_s=0.5)  # after the decision the last round is short
+    server = stub({CHAT: model})
+    clean_at: list[int] = []
+    result = sequential(server, turns=turns, concurrency=lanes,
+                        progress=lambda done, total, note: clean_at.append(model.rounds) if note.endswith("clean")
+                        else None)
+    assert result.status is GateStatus.PASSED, result.summary
+    assert result.evidence["finished"] == 65
+    assert max(clean_at) <= 35, (max(clean_at), model.rounds)
+    assert model.max_in_flight == lanes
 
 
 def test_the_seeds_corruption_rate_fails_within_a_few_sessions(stub):
