@@ -110,7 +110,7 @@ def parity_canary(endpoint: str, plan: CanaryPlan, api_key: str | None) -> Analy
     """The parity canary: the chosen prompts against the record's outputs for them."""
     record = plan.parity_record or {}
     outputs = record.get("outputs") or {}
-    prompts = [p for p in canary_prompts(plan.prompts) if p["id"] in outputs]
+    prompts = [p for p in canary_prompts(plan.prompts) if p["id"] in outputs and "skipped" not in outputs[p["id"]]]
     tolerance = plan.tolerance if plan.tolerance is not None else float(record.get("tolerance") or TOLERANCE["gpu"])
     now = collect(endpoint, api_key=api_key, prompts=prompts, timeout_s=plan.deadline_s)
     decision, rows, _ = compare(now, {p["id"]: outputs[p["id"]] for p in prompts}, tolerance,

@@ -18,6 +18,7 @@ failed. The verdict rests on the count of prompts out of tolerance, with its exa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -72,14 +73,21 @@ def fixed_prompts() -> list[dict[str, Any]]:
     return prompts
 
 
+#: What sglang answers (400) to a prompt over the served context length (`--context-length`, or the model's).
+TOO_LONG = "longer than the model's context length"
+
+
 def generate_one(client: httpx.Client, endpoint: str, text: str, new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
-    """One greedy completion with top-5 logprobs: ``{tokens, logprobs, top}`` or ``{error}``."""
+    """One greedy completion with top-5 logprobs: ``{tokens, logprobs, top}``, ``{skipped}`` for a prompt
+    longer than the served context (the set is fixed; a deployment may serve a shorter context), or ``{error}``."""
     body = {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens},
             "return_logprob": True, "top_logprobs_num": TOP_N}
     try:
         resp = client.post(f"{endpoint}/generate", json=body)
     except httpx.HTTPError as exc:
         return {"error": describe_error(exc)}
+    if resp.status_code == 400 and TOO_LONG in resp.text:
+        return {"skipped": f"longer than the served context ({_server_message(resp)})"}
     if resp.status_code != 200:
         return {"error": f"HTTP {resp.status_code}: {resp.text[:300]}"}
     try:
@@ -138,15 +146,35 @@ def _near_tie(a: Mapping[str, Any], b: Mapping[str, Any], at: int, tolerance: fl
             and a["logprobs"][at] - other_a <= tolerance and b["logprobs"][at] - other_b <= tolerance)
 
 
+def _server_message(resp: httpx.Response) -> str:
+    """The innermost message of sglang's (or its router's) error body, else the body's start."""
+    match = re.findall(r"The input \(\d+ tokens\) is longer than the model's context length \(\d+ tokens\)",
+                       resp.text)
+    return match[-1] if match else resp.text[:200]
+
+
+def left_out(outputs: Mapping[str, Any]) -> list[str]:
+    """The prompts of a record that were not asked: longer than the served context."""
+    return [pid for pid, o in outputs.items() if "skipped" in o]
+
+
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], tolerance: float,
             names: tuple[str, str] = ("PD", "combined")) -> tuple[Decision, list[dict[str, Any]], list[dict[str, Any]]]:
     """Compare two records: the decision, one row per prompt, and a table per prompt length."""
     rows: list[dict[str, Any]] = []
     errors = []
+    skipped = []  # too long for the context on both sides: not a trial
     for pid in [p for p in a if p in b]:
         x, y = a[pid], b[pid]
         if "error" in x or "error" in y:
             errors.append(f"{pid}: {names[0] if 'error' in x else names[1]} side {x.get('error') or y.get('error')}")
+            continue
+        if "skipped" in x and "skipped" in y:
+            skipped.append(pid)
+            continue
+        if "skipped" in x or "skipped" in y:  # one side serves a shorter context: not the same settings
+            errors.append(f"{pid}: {names[0] if 'skipped' in x else names[1]} side only: "
+                          f"{x.get('skipped') or y.get('skipped')}")
             continue
         rows.append({"prompt": pid, "kind": x.get("kind"), "length": x.get("length"),
                      **compare_prompt(x, y, tolerance)})
@@ -158,6 +186,8 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], tolerance: float,
     bad = [r for r in rows if not r["within_tolerance"]]
     interval = exact_interval(len(bad), len(rows))
     head = f"{len(bad)} of {len(rows)} prompts out of tolerance {tolerance:g} ({names[0]} against {names[1]})"
+    if skipped:
+        head += f"; {len(skipped)} longer than the served context left out ({', '.join(skipped)})"
     if bad:
         first = bad[0]
         where = (f"first divergent token {first['first_divergent']}" if first["first_divergent"] is not None

@@ -13,7 +13,7 @@ from typing import Any
 from dsv4deploy.gates.accuracy import STATUS as OUTCOME_STATUS
 from dsv4deploy.gates.accuracy import AccuracyPlan, reference_score, run_accuracy
 from dsv4deploy.gates.canary import PARITY, CanaryPlan
-from dsv4deploy.gates.parity import TOLERANCE, collect, compare, markdown_table
+from dsv4deploy.gates.parity import TOLERANCE, collect, compare, left_out, markdown_table
 from dsv4deploy.gates.questions import BUILTIN
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result
 
@@ -139,10 +139,18 @@ def parity_gate(plan: Mapping[str, Any], settings: Any, *, baseline: Mapping[str
         return make_result("parity", GateStatus.FAILED, watch,
                            f"parity could not be measured: {'; '.join(errors[:3])}",
                            {**evidence, "failures": [{"what": e, "status": None, "body": ""} for e in errors]})
+    skipped = left_out(record["outputs"])
+    if len(skipped) == len(record["outputs"]):
+        return make_result("parity", GateStatus.FAILED, watch,
+                           f"parity could not be measured: every prompt is longer than the served context "
+                           f"({record['outputs'][skipped[0]]['skipped']})", evidence)
     if not baseline:
+        shorter = (f" ({len(skipped)} longer than the served context left out: {', '.join(skipped)})"
+                   if skipped else "")
         return make_result("parity", GateStatus.PASSED, watch,
-                           f"recorded {len(record['outputs'])} prompts' greedy outputs and top-5 logprobs; no last "
-                           "good release's record on these hosts to compare with", evidence)
+                           f"recorded {len(record['outputs']) - len(skipped)} prompts' greedy outputs and top-5 "
+                           f"logprobs{shorter}; no last good release's record on these hosts to compare with",
+                           evidence)
     differ = record_differs(record, baseline)
     if differ:
         theirs = baseline.get("settings") or {}

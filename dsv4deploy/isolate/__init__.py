@@ -23,6 +23,8 @@ from dsv4deploy.spec import CombinedSpec, Deployment, Problem, SpecError, check_
 
 #: Suites a side can run: gates of a deploy that test behaviour (readiness is always run first).
 SUITES = ("smoke", "needle", "soak", "parity")
+#: The suite judged across the sides (dsv4deploy.isolate.parity_suite), not by each side's own gate status.
+PARITY = "parity"
 VERDICTS = ("pd_specific", "pd_amplified", "shared_path", "clean", "inconclusive")
 #: Model-affecting settings a worker may set for itself; the combined server takes the prefill's.
 _WORKER_MODEL_SETTINGS = ("index_topk", "model_overrides", "chat_template", "page_size", "kv_cache_dtype",
@@ -239,9 +241,14 @@ def decide(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str
             if not side["ready"] and not side.get("error"):
                 why = f"it never became ready: {why}"
             return "inconclusive", f"the {name} side could not be tested: {why}"
-    verdicts = [_suite_verdict(name, pd, combined) for name in SUITES if name in _ran(pd) and name in _ran(combined)]
-    if verdicts:
-        return combine_suites(verdicts)
+    # Parity is judged by comparing the two sides' records (parity_suite.with_parity), never by each side's own
+    # gate status: a side's parity gate fails when it could not measure (every prompt too long, an error), which
+    # says nothing about where a bug is.
+    ran = [name for name in SUITES if name != PARITY and name in _ran(pd) and name in _ran(combined)]
+    if ran:
+        return combine_suites([_suite_verdict(name, pd, combined) for name in ran])
+    if PARITY in _ran(pd) and PARITY in _ran(combined):
+        return "clean", "no suite but parity ran"
     return _flags_verdict(pd, combined)
 
 

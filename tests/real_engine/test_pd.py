@@ -3,13 +3,15 @@
 Prefill and decode are two real servers on one host; the router fronts them. Both deploys must be
 promoted by readiness, config (prefill and decode agreeing, per their real /server_info) and smoke,
 and the pair must go on serving the requests that come after the gates' own. Then parity: the pair and a
-combined server with the same settings agree on the fixed prompt set (bit-exact), and the tier's test-only
-fault in the KV transfer (half of each request's pages replaced by copies of the other half) reaches every
-send; the tiny dummy-weight model's outputs do not move with it, so pd_specific is not shown here yet.
+combined server with the same settings agree on the fixed prompt set (bit-exact), and with the tier's test-only
+fault in the KV transfer (half of each request's pages replaced by copies of the other half) they do not: parity
+fails, and the isolation playbook says pd_specific and restores the PD release. (The tier's dummy weights are drawn
+wider than sglang's +-1e-3 so that the model's output depends on its KV: stand_in/sitecustomize.py.)
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -82,14 +84,48 @@ def test_pd_through_smg_is_promoted(engine_host: SimHost) -> None:
     print(f"pd (smg): promoted in {wall} s (playbook wall time)")
 
 
+def test_the_isolation_playbook_says_pd_specific_when_the_kv_transfer_loses_half_the_cache(
+        engine_host: SimHost) -> None:
+    # smg PD serves (the test above). The fault is a file the prefill looks at on each send: on for the whole
+    # experiment, it acts on the PD side only (the combined server transfers no KV).
+    release = engine_host.active_release()
+    switch = engine_host.install_root / "kv-drop-switch"
+    started = time.monotonic()
+    switch.touch()
+    try:
+        proc = engine_host.playbook("isolate.yml", "-e", "suite=parity", timeout=1500)
+    finally:
+        switch.unlink()
+        seen = switch.with_name("kv-drop-switch.log")
+        fired = seen.read_text().count("fired=True") if seen.exists() else 0
+        seen.unlink(missing_ok=True)
+    wall = round(time.monotonic() - started, 1)
+    assert fired, "the fault never fired"
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = json.loads((engine_host.reports / "isolate" / "latest" / "report.json").read_text())
+    assert report["verdict"] == "pd_specific", report["why"]
+    assert "the difference is in the PD path (KV transfer)" in report["why"], report["why"]
+    parity = report["parity"]
+    assert parity["outcome"] == "failed", parity
+    assert any(r["first_divergent"] is not None for r in parity["prompts"]), parity["prompts"]
+    # The same PD release serves again, verified, and the temporary combined one is gone.
+    assert (report["status"], report["restored"], report["serving_release"]) == ("ok", True, release)
+    assert engine_host.active_release() == release
+    assert set(engine_host.pids()) == {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
+    assert {g["name"]: g["status"] for g in report["restore"]["gates"]} == {"readiness": "passed", "smoke": "passed"}
+    diverged = [r for r in parity["prompts"] if r["first_divergent"] is not None]
+    print(f"real engine isolation with half the KV pages replaced: {report['verdict']} in {wall} s; "
+          f"{len(diverged)} of {len(parity['prompts'])} prompts diverge (" + ", ".join(
+              f"{r['prompt']} at token {r['first_divergent']}" for r in diverged[:6]) + ")")
+
+
 # The fixed set within the tiny model's 4096-token context (its 512-token vocabulary makes a word about
 # three tokens): the plain prompts up to 800 words and the tool conversations.
 PARITY_PROMPTS = [p for p in fixed_prompts() if p["kind"] == "tools" or p["length"] <= 800]
 
 
 # The tolerance here: 0. The CPU engine serving one request at a time was bit-exact between PD and combined
-# (max logprob delta 0 on these 6 prompts), and the tiny model's dummy weights (sglang draws them from
-# +-1e-3) leave its logits nearly flat, so a fault moves its logprobs by little.
+# (max logprob delta 0 on these 6 prompts).
 CPU_TOLERANCE = 0.0
 
 
@@ -127,10 +163,10 @@ def test_pd_and_combined_agree_on_the_fixed_set_and_the_kv_fault_switch_reaches_
     # The fault replaced half the pages of every prompt's KV send...
     fired = seen.read_text().splitlines() if seen.exists() else []
     assert len([line for line in fired if line.endswith("fired=True")]) == len(PARITY_PROMPTS), fired
-    # ...yet the tiny model's outputs did not move at all (measured: max delta 0 on all 6 prompts, three runs):
-    # with sglang's dummy weights (+-1e-3) its outputs do not depend on the KV it attends to. Telling PD from
-    # combined needs a model whose outputs do (issue #39 item 3, not done); this records what it does now.
+    # ...and PD no longer computes what the combined server does: parity fails, and an isolation verdict would
+    # name the PD path.
     lost = parity_suite.comparison({"pd": _side(damaged), "combined": _side(combined)})
-    assert lost is not None
+    assert lost is not None and lost["outcome"] == "failed", lost
+    assert parity_suite.with_parity(("clean", "no difference"), lost)[0] == "pd_specific"
     print("real engine parity with half the KV pages replaced: " + ", ".join(
         f"{r['prompt']} divergent at {r['first_divergent']} (max delta {r['max_delta']:.2g})" for r in lost["prompts"]))

@@ -48,3 +48,16 @@ def test_a_side_that_could_not_answer_is_an_error_not_a_verdict() -> None:
     ok = {"p": {**_rec([1], [-0.1]), "length": 24, "kind": "plain"}}
     decision, _, _ = compare({"p": {"error": "HTTP 500"}}, ok, 0.05)
     assert decision.outcome is Outcome.ERROR and "PD side HTTP 500" in decision.reason
+
+
+def test_a_prompt_too_long_on_both_sides_is_left_out_and_on_one_side_is_an_error() -> None:
+    ok = {"p": {**_rec([1], [-0.1]), "length": 24, "kind": "plain"}}
+    long = {"skipped": "longer than the served context (The input (9346 tokens) is longer than ...)", "length": 3200,
+            "kind": "plain"}
+    decision, rows, _ = compare({**ok, "q": long}, {**ok, "q": long}, 0.05)
+    assert decision.outcome is Outcome.PASSED and [r["prompt"] for r in rows] == ["p"]
+    assert "0 of 1 prompts out of tolerance" in decision.reason and "1 longer than the served context left out (q)" \
+        in decision.reason
+    one_side, _, _ = compare({**ok, "q": long}, {**ok, "q": {**_rec([1], [-0.1]), "length": 3200, "kind": "plain"}},
+                             0.05)
+    assert one_side.outcome is Outcome.ERROR and "q: PD side only: longer than the served context" in one_side.reason

@@ -7,7 +7,15 @@ import sys
 
 import pytest
 
-from dsv4deploy.isolate import breaks_at, combined_from_pd, decide, isolation_plan, parse_suite, side_summary
+from dsv4deploy.isolate import (
+    breaks_at,
+    combined_from_pd,
+    decide,
+    isolation_plan,
+    parity_suite,
+    parse_suite,
+    side_summary,
+)
 from dsv4deploy.isolate.report import build_isolate_report, write_isolate_report
 from dsv4deploy.plan import render
 from dsv4deploy.plan.services import build_services
@@ -149,6 +157,23 @@ def test_a_skipped_suite_makes_the_side_untested_saying_why():
     pd = side_summary([READY, soak], ["soak"])
     verdict, why = decide(pd, side_summary([READY, gate("soak", "passed", "combined")], ["soak"]))
     assert verdict == "inconclusive" and "soak was skipped: soak_enabled is false" in why
+
+
+def test_parity_alone_is_judged_across_the_sides_not_by_each_sides_own_status():
+    # Seen on the real engine: both sides' parity gates failed to measure (the fixed set's long prompts over a
+    # 4096-token context), which the verdict once read as "fails on both sides: shared_path".
+    def parity(status, summary, tokens):
+        outputs = {"p": {"tokens": tokens, "logprobs": [-0.1] * len(tokens), "top": [], "length": 24, "kind": "plain"}}
+        return gate("parity", status, "x", summary, record={"outputs": outputs, "tolerance": 0.0})
+
+    unmeasured = parity("failed", "parity could not be measured: plain-1600: HTTP 400", [1, 2])
+    pd, combined = side_summary([READY, unmeasured], ["parity"]), side_summary([READY, unmeasured], ["parity"])
+    assert decide(pd, combined) == ("clean", "no suite but parity ran")
+    lost = side_summary([READY, parity("passed", "recorded", [1, 9])], ["parity"])
+    kept = side_summary([READY, parity("passed", "recorded", [1, 2])], ["parity"])
+    sides = {"pd": lost, "combined": kept}
+    verdict, why = parity_suite.with_parity(decide(lost, kept), parity_suite.comparison(sides))
+    assert verdict == "pd_specific" and "the difference is in the PD path" in why
 
 
 def test_recall_breaks_at_the_first_length_not_fully_recalled():
