@@ -77,14 +77,24 @@ def gpu_offset(spec: Deployment, settings: RolloutSettings, host: str) -> int:
 
 
 def beside(spec: Deployment, settings: RolloutSettings) -> dict[str, dict[str, Any]]:
-    """Where each worker of the other slot runs: field path -> {host, gpus, port, bootstrap_port}."""
+    """Where each worker of the other slot runs: field path -> {host, gpus, port, bootstrap_port}, and
+    dist_init_port for a server over several nodes. Such a server moves as one: every rank, on its own
+    node, takes the same shifted GPUs and port, and the ranks meet at the shifted dist_init_port (the
+    serving ranks' rendezvous port stays theirs)."""
     out: dict[str, dict[str, Any]] = {}
     for path, w in spec.workers():
         shift = gpu_offset(spec, settings, w.host)
         out[path] = {"host": w.host, "gpus": [g + shift for g in w.gpus], "port": w.port + settings.port_offset,
                      "bootstrap_port": (w.bootstrap_port + settings.port_offset
                                         if isinstance(w, PrefillSpec) else None)}
+        if _multi_node(w) and w.dist_init_port is not None:
+            out[path]["dist_init_port"] = w.dist_init_port + settings.port_offset
     return out
+
+
+def _multi_node(w: Any) -> bool:
+    """Whether worker `w` is one server over several nodes (a rank on each)."""
+    return len(w.node_names()) > 1
 
 
 def preview_router_port(spec: Deployment, settings: RolloutSettings) -> int | None:
@@ -99,7 +109,9 @@ def fit_problems(spec: Deployment, settings: RolloutSettings) -> list[Problem]:
                         "combined deployment has none", fix="use dsv4_rollout_strategy: recreate, or topology: pd")]
     out: list[Problem] = []
     other = beside(spec, settings)
-    used_gpus: dict[tuple[str, int], str] = {(w.host, g): path for path, w in spec.workers() for g in w.gpus}
+    # A server over several nodes holds its GPUs on each of them (every rank takes the same ones).
+    used_gpus: dict[tuple[str, int], str] = {(node, g): path for path, w in spec.workers()
+                                             for node in w.node_names() for g in w.gpus}
     listeners = _listeners(spec)
     for path, w in spec.workers():
         out += _fit_one(spec, settings, path, w, other[path], "blue_green", used_gpus, listeners)
@@ -114,43 +126,50 @@ def fit_problems(spec: Deployment, settings: RolloutSettings) -> list[Problem]:
 
 def _fit_one(spec: Deployment, settings: RolloutSettings, path: str, w: Any, new: Mapping[str, Any], who: str,
              used_gpus: Mapping[tuple[str, int], str], listeners: Mapping[tuple[str, int], str]) -> list[Problem]:
-    """Why the new `path` on `new`'s GPUs and ports cannot run beside the serving one (`who` puts it there)."""
+    """Why the new `path` on `new`'s GPUs and ports cannot run beside the serving one (`who` puts it there).
+    A server over several nodes is judged on each: every rank takes the GPUs and the port there."""
     out: list[Problem] = []
-    count = spec.host(w.host).gpu_count
     var = VARS["gpu_offset"]
-    missing = [g for g in new["gpus"] if g >= count]
-    if missing:
-        out.append(Problem(field=var, host=w.host,
-                           message=f"{who} puts the new {path} on GPUs {new['gpus']} beside the serving "
-                                   f"one's {list(w.gpus)}, but {w.host} has {count} GPUs (0-{count - 1})",
-                           fix=_gpu_fix(spec, w.host)))
-    shared = sorted({used_gpus[(w.host, g)] for g in new["gpus"] if (w.host, g) in used_gpus})
-    if shared:
-        out.append(Problem(field=var, host=w.host,
-                           message=f"{who} puts the new {path} on GPUs {new['gpus']}, which the serving "
-                                   f"{', '.join(shared)} uses: both releases cannot run at once",
-                           fix=_gpu_fix(spec, w.host)))
-    for port_key in ("port", "bootstrap_port"):
-        port = new[port_key]
+    for node in w.node_names():
+        count = spec.host(node).gpu_count
+        missing = [g for g in new["gpus"] if g >= count]
+        if missing:
+            out.append(Problem(field=var, host=node,
+                               message=f"{who} puts the new {path} on GPUs {new['gpus']} beside the serving "
+                                       f"one's {list(w.gpus)}, but {node} has {count} GPUs (0-{count - 1})",
+                               fix=_gpu_fix(spec, node)))
+        shared = sorted({used_gpus[(node, g)] for g in new["gpus"] if (node, g) in used_gpus})
+        if shared:
+            out.append(Problem(field=var, host=node,
+                               message=f"{who} puts the new {path} on GPUs {new['gpus']}, which the serving "
+                                       f"{', '.join(shared)} uses: both releases cannot run at once",
+                               fix=_gpu_fix(spec, node)))
+        out += _port_problems(node, new["port"], f"the new {path}.port", listeners, settings)
+    for port_key in ("bootstrap_port", "dist_init_port"):
+        port = new.get(port_key)
         if port is not None:
             out += _port_problems(w.host, port, f"the new {path}.{port_key}", listeners, settings)
     return out
 
 
 def _gpu_fix(spec: Deployment, host: str) -> str:
-    taken = sum(len(w.gpus) for _, w in spec.workers() if w.host == host)
+    taken = sum(len(w.gpus) for _, w in spec.workers() if host in w.node_names())
     return (f"give each release at most half of a host's GPUs (e.g. tp 2 per role on 8 GPUs with "
             f"{VARS['gpu_offset']}: 4; this release takes {taken} of {host}'s {spec.host(host).gpu_count}), "
             f"or set {VARS['strategy']}: recreate")
 
 
 def _listeners(spec: Deployment) -> dict[tuple[str, int], str]:
-    """Every port the serving slot listens on, per host."""
+    """Every port the serving slot listens on, per host (a multi-node server's rank on each of its nodes,
+    and its ranks' rendezvous on rank 0's)."""
     out: dict[tuple[str, int], str] = {}
     for path, w in spec.workers():
-        out[(w.host, w.port)] = f"{path}.port"
+        for node in w.node_names():
+            out[(node, w.port)] = f"{path}.port"
         if isinstance(w, PrefillSpec):
             out[(w.host, w.bootstrap_port)] = f"{path}.bootstrap_port"
+        if _multi_node(w) and w.dist_init_port is not None:
+            out[(w.host, w.dist_init_port)] = f"{path}.dist_init_port"
     if spec.router:
         out[(spec.router.host, spec.router.port)] = "router.port"
         if spec.router.prometheus_port is not None:
@@ -173,7 +192,10 @@ def _port_problems(host: str, port: int, what: str, listeners: Mapping[tuple[str
 
 
 def multi_node_problems(spec: Deployment, strategy: str) -> list[Problem]:
-    """blue_green and rolling do not yet start, gate and switch a server over several nodes as one unit."""
+    """rolling does not yet start, gate and switch a server over several nodes as one unit (blue_green
+    does: every rank of the new release starts beside the old one, `beside`)."""
+    if strategy != "rolling":
+        return []
     return [Problem(field=VARS["strategy"], host=w.host,
                     message=f"{strategy} does not yet move {path}, which spans {len(w.node_names())} nodes "
                             f"({', '.join(w.node_names())}), as one unit",
@@ -274,15 +296,17 @@ def beside_spec(spec: Deployment, settings: RolloutSettings) -> Deployment:
 
 def slot_spec(spec: Deployment, placed: Mapping[str, Mapping[str, Any]], port_offset: int) -> Deployment:
     """`spec` as the other slot runs it: the workers in `placed` (field path -> {gpus, port,
-    bootstrap_port}) moved there, the router on its port + `port_offset` (metrics too), every host's
-    install root moved to `slot_root` and a deployment name of its own (systemd unit names differ)."""
+    bootstrap_port, dist_init_port}) moved there, the router on its port + `port_offset` (metrics too),
+    every host's install root moved to `slot_root` and a deployment name of its own (systemd unit names
+    differ)."""
     data = spec.model_dump()
     for path, place in placed.items():
         role, index = path.rstrip("]").split("[")
         worker = data[role][int(index)]
         worker["gpus"], worker["port"] = place["gpus"], place["port"]
-        if place.get("bootstrap_port") is not None:
-            worker["bootstrap_port"] = place["bootstrap_port"]
+        for key in ("bootstrap_port", "dist_init_port"):
+            if place.get(key) is not None:
+                worker[key] = place[key]
     assert spec.router is not None  # callers refuse a deployment without one
     data["router"]["port"] = spec.router.port + port_offset
     if data["router"].get("prometheus_port") is not None:
