@@ -199,7 +199,8 @@ def multi_node_problems(spec: Deployment, strategy: str) -> list[Problem]:
     return [Problem(field=VARS["strategy"], host=w.host,
                     message=f"{strategy} does not yet move {path}, which spans {len(w.node_names())} nodes "
                             f"({', '.join(w.node_names())}), as one unit",
-                    fix="use dsv4_rollout_strategy: recreate for a deployment with a multi-node server")
+                    fix="use dsv4_rollout_strategy: blue_green or recreate for a deployment with a multi-node "
+                        "server")
             for path, w in spec.workers() if len(w.node_names()) > 1]
 
 

@@ -6,20 +6,25 @@ starts in the other slot on its own node (ports and dist_init_port shifted by th
 slots' ranks meet apart), is gated through the preview router, and the production router is switched to
 it with no failed request under a continuous client; it then moves home on both nodes and the slot stops
 on both. A new release that fails a gate leaves the serving one untouched on both nodes, and its ranks
-are gone from both.
+are gone from both. With the previous release kept warm, a rollback inside the window switches back to
+every warm rank (the same processes), and after the window the next run moves every rank home.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from dsv4deploy.rollout.downtime import Downtime, DowntimeClient
-from tests.integration.simhost import HostPart, SimHost
+from tests.integration.simhost import READINESS, HostPart, SimHost
 from tests.integration.test_multi_node import ADDRESSES, GATES, HOSTS, RANK0, RANK1, _chat, _environ, two_node_pd
 from tests.ports import free_port_block
 
@@ -57,11 +62,17 @@ def _wait_running(nodes: dict[str, HostPart], timeout_s: float = 60) -> None:
     raise AssertionError(f"not every program RUNNING after {timeout_s} s: {states}")
 
 
-def _deploy_under_load(host: SimHost, *extra: str) -> tuple[str, int, Downtime]:
-    """A blue_green deploy while a continuous client asks the production router: output, exit code, figures."""
+def _under_load(host: SimHost, nodes: dict[str, HostPart], playbook: str, *extra: str) -> tuple[str, int, Downtime]:
+    """`playbook` run while a continuous client asks the production router: output, exit code, figures."""
+    _wait_running(nodes)
     with DowntimeClient(host.endpoint, "deepseek-v4-flash", api_key=host.api_key, concurrency=2) as client:
-        proc = host.playbook("deploy.yml", *GATES, *BLUE_GREEN, *extra)
+        proc = host.playbook(playbook, *extra)
     return proc.stdout + proc.stderr, proc.returncode, client.figures
+
+
+def _deploy_under_load(host: SimHost, nodes: dict[str, HostPart], *extra: str) -> tuple[str, int, Downtime]:
+    """A blue_green deploy under the continuous client."""
+    return _under_load(host, nodes, "deploy.yml", *GATES, *BLUE_GREEN, *extra)
 
 
 def _slot_gone(sim_host: SimHost, nodes: dict[str, HostPart]) -> None:
@@ -83,7 +94,7 @@ def _slot_rank1_log(node: HostPart) -> Path:
 def test_blue_green_promotes_every_rank_with_no_failed_request(sim_host: SimHost,
                                                               nodes: dict[str, HostPart]) -> None:
     before = {name: node.pids() for name, node in nodes.items()}
-    out, rc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out, rc, figures = _deploy_under_load(sim_host, nodes, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
     assert rc == 0, out[-8000:]
     assert "Gates, through the preview router" in out and sim_host.report()["verdict"] == "promoted"
     print(f"multi-node blue_green promotion under the continuous client: {figures.line()}")
@@ -109,7 +120,8 @@ def test_blue_green_gate_failure_leaves_both_nodes_serving(sim_host: SimHost, no
     serving = {name: node.active_release() for name, node in nodes.items()}
     pids = {name: node.pids() for name, node in nodes.items()}
     # The new decode (both its ranks) ignores its override: its answers garble and smoke fails beside.
-    out, rc, figures = _deploy_under_load(sim_host, "-e", '{"sim_faults_by_role": {"decode": "ignore_override"}}')
+    out, rc, figures = _deploy_under_load(sim_host, nodes, "-e",
+                                       '{"sim_faults_by_role": {"decode": "ignore_override"}}')
     assert rc != 0 and "production was not touched, no rollback" in out, out[-8000:]
     print(f"multi-node blue_green gate failure under the continuous client: {figures.line()}")
     assert figures.sent > 10 and figures.failed == 0, figures.line()
@@ -122,3 +134,111 @@ def test_blue_green_gate_failure_leaves_both_nodes_serving(sim_host: SimHost, no
     assert {name: node.pids() for name, node in nodes.items()} == pids
     _slot_gone(sim_host, nodes)
     assert _chat(sim_host)
+
+
+def _slot_rank1(sim_host: SimHost) -> int | None:
+    """The PID of the other slot's decode rank 1 (it meets its rank 0 at the shifted dist_init_port), if it runs."""
+    addr = f"127.0.0.1:{sim_host.base_port + 5 + PORT_OFFSET}".encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if b"dsv4deploy.sim.server" in argv and b"--dist-init-addr" in argv and b"--node-rank" in argv \
+                and argv[argv.index(b"--dist-init-addr") + 1] == addr and argv[argv.index(b"--node-rank") + 1] == b"1":
+            return int(cmdline.parent.name)
+    return None
+
+
+def test_a_slot_rank_killed_during_readiness_fails_beside_and_leaves_both_nodes_serving(
+        sim_host: SimHost, nodes: dict[str, HostPart]) -> None:
+    serving = {name: node.active_release() for name, node in nodes.items()}
+    pids = {name: node.pids() for name, node in nodes.items()}
+    # The new decode's ranks load for 20 s: long enough to kill the slot's rank 1 on nb while readiness watches.
+    slow = json.dumps({"server_env_extra_by_role": {"decode": {"DSV4_SIM_STARTUP_S": "20"}}})
+    _wait_running(nodes)
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client, \
+            ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sim_host.playbook, "deploy.yml", *GATES, *BLUE_GREEN, "-e", slow)
+        deadline = time.monotonic() + 240
+        killed = None
+        while killed is None and time.monotonic() < deadline and not running.done():
+            pid = _slot_rank1(sim_host)
+            # Killed once it has joined its rank 0 (its log says so).
+            if pid and "Node rank 1 joined" in _slot_rank1_log(nodes["nb"]).read_text():
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+            time.sleep(0.3)
+        proc = running.result()
+    out = proc.stdout + proc.stderr
+    assert killed, out[-8000:]
+    assert proc.returncode != 0 and "production was not touched, no rollback" in out, out[-8000:]
+    flat = " ".join(out.split())
+    # The readiness wait names the slot's rank on nb and how it ended.
+    named = flat[flat.index("-decode-rank1 (nb)"):]
+    assert "terminated by SIGKILL" in named[:300], named[:3000]
+    print(f"multi-node blue_green, a slot rank killed, under the continuous client: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    assert sim_host.report()["verdict"] == "failed", sim_host.report()
+    assert {name: node.active_release() for name, node in nodes.items()} == serving
+    assert {name: node.pids() for name, node in nodes.items()} == pids
+    _slot_gone(sim_host, nodes)
+    assert _chat(sim_host)
+
+
+def _records(nodes: dict[str, HostPart]) -> dict[str, dict | None]:
+    """Each node's record of a previous release kept warm (None: none)."""
+    return {name: json.loads(path.read_text()) if (path := node.install_root / "blue_green.json").exists() else None
+            for name, node in nodes.items()}
+
+
+def _slot_running(nodes: dict[str, HostPart]) -> dict[str, bool]:
+    return {name: (node.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+            for name, node in nodes.items()}
+
+
+def _release(n: int) -> list[str]:
+    """A release of its own (a harmless change), gated by readiness alone: the settle is the subject."""
+    return [*READINESS, "-e", json.dumps({"server_env_extra": {"DSV4_KEEP_TEST": str(n)}})]
+
+
+def test_rollback_inside_the_window_switches_back_to_every_warm_rank(sim_host: SimHost,
+                                                                     nodes: dict[str, HostPart]) -> None:
+    first = nodes["na"].active_release()
+    home = {name: node.pids() for name, node in nodes.items()}
+    out, rc, figures = _deploy_under_load(sim_host, nodes, "-e", "dsv4_rollout_keep_previous_s=600", *_release(1))
+    assert rc == 0 and figures.failed == 0, (figures.line(), out[-8000:])
+    # The new release serves from the slot on both nodes; the previous one's ranks run on at home, untouched.
+    assert all(r and r["previous"] == first for r in _records(nodes).values()), _records(nodes)
+    assert _slot_running(nodes) == {"na": True, "nb": True}
+    assert {name: node.pids() for name, node in nodes.items()} == home
+    out, rc, figures = _under_load(sim_host, nodes, "rollback.yml")
+    assert rc == 0 and "ROLLED BACK by a switch" in out, out[-8000:]
+    print(f"multi-node rollback inside the window under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line()
+    # The very processes of every warm rank serve again; the new release's ranks are gone with the slot.
+    assert {name: node.pids() for name, node in nodes.items()} == home
+    assert {name: node.active_release() for name, node in nodes.items()} == {"na": first, "nb": first}
+    assert _records(nodes) == {"na": None, "nb": None}
+    _slot_gone(sim_host, nodes)
+    assert _chat(sim_host)
+
+
+def test_after_the_window_the_next_run_moves_every_rank_home(sim_host: SimHost, nodes: dict[str, HostPart]) -> None:
+    out, rc, figures = _deploy_under_load(sim_host, nodes, "-e", "dsv4_rollout_keep_previous_s=1", *_release(2))
+    assert rc == 0 and figures.failed == 0, (figures.line(), out[-8000:])
+    new = (_records(nodes)["nb"] or {}).get("release")
+    assert new and new != nodes["nb"].active_release()
+    time.sleep(1.5)  # the window is over
+    # verify.yml moves the new release home first on both nodes (every rank started there), then verifies it.
+    out, rc, figures = _under_load(sim_host, nodes, "verify.yml", *GATES)
+    assert rc == 0 and "move_home" in out, out[-8000:]
+    print(f"multi-node move home after the window under the continuous client: {figures.line()}")
+    assert figures.failed == 0, figures.line()
+    assert {name: node.active_release() for name, node in nodes.items()} == {"na": new, "nb": new}
+    after = {name: node.pids() for name, node in nodes.items()}
+    assert {name: set(p) for name, p in after.items()} == HOSTS, after
+    for name, rank in (("na", RANK0), ("nb", RANK1)):
+        assert _environ(after[name][rank]).get("DSV4_KEEP_TEST") == "2", (name, rank)
+    assert _records(nodes) == {"na": None, "nb": None}
+    _slot_gone(sim_host, nodes)

@@ -105,8 +105,8 @@ def test_a_multi_node_server_is_refused_by_rolling_but_recreate_takes_it() -> No
     with pytest.raises(SpecError) as err:
         rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": "rolling"}))
     assert str(err.value) == ("dsv4_rollout_strategy (host gpu1): rolling does not yet move decode[0], which "
-                              "spans 2 nodes (gpu1, gpu2), as one unit; fix: use dsv4_rollout_strategy: recreate for "
-                              "a deployment with a multi-node server")
+                              "spans 2 nodes (gpu1, gpu2), as one unit; fix: use dsv4_rollout_strategy: blue_green or "
+                              "recreate for a deployment with a multi-node server")
     assert rollout_plan(spec, load_rollout({}))["strategy"] == "recreate"
 
 
