@@ -249,11 +249,12 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
 
 def slot_hosts(spec: Deployment) -> dict[str, list[str]]:
     """The hosts that get the other slot and what each runs there: its workers' field paths, and
-    `router` on the router's host (the preview router). A host of the inventory that runs neither
-    gets no slot."""
+    `router` on the router's host (the preview router); a multi-node server's rank i >= 1 as
+    `<path> rank <i>` on its node. A host of the inventory that runs neither gets no slot."""
     out: dict[str, list[str]] = {}
     for path, w in spec.workers():
-        out.setdefault(w.host, []).append(path)
+        for rank, node in enumerate(w.node_names()):
+            out.setdefault(node, []).append(f"{path} rank {rank}" if rank else path)
     if spec.router is not None:
         out.setdefault(spec.router.host, []).append("router")
     return dict(sorted(out.items()))

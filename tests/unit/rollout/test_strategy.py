@@ -126,6 +126,8 @@ def test_blue_green_moves_a_multi_node_server_as_one_every_rank_beside_its_own()
     rollout = rollout_plan(spec, settings)
     assert rollout["beside"]["decode[0]"] == {"host": "gpu1", "gpus": [6, 7], "port": 30102, "bootstrap_port": None,
                                               "dist_init_port": 5100}
+    assert "Over 2 hosts: each gets the slot where it has workers (gpu1: prefill[0], decode[0]; gpu2: decode[0] " \
+           "rank 1)" in rollout["why"], rollout["why"]
     # Every rank of the other slot: on its own node, the shifted GPUs and port, meeting at the shifted
     # dist_init_port on rank 0's host; the serving ranks keep theirs.
     slot = {s.name: s for s in build_services(beside_spec(spec, settings))}
