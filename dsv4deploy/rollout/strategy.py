@@ -8,7 +8,8 @@
   behind a preview router of its own on the production router's port plus the port offset (the other
   "slot", `beside_spec`); once gated there and switched to, it moves to the spec's own GPUs and ports
   (roles/dsv4_blue_green/tasks/main.yml). It is refused, by field, host and fix, unless both slots
-  fit each host at once: GPUs that exist and are not shared, memory per GPU, ports.
+  fit each host at once: GPUs that exist and are not shared, memory per GPU, ports. A server over several
+  nodes moves as one: each rank beside its own on its node, the ranks meeting at a shifted dist_init_port.
 - ``rolling``: xPyD over hosts, ``dsv4_rollout_rolling_max_unavailable`` workers of each role at a time, prefill
   and decode in step (``rolling.py``: the steps, and the refusal of a layout the router cannot keep serving
   through).
@@ -191,27 +192,12 @@ def _port_problems(host: str, port: int, what: str, listeners: Mapping[tuple[str
     return []
 
 
-def multi_node_problems(spec: Deployment, strategy: str) -> list[Problem]:
-    """rolling does not yet start, gate and switch a server over several nodes as one unit (blue_green
-    does: every rank of the new release starts beside the old one, `beside`)."""
-    if strategy != "rolling":
-        return []
-    return [Problem(field=VARS["strategy"], host=w.host,
-                    message=f"{strategy} does not yet move {path}, which spans {len(w.node_names())} nodes "
-                            f"({', '.join(w.node_names())}), as one unit",
-                    fix="use dsv4_rollout_strategy: blue_green or recreate for a deployment with a multi-node "
-                        "server")
-            for path, w in spec.workers() if len(w.node_names()) > 1]
-
-
 def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
     """The plan's `rollout` part: the strategy that applies and why; SpecError when blue_green cannot fit."""
     base = {"strategy": settings.strategy, "keep_previous_s": settings.keep_previous_s}
     if settings.strategy == "recreate":
         return {**base, "why": "recreate (the default): the serving release stops before the new one starts; "
                                "clients see an outage of the load time and the gates"}
-    if problems := multi_node_problems(spec, settings.strategy):
-        raise SpecError(problems)
     if settings.strategy == "rolling":
         problems = rolling.roll_problems(spec, settings.max_unavailable,
                                          surge_fit=lambda path: surge_problems(spec, settings, path))
@@ -326,25 +312,28 @@ def surge_places(spec: Deployment, settings: RolloutSettings) -> dict[str, dict[
     shifted by the set GPU offset or, with none set, on the host's lowest spare GPUs (used by no worker
     of the spec nor by an earlier surge worker)."""
     workers = dict(spec.workers())
-    taken = {(w.host, g) for w in workers.values() for g in w.gpus}
+    taken = {(node, g) for w in workers.values() for node in w.node_names() for g in w.gpus}
     out: dict[str, dict[str, Any]] = {}
     for path in rolling.lone_paths(spec):
         w, place = workers[path], beside(spec, settings)[path]
         if settings.gpu_offset is None:
-            spare = [g for g in range(spec.host(w.host).gpu_count) if (w.host, g) not in taken]
+            # A server over several nodes: GPUs spare on every one of them (each rank takes the same).
+            count = min(spec.host(node).gpu_count for node in w.node_names())
+            spare = [g for g in range(count) if not any((node, g) in taken for node in w.node_names())]
             if len(spare) >= len(w.gpus):
                 place["gpus"] = spare[:len(w.gpus)]
-        taken |= {(w.host, g) for g in place["gpus"]}
+        taken |= {(node, g) for node in w.node_names() for g in place["gpus"]}
         out[path] = place
     return out
 
 
 def surge_problems(spec: Deployment, settings: RolloutSettings, path: str) -> list[Problem]:
     """Why the surge worker for `path` does not fit beside the serving one (empty: it fits)."""
-    used = {(o.host, g): p for p, o in spec.workers() for g in o.gpus}
+    used = {(node, g): p for p, o in spec.workers() for node in o.node_names() for g in o.gpus}
+    workers = dict(spec.workers())
     for other, place in surge_places(spec, settings).items():
         if other != path:
-            used.update({(place["host"], g): f"surge {other}" for g in place["gpus"]})
+            used.update({(node, g): f"surge {other}" for node in workers[other].node_names() for g in place["gpus"]})
     return _fit_one(spec, settings, path, dict(spec.workers())[path], surge_places(spec, settings)[path],
                     "a surge", used, _listeners(spec))
 

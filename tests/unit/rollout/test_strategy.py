@@ -98,18 +98,6 @@ def test_the_embedded_example_fits_and_the_default_inventory_does_not() -> None:
         refused.stderr
 
 
-def test_a_multi_node_server_is_refused_by_rolling_but_recreate_takes_it() -> None:
-    from fixture_specs import multi_node_pd_spec
-
-    spec = multi_node_pd_spec()
-    with pytest.raises(SpecError) as err:
-        rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": "rolling"}))
-    assert str(err.value) == ("dsv4_rollout_strategy (host gpu1): rolling does not yet move decode[0], which "
-                              "spans 2 nodes (gpu1, gpu2), as one unit; fix: use dsv4_rollout_strategy: blue_green or "
-                              "recreate for a deployment with a multi-node server")
-    assert rollout_plan(spec, load_rollout({}))["strategy"] == "recreate"
-
-
 def _multi_node_half(gpu2: dict[str, object] | None = None, **decode: object) -> object:
     """HALF with the decode over gpu1 (rank 0) and gpu2 (rank 1): tp 4, GPUs 2 and 3 on each node."""
     from fixture_specs import PD_COMMON, host_vars, load_spec
@@ -150,3 +138,22 @@ def test_blue_green_judges_a_multi_node_server_on_every_node() -> None:
     assert problems == ["dsv4_rollout_blue_green_port_offset (host gpu1): the new decode[0].dist_init_port would "
                         "listen on port 30001, which the serving prefill[0].port uses; fix: set "
                         "dsv4_rollout_blue_green_port_offset so no shifted port lands on another (now 100)"], problems
+
+
+def test_rolling_surges_a_lone_multi_node_server_onto_gpus_spare_on_every_node() -> None:
+    # gpu2 runs a second prefill on GPUs 4 and 5: the surge decode's ranks take 6 and 7 on both nodes.
+    spec = _multi_node_half()
+    data = spec.model_dump()
+    data["prefill"].append({**data["prefill"][0], "host": "gpu2", "gpus": [4, 5], "port": 30003,
+                            "bootstrap_port": 8999})
+    spec = type(spec).model_validate(data)
+    settings = load_rollout({"dsv4_rollout_strategy": "rolling"})
+    rollout = rollout_plan(spec, settings)
+    assert rollout["surge"] == {"decode[0]": {"host": "gpu1", "gpus": [6, 7], "port": 30102, "bootstrap_port": None,
+                                              "dist_init_port": 5100}}
+    # The multi-node recipe's own example has no spare GPUs on gpu1: refused by the surge fit, not by its nodes.
+    from fixture_specs import multi_node_pd_spec
+
+    problems = _refusal(multi_node_pd_spec(), dsv4_rollout_strategy="rolling")
+    assert problems and all("no surge fits beside it" in p for p in problems), problems
+    assert rollout_plan(multi_node_pd_spec(), load_rollout({}))["strategy"] == "recreate"
