@@ -247,7 +247,8 @@ def compatibility_problems(serving: Deployment, new: Deployment) -> list[Problem
                                fix=fix))
             continue
         for i, (a, b) in enumerate(zip(old_ws, new_ws, strict=True)):
-            keys = ("host", "gpus", "port") + (("bootstrap_port",) if role == "prefill" else ())
+            # A server over several nodes is replaced rank by rank where each runs: its nodes stay too.
+            keys = ("host", "nodes", "gpus", "port") + (("bootstrap_port",) if role == "prefill" else ())
             moved = [k for k in keys if getattr(a, k) != getattr(b, k)]
             if moved:
                 how = ", ".join(f"{k} {getattr(a, k)} -> {getattr(b, k)}" for k in moved)

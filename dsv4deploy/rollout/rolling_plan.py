@@ -97,9 +97,7 @@ def _surge(spec: Deployment, slot: Deployment, step: Mapping[str, Any], targets:
     gpus: dict[str, list[int]] = {}
     by_path = {f"{role}[{i}]": w for role in rolling.ROLES for i, w in enumerate(getattr(slot, role))}
     for path in paths:
-        w = slot_workers[path]
-        names.setdefault(w.host, []).append(w.name)
-        gpus.setdefault(w.host, []).extend(by_path[path].gpus)
+        _add_programs(slot, slot_workers[path].name, slot_workers[path].host, by_path[path].gpus, names, gpus)
     api = [_api_entry(slot, p, by_path) for p in paths]
     # The gates judge the surge workers by the slot's names, the others by their own (they run at home).
     in_slot_names = {slot_workers[p].name for p in paths}
@@ -129,8 +127,7 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
     names: dict[str, list[str]] = {}
     gpus: dict[str, list[int]] = {}
     for w in step["workers"]:
-        names.setdefault(w["host"], []).append(w["name"])
-        gpus.setdefault(w["host"], []).extend(by_path[w["path"]].gpus)
+        _add_programs(spec, w["name"], w["host"], by_path[w["path"]].gpus, names, gpus)
     api = [_api_entry(spec, w["path"], by_path) for w in step["workers"]]
     preview_names = {w.name for ws in rolling.roll_workers(spec).values() for w in ws if w.path in step["preview"]}
     router = spec.router
@@ -144,12 +141,25 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
                  # Nothing for the readiness wait to start: the step's tasks start the preview router.
                  "router_service": None,
                  "workers": [w for w in targets["workers"] if w["name"] in preview_names],
+                 "ranks": [r for r in targets.get("ranks") or [] if r["rank0"] in preview_names],
                  "expected_overrides": {k: v for k, v in targets["expected_overrides"].items() if k in preview_names},
                  "expected_settings": {k: v for k, v in targets["expected_settings"].items() if k in preview_names}}
     return {"step": step["step"], "paths": [w["path"] for w in step["workers"]], "names": names, "gpus": gpus,
             "api": api, "preview": {"paths": list(step["preview"]), "url": url, "port": port,
                                     "argv": rolling.preview_router_argv(spec, step, port, metrics_port)},
             "gates": gate_plan}
+
+
+def _add_programs(spec: Deployment, name: str, host: str, worker_gpus: list[int], names: dict[str, list[str]],
+                  gpus: dict[str, list[int]]) -> None:
+    """Add worker `name` on `host` to a step's programs and GPUs per host, with its ranks 1 and up on their
+    nodes (a server over several nodes is replaced as one: every rank holds the same GPUs on its node)."""
+    names.setdefault(host, []).append(name)
+    gpus.setdefault(host, []).extend(worker_gpus)
+    for rank in services.build_services(spec):
+        if rank.rank0 == name:
+            names.setdefault(rank.host, []).append(rank.name)
+            gpus.setdefault(rank.host, []).extend(worker_gpus)
 
 
 def _api_entry(spec: Deployment, path: str, by_path: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,8 @@
   behind a preview router of its own on the production router's port plus the port offset (the other
   "slot", `beside_spec`); once gated there and switched to, it moves to the spec's own GPUs and ports
   (roles/dsv4_blue_green/tasks/main.yml). It is refused, by field, host and fix, unless both slots
-  fit each host at once: GPUs that exist and are not shared, memory per GPU, ports.
+  fit each host at once: GPUs that exist and are not shared, memory per GPU, ports. A server over several
+  nodes moves as one: each rank beside its own on its node, the ranks meeting at a shifted dist_init_port.
 - ``rolling``: xPyD over hosts, ``dsv4_rollout_rolling_max_unavailable`` workers of each role at a time, prefill
   and decode in step (``rolling.py``: the steps, and the refusal of a layout the router cannot keep serving
   through).
@@ -77,14 +78,24 @@ def gpu_offset(spec: Deployment, settings: RolloutSettings, host: str) -> int:
 
 
 def beside(spec: Deployment, settings: RolloutSettings) -> dict[str, dict[str, Any]]:
-    """Where each worker of the other slot runs: field path -> {host, gpus, port, bootstrap_port}."""
+    """Where each worker of the other slot runs: field path -> {host, gpus, port, bootstrap_port}, and
+    dist_init_port for a server over several nodes. Such a server moves as one: every rank, on its own
+    node, takes the same shifted GPUs and port, and the ranks meet at the shifted dist_init_port (the
+    serving ranks' rendezvous port stays theirs)."""
     out: dict[str, dict[str, Any]] = {}
     for path, w in spec.workers():
         shift = gpu_offset(spec, settings, w.host)
         out[path] = {"host": w.host, "gpus": [g + shift for g in w.gpus], "port": w.port + settings.port_offset,
                      "bootstrap_port": (w.bootstrap_port + settings.port_offset
                                         if isinstance(w, PrefillSpec) else None)}
+        if _multi_node(w) and w.dist_init_port is not None:
+            out[path]["dist_init_port"] = w.dist_init_port + settings.port_offset
     return out
+
+
+def _multi_node(w: Any) -> bool:
+    """Whether worker `w` is one server over several nodes (a rank on each)."""
+    return len(w.node_names()) > 1
 
 
 def preview_router_port(spec: Deployment, settings: RolloutSettings) -> int | None:
@@ -99,7 +110,9 @@ def fit_problems(spec: Deployment, settings: RolloutSettings) -> list[Problem]:
                         "combined deployment has none", fix="use dsv4_rollout_strategy: recreate, or topology: pd")]
     out: list[Problem] = []
     other = beside(spec, settings)
-    used_gpus: dict[tuple[str, int], str] = {(w.host, g): path for path, w in spec.workers() for g in w.gpus}
+    # A server over several nodes holds its GPUs on each of them (every rank takes the same ones).
+    used_gpus: dict[tuple[str, int], str] = {(node, g): path for path, w in spec.workers()
+                                             for node in w.node_names() for g in w.gpus}
     listeners = _listeners(spec)
     for path, w in spec.workers():
         out += _fit_one(spec, settings, path, w, other[path], "blue_green", used_gpus, listeners)
@@ -114,43 +127,50 @@ def fit_problems(spec: Deployment, settings: RolloutSettings) -> list[Problem]:
 
 def _fit_one(spec: Deployment, settings: RolloutSettings, path: str, w: Any, new: Mapping[str, Any], who: str,
              used_gpus: Mapping[tuple[str, int], str], listeners: Mapping[tuple[str, int], str]) -> list[Problem]:
-    """Why the new `path` on `new`'s GPUs and ports cannot run beside the serving one (`who` puts it there)."""
+    """Why the new `path` on `new`'s GPUs and ports cannot run beside the serving one (`who` puts it there).
+    A server over several nodes is judged on each: every rank takes the GPUs and the port there."""
     out: list[Problem] = []
-    count = spec.host(w.host).gpu_count
     var = VARS["gpu_offset"]
-    missing = [g for g in new["gpus"] if g >= count]
-    if missing:
-        out.append(Problem(field=var, host=w.host,
-                           message=f"{who} puts the new {path} on GPUs {new['gpus']} beside the serving "
-                                   f"one's {list(w.gpus)}, but {w.host} has {count} GPUs (0-{count - 1})",
-                           fix=_gpu_fix(spec, w.host)))
-    shared = sorted({used_gpus[(w.host, g)] for g in new["gpus"] if (w.host, g) in used_gpus})
-    if shared:
-        out.append(Problem(field=var, host=w.host,
-                           message=f"{who} puts the new {path} on GPUs {new['gpus']}, which the serving "
-                                   f"{', '.join(shared)} uses: both releases cannot run at once",
-                           fix=_gpu_fix(spec, w.host)))
-    for port_key in ("port", "bootstrap_port"):
-        port = new[port_key]
+    for node in w.node_names():
+        count = spec.host(node).gpu_count
+        missing = [g for g in new["gpus"] if g >= count]
+        if missing:
+            out.append(Problem(field=var, host=node,
+                               message=f"{who} puts the new {path} on GPUs {new['gpus']} beside the serving "
+                                       f"one's {list(w.gpus)}, but {node} has {count} GPUs (0-{count - 1})",
+                               fix=_gpu_fix(spec, node)))
+        shared = sorted({used_gpus[(node, g)] for g in new["gpus"] if (node, g) in used_gpus})
+        if shared:
+            out.append(Problem(field=var, host=node,
+                               message=f"{who} puts the new {path} on GPUs {new['gpus']}, which the serving "
+                                       f"{', '.join(shared)} uses: both releases cannot run at once",
+                               fix=_gpu_fix(spec, node)))
+        out += _port_problems(node, new["port"], f"the new {path}.port", listeners, settings)
+    for port_key in ("bootstrap_port", "dist_init_port"):
+        port = new.get(port_key)
         if port is not None:
             out += _port_problems(w.host, port, f"the new {path}.{port_key}", listeners, settings)
     return out
 
 
 def _gpu_fix(spec: Deployment, host: str) -> str:
-    taken = sum(len(w.gpus) for _, w in spec.workers() if w.host == host)
+    taken = sum(len(w.gpus) for _, w in spec.workers() if host in w.node_names())
     return (f"give each release at most half of a host's GPUs (e.g. tp 2 per role on 8 GPUs with "
             f"{VARS['gpu_offset']}: 4; this release takes {taken} of {host}'s {spec.host(host).gpu_count}), "
             f"or set {VARS['strategy']}: recreate")
 
 
 def _listeners(spec: Deployment) -> dict[tuple[str, int], str]:
-    """Every port the serving slot listens on, per host."""
+    """Every port the serving slot listens on, per host (a multi-node server's rank on each of its nodes,
+    and its ranks' rendezvous on rank 0's)."""
     out: dict[tuple[str, int], str] = {}
     for path, w in spec.workers():
-        out[(w.host, w.port)] = f"{path}.port"
+        for node in w.node_names():
+            out[(node, w.port)] = f"{path}.port"
         if isinstance(w, PrefillSpec):
             out[(w.host, w.bootstrap_port)] = f"{path}.bootstrap_port"
+        if _multi_node(w) and w.dist_init_port is not None:
+            out[(w.host, w.dist_init_port)] = f"{path}.dist_init_port"
     if spec.router:
         out[(spec.router.host, spec.router.port)] = "router.port"
         if spec.router.prometheus_port is not None:
@@ -172,23 +192,12 @@ def _port_problems(host: str, port: int, what: str, listeners: Mapping[tuple[str
     return []
 
 
-def multi_node_problems(spec: Deployment, strategy: str) -> list[Problem]:
-    """blue_green and rolling do not yet start, gate and switch a server over several nodes as one unit."""
-    return [Problem(field=VARS["strategy"], host=w.host,
-                    message=f"{strategy} does not yet move {path}, which spans {len(w.node_names())} nodes "
-                            f"({', '.join(w.node_names())}), as one unit",
-                    fix="use dsv4_rollout_strategy: recreate for a deployment with a multi-node server")
-            for path, w in spec.workers() if len(w.node_names()) > 1]
-
-
 def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
     """The plan's `rollout` part: the strategy that applies and why; SpecError when blue_green cannot fit."""
     base = {"strategy": settings.strategy, "keep_previous_s": settings.keep_previous_s}
     if settings.strategy == "recreate":
         return {**base, "why": "recreate (the default): the serving release stops before the new one starts; "
                                "clients see an outage of the load time and the gates"}
-    if problems := multi_node_problems(spec, settings.strategy):
-        raise SpecError(problems)
     if settings.strategy == "rolling":
         problems = rolling.roll_problems(spec, settings.max_unavailable,
                                          surge_fit=lambda path: surge_problems(spec, settings, path))
@@ -226,11 +235,12 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
 
 def slot_hosts(spec: Deployment) -> dict[str, list[str]]:
     """The hosts that get the other slot and what each runs there: its workers' field paths, and
-    `router` on the router's host (the preview router). A host of the inventory that runs neither
-    gets no slot."""
+    `router` on the router's host (the preview router); a multi-node server's rank i >= 1 as
+    `<path> rank <i>` on its node. A host of the inventory that runs neither gets no slot."""
     out: dict[str, list[str]] = {}
     for path, w in spec.workers():
-        out.setdefault(w.host, []).append(path)
+        for rank, node in enumerate(w.node_names()):
+            out.setdefault(node, []).append(f"{path} rank {rank}" if rank else path)
     if spec.router is not None:
         out.setdefault(spec.router.host, []).append("router")
     return dict(sorted(out.items()))
@@ -274,15 +284,17 @@ def beside_spec(spec: Deployment, settings: RolloutSettings) -> Deployment:
 
 def slot_spec(spec: Deployment, placed: Mapping[str, Mapping[str, Any]], port_offset: int) -> Deployment:
     """`spec` as the other slot runs it: the workers in `placed` (field path -> {gpus, port,
-    bootstrap_port}) moved there, the router on its port + `port_offset` (metrics too), every host's
-    install root moved to `slot_root` and a deployment name of its own (systemd unit names differ)."""
+    bootstrap_port, dist_init_port}) moved there, the router on its port + `port_offset` (metrics too),
+    every host's install root moved to `slot_root` and a deployment name of its own (systemd unit names
+    differ)."""
     data = spec.model_dump()
     for path, place in placed.items():
         role, index = path.rstrip("]").split("[")
         worker = data[role][int(index)]
         worker["gpus"], worker["port"] = place["gpus"], place["port"]
-        if place.get("bootstrap_port") is not None:
-            worker["bootstrap_port"] = place["bootstrap_port"]
+        for key in ("bootstrap_port", "dist_init_port"):
+            if place.get(key) is not None:
+                worker[key] = place[key]
     assert spec.router is not None  # callers refuse a deployment without one
     data["router"]["port"] = spec.router.port + port_offset
     if data["router"].get("prometheus_port") is not None:
@@ -300,25 +312,28 @@ def surge_places(spec: Deployment, settings: RolloutSettings) -> dict[str, dict[
     shifted by the set GPU offset or, with none set, on the host's lowest spare GPUs (used by no worker
     of the spec nor by an earlier surge worker)."""
     workers = dict(spec.workers())
-    taken = {(w.host, g) for w in workers.values() for g in w.gpus}
+    taken = {(node, g) for w in workers.values() for node in w.node_names() for g in w.gpus}
     out: dict[str, dict[str, Any]] = {}
     for path in rolling.lone_paths(spec):
         w, place = workers[path], beside(spec, settings)[path]
         if settings.gpu_offset is None:
-            spare = [g for g in range(spec.host(w.host).gpu_count) if (w.host, g) not in taken]
+            # A server over several nodes: GPUs spare on every one of them (each rank takes the same).
+            count = min(spec.host(node).gpu_count for node in w.node_names())
+            spare = [g for g in range(count) if not any((node, g) in taken for node in w.node_names())]
             if len(spare) >= len(w.gpus):
                 place["gpus"] = spare[:len(w.gpus)]
-        taken |= {(w.host, g) for g in place["gpus"]}
+        taken |= {(node, g) for node in w.node_names() for g in place["gpus"]}
         out[path] = place
     return out
 
 
 def surge_problems(spec: Deployment, settings: RolloutSettings, path: str) -> list[Problem]:
     """Why the surge worker for `path` does not fit beside the serving one (empty: it fits)."""
-    used = {(o.host, g): p for p, o in spec.workers() for g in o.gpus}
+    used = {(node, g): p for p, o in spec.workers() for node in o.node_names() for g in o.gpus}
+    workers = dict(spec.workers())
     for other, place in surge_places(spec, settings).items():
         if other != path:
-            used.update({(place["host"], g): f"surge {other}" for g in place["gpus"]})
+            used.update({(node, g): f"surge {other}" for node in workers[other].node_names() for g in place["gpus"]})
     return _fit_one(spec, settings, path, dict(spec.workers())[path], surge_places(spec, settings)[path],
                     "a surge", used, _listeners(spec))
 

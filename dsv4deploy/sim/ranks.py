@@ -1,9 +1,11 @@
 """The ranks of a simulated server over several nodes (`--nnodes N --node-rank i --dist-init-addr H:P`).
 
 As sglang does: rank 0 waits, before loading, until every other rank has joined at the dist-init
-address (torch.distributed's rendezvous); a rank that joins loads its part and then answers only a
-dummy `/health` (sglang #12297: nodes of rank 1 and up run no HTTP server of the model). A rank that
-goes away afterwards breaks the collective: rank 0 logs the error and exits, like an NCCL failure.
+address (torch.distributed's rendezvous, whose store on rank 0 keeps the port for the process group's
+life: a second server's rank 0 on the same dist-init port fails to start); a rank that joins loads its
+part and then answers only a dummy `/health` (sglang #12297: nodes of rank 1 and up run no HTTP server of
+the model). A rank that goes away afterwards breaks the collective: rank 0 logs the error and exits, like
+an NCCL failure.
 """
 
 from __future__ import annotations
@@ -26,21 +28,25 @@ def _address(args: dict[str, Any]) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def rendezvous(args: dict[str, Any], log: Log, timeout_s: float = JOIN_TIMEOUT_S) -> socket.socket | None:
-    """Meet the other ranks; returns rank 1+'s connection to rank 0 (kept open while it runs), None on rank 0.
+def rendezvous(args: dict[str, Any], log: Log, timeout_s: float = JOIN_TIMEOUT_S) -> socket.socket:
+    """Meet the other ranks; returns what each keeps open while it runs: rank 1+'s connection to rank 0,
+    rank 0's listener on the dist-init port.
 
     Raises TimeoutError when the others do not come within `timeout_s`.
     """
     nnodes, rank = int(args.get("nnodes") or 1), int(args.get("node_rank") or 0)
     host, port = _address(args)
     if rank == 0:
-        _gather(host, port, nnodes, log, timeout_s)
-        return None
+        return _gather(host, port, nnodes, log, timeout_s)
     return _join(host, port, rank, log, timeout_s)
 
 
-def _gather(host: str, port: int, nnodes: int, log: Log, timeout_s: float) -> None:
-    listener = socket.create_server(("0.0.0.0" if host not in ("127.0.0.1", "localhost") else host, port))
+def _gather(host: str, port: int, nnodes: int, log: Log, timeout_s: float) -> socket.socket:
+    try:
+        listener = socket.create_server(("0.0.0.0" if host not in ("127.0.0.1", "localhost") else host, port))
+    except OSError as exc:  # torch's store: the port of another server's rank 0 (or anything else) is taken
+        raise OSError(f"The server socket has failed to listen on any local network address. port: {port}, "
+                      f"{exc.strerror}") from None
     listener.settimeout(timeout_s)
     log.line(f"Waiting for {nnodes - 1} more node(s) to join at {host}:{port} (nnodes={nnodes})")
     joined: list[socket.socket] = []
@@ -55,10 +61,10 @@ def _gather(host: str, port: int, nnodes: int, log: Log, timeout_s: float) -> No
         rank = conn.recv(64).decode(errors="replace").strip()
         log.line(f"Node rank {rank} joined")
         joined.append(conn)
-    listener.close()
     log.line(f"All {nnodes} nodes joined")
     for conn in joined:
         threading.Thread(target=_watch_rank, args=(conn, log), daemon=True).start()
+    return listener
 
 
 def _watch_rank(conn: socket.socket, log: Log) -> None:

@@ -337,9 +337,9 @@ def main(argv: list[str] | None = None) -> int:
             sim.crash_later(env.faults.crash_after_s)
         if int(settings.args.get("nnodes") or 1) > 1:
             try:
-                # Rank 1+'s link to rank 0 stays open while it runs: rank 0 watches it.
+                # Rank 1+'s link to rank 0 stays open while it runs: rank 0 watches it (and keeps its port).
                 sim.rank_link = ranks.rendezvous(settings.args, log)
-            except TimeoutError as exc:
+            except OSError as exc:  # a timeout, or rank 0's dist-init port taken
                 raise StartupError(f"RuntimeError: {exc}") from None
         sim.load()
         sim.open_ports()

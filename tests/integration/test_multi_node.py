@@ -52,7 +52,13 @@ RELEASES: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def nodes(sim_host: SimHost) -> Iterator[dict[str, HostPart]]:
     """The module's simulated host as two inventory hosts, the decode over both (tp 4: GPUs 2 and 3 on each)."""
-    sim_host.base_port = free_port_block(6)
+    yield from two_node_pd(sim_host, free_port_block(6))
+
+
+def two_node_pd(sim_host: SimHost, base_port: int) -> Iterator[dict[str, HostPart]]:
+    """`sim_host` made the two inventory hosts na and nb, the decode over both, its ports from `base_port`
+    (6: the 5 of assign_ports and the decode's dist_init_port); stops both hosts' supervisords at the end."""
+    sim_host.base_port = base_port
     assign_ports(sim_host.inventory, sim_host.base_port)
     for name in ADDRESSES:
         python = sim_host.root / f"python-{name}"
@@ -72,8 +78,10 @@ def nodes(sim_host: SimHost) -> Iterator[dict[str, HostPart]]:
     try:
         yield parts
     finally:
+        # Each host's supervisords: a blue_green slot's (under slot-b) first, then the home one.
         for part in parts.values():
-            stop_supervisord(part.install_root)
+            for pidfile in sorted(part.install_root.glob("**/supervisor/supervisord.pid"), reverse=True):
+                stop_supervisord(pidfile.parent.parent)
 
 
 def _chat(host: SimHost) -> str:

@@ -148,3 +148,36 @@ def test_the_preview_router_runs_with_the_router_units_user_env_and_hardening() 
         assert wanted in props, wanted
     # How it starts and restarts is systemd-run's (once; a preview router that dies fails its step).
     assert not [p for p in props if p.split("=", 1)[0] in ("ExecStart", "Restart", "Type", "RestartSec")]
+
+
+def _multi_node_xpyd() -> object:
+    """xpyd_spec with decode[0] over gpu3 (rank 0) and gpu2 (rank 1), GPUs 4-7 on each, decode[1] on gpu1's 4-7."""
+    spec = xpyd_spec()
+    data = spec.model_dump()
+    data["decode"][0].update(nodes=["gpu3", "gpu2"], gpus=[4, 5, 6, 7], tp_size=8, dist_init_port=5000)
+    data["decode"][1].update(host="gpu1", gpus=[4, 5, 6, 7])
+    return type(spec).model_validate(data)
+
+
+def test_a_multi_node_worker_is_replaced_with_every_rank_on_its_node() -> None:
+    plan = _plan(_multi_node_xpyd())
+    problems, roll = rolling_plan.run_plan(plan, _spec_json(plan), _files(plan), _files(plan))
+    assert problems == []
+    first, second = roll["steps"]
+    assert first["paths"] == ["prefill[0]", "decode[0]"]
+    # Its rank 1 stops and starts with it, on gpu2, and holds the same GPUs there.
+    assert first["names"] == {"gpu1": ["sglang-dsv4-prefill"], "gpu3": ["sglang-dsv4-decode"],
+                              "gpu2": ["sglang-dsv4-decode-rank1"]}
+    assert first["gpus"] == {"gpu1": [0, 1, 2, 3], "gpu3": [4, 5, 6, 7], "gpu2": [4, 5, 6, 7]}
+    # The worker API knows rank 0 alone; the readiness wait watches the step's ranks only.
+    assert [e["url"] for e in first["api"] if e["worker_type"] == "decode"] == ["http://10.0.0.13:30002"]
+    assert [r["name"] for r in first["gates"]["ranks"]] == ["sglang-dsv4-decode-rank1"]
+    assert second["gates"]["ranks"] == [] and second["names"]["gpu2"] == ["sglang-dsv4-prefill-2"]
+
+
+def test_moving_a_multi_node_worker_to_other_nodes_is_refused() -> None:
+    plan = _plan(_multi_node_xpyd())
+    serving = json.loads(_spec_json(plan))
+    serving["deployment"]["decode"][0]["nodes"] = ["gpu3", "gpu1"]
+    problems, _ = rolling_plan.run_plan(plan, json.dumps(serving), _files(plan), _files(plan))
+    assert [p.field for p in problems] == ["decode[0].nodes"], problems

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from dsv4deploy.plan import make_plan
-from dsv4deploy.rollout.strategy import load_rollout, rollout_plan
+from dsv4deploy.plan.services import build_services
+from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan
 from dsv4deploy.spec import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
@@ -97,14 +98,62 @@ def test_the_embedded_example_fits_and_the_default_inventory_does_not() -> None:
         refused.stderr
 
 
-@pytest.mark.parametrize("strategy", ["blue_green", "rolling"])
-def test_a_multi_node_server_is_refused_by_blue_green_and_rolling_but_recreate_takes_it(strategy: str) -> None:
+def _multi_node_half(gpu2: dict[str, object] | None = None, **decode: object) -> object:
+    """HALF with the decode over gpu1 (rank 0) and gpu2 (rank 1): tp 4, GPUs 2 and 3 on each node."""
+    from fixture_specs import PD_COMMON, host_vars, load_spec
+
+    data = {**PD_COMMON, "prefill": {**PD_COMMON["prefill"], **HALF["prefill"]},
+            "decode": {**PD_COMMON["decode"], **HALF["decode"], "nodes": ["gpu1", "gpu2"], "tp_size": 4,
+                       "dist_init_port": 5000, **decode}}
+    return load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12", **(gpu2 or {}))})
+
+
+def test_blue_green_moves_a_multi_node_server_as_one_every_rank_beside_its_own() -> None:
+    spec = _multi_node_half()
+    settings = load_rollout({"dsv4_rollout_strategy": "blue_green"})
+    rollout = rollout_plan(spec, settings)
+    assert rollout["beside"]["decode[0]"] == {"host": "gpu1", "gpus": [6, 7], "port": 30102, "bootstrap_port": None,
+                                              "dist_init_port": 5100}
+    assert "Over 2 hosts: each gets the slot where it has workers (gpu1: prefill[0], decode[0]; gpu2: decode[0] " \
+           "rank 1)" in rollout["why"], rollout["why"]
+    # Every rank of the other slot: on its own node, the shifted GPUs and port, meeting at the shifted
+    # dist_init_port on rank 0's host; the serving ranks keep theirs.
+    slot = {s.name: s for s in build_services(beside_spec(spec, settings))}
+    rank1 = next(s for s in slot.values() if s.rank0 is not None)
+    assert (rank1.host, rank1.gpus, rank1.ports) == ("gpu2", [6, 7], [30102])
+    assert rank1.install_root == "/opt/dsv4deploy/slot-b"
+    assert rank1.argv[rank1.argv.index("--dist-init-addr") + 1] == "10.0.0.11:5100"
+    assert slot[rank1.rank0].argv[slot[rank1.rank0].argv.index("--dist-init-addr") + 1] == "10.0.0.11:5100"
+    serving = next(s for s in build_services(spec) if s.rank0 is not None)
+    assert serving.argv[serving.argv.index("--dist-init-addr") + 1] == "10.0.0.11:5000"
+
+
+def test_blue_green_judges_a_multi_node_server_on_every_node() -> None:
+    # rank 1's node has 6 GPUs: the shifted 6 and 7 do not exist there.
+    problems = _refusal(_multi_node_half(gpu2={"gpu_count": 6}), dsv4_rollout_strategy="blue_green")
+    assert any(p.startswith("dsv4_rollout_blue_green_gpu_offset (host gpu2): ") and "gpu2 has 6 GPUs" in p
+               for p in problems), problems
+    # The shifted rendezvous port would land on the serving prefill's port.
+    problems = _refusal(_multi_node_half(dist_init_port=29901), dsv4_rollout_strategy="blue_green")
+    assert problems == ["dsv4_rollout_blue_green_port_offset (host gpu1): the new decode[0].dist_init_port would "
+                        "listen on port 30001, which the serving prefill[0].port uses; fix: set "
+                        "dsv4_rollout_blue_green_port_offset so no shifted port lands on another (now 100)"], problems
+
+
+def test_rolling_surges_a_lone_multi_node_server_onto_gpus_spare_on_every_node() -> None:
+    # gpu2 runs a second prefill on GPUs 4 and 5: the surge decode's ranks take 6 and 7 on both nodes.
+    spec = _multi_node_half()
+    data = spec.model_dump()
+    data["prefill"].append({**data["prefill"][0], "host": "gpu2", "gpus": [4, 5], "port": 30003,
+                            "bootstrap_port": 8999})
+    spec = type(spec).model_validate(data)
+    settings = load_rollout({"dsv4_rollout_strategy": "rolling"})
+    rollout = rollout_plan(spec, settings)
+    assert rollout["surge"] == {"decode[0]": {"host": "gpu1", "gpus": [6, 7], "port": 30102, "bootstrap_port": None,
+                                              "dist_init_port": 5100}}
+    # The multi-node recipe's own example has no spare GPUs on gpu1: refused by the surge fit, not by its nodes.
     from fixture_specs import multi_node_pd_spec
 
-    spec = multi_node_pd_spec()
-    with pytest.raises(SpecError) as err:
-        rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": strategy}))
-    assert str(err.value) == (f"dsv4_rollout_strategy (host gpu1): {strategy} does not yet move decode[0], which "
-                              "spans 2 nodes (gpu1, gpu2), as one unit; fix: use dsv4_rollout_strategy: recreate for "
-                              "a deployment with a multi-node server")
-    assert rollout_plan(spec, load_rollout({}))["strategy"] == "recreate"
+    problems = _refusal(multi_node_pd_spec(), dsv4_rollout_strategy="rolling")
+    assert problems and all("no surge fits beside it" in p for p in problems), problems
+    assert rollout_plan(multi_node_pd_spec(), load_rollout({}))["strategy"] == "recreate"
