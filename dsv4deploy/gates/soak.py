@@ -301,11 +301,16 @@ def _due(index: int, sessions: int, steps: int, lanes: int) -> int:
     """The request step by which session ``index`` ends in the shortest plan for equal requests: the sessions
     laid end to end and cut into ``lanes`` equal lanes (McNaughton's wrap-around). A session cut at a lane's
     end runs its first part at the next lane's start and its last part at the end: it ends last."""
-    span = max(steps, -(-sessions * steps // lanes))  # the shortest the soak can take, in requests
+    span = _span(sessions, steps, lanes)
     first, last = index * steps, (index + 1) * steps - 1
     if first // span != last // span:
         return span
     return last + 1 - (first // span) * span
+
+
+def _span(sessions: int, steps: int, lanes: int) -> int:
+    """The shortest the soak's ``sessions`` can take on ``lanes`` lanes, in requests."""
+    return max(steps, -(-sessions * steps // lanes))
 
 
 def _planned_due(index: int, first: int, sessions: int, steps: int, lanes: int) -> int:
@@ -313,8 +318,7 @@ def _planned_due(index: int, first: int, sessions: int, steps: int, lanes: int) 
     plan, the rest of the ``sessions`` as a second one after it."""
     if index < first:
         return _due(index, first, steps, lanes)
-    span = max(steps, -(-first * steps // lanes))
-    return span + _due(index - first, sessions - first, steps, lanes)
+    return _span(first, steps, lanes) + _due(index - first, sessions - first, steps, lanes)
 
 
 class _Referee:

@@ -17,8 +17,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -150,6 +150,19 @@ def test_a_failing_gate_rolls_back_and_restores_every_rank(sim_host: SimHost, no
     _restored(sim_host, nodes, before)
 
 
+def kill_once_joined(running: Future, pid_of: Callable[[], int | None], joined: Callable[[int], bool]) -> int | None:
+    """SIGKILL the rank ``pid_of`` finds once ``joined(pid)`` says it met rank 0, while the playbook ``running``
+    runs (at most 240 s); the PID killed, or None when it never came to that."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not running.done():
+        pid = pid_of()
+        if pid and joined(pid):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.3)
+    return None
+
+
 def test_a_rank_killed_during_readiness_fails_the_deploy_naming_its_nodes_log(
         sim_host: SimHost, nodes: dict[str, HostPart]) -> None:
     before = {name: node.pids() for name, node in nodes.items()}
@@ -157,16 +170,10 @@ def test_a_rank_killed_during_readiness_fails_the_deploy_naming_its_nodes_log(
     slow = json.dumps({"server_env_extra_by_role": {"decode": {"DSV4_SIM_STARTUP_S": "20"}}})
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(sim_host.playbook, "deploy.yml", *READINESS, "-e", "readiness_deadline_s=90", "-e", slow)
-        deadline = time.monotonic() + 240
-        killed = None
-        while killed is None and time.monotonic() < deadline and not running.done():
-            pid = nodes["nb"].pids().get(RANK1)
-            # Killed once it has joined rank 0 (its log says so): before that, nb's log has no join to name.
-            if pid and _environ(pid).get("DSV4_SIM_STARTUP_S") == "20" \
-                    and "Node rank 1 joined" in nodes["nb"].supervisorctl("tail", RANK1):
-                os.kill(pid, signal.SIGKILL)
-                killed = pid
-            time.sleep(0.3)
+        # Killed once it has joined rank 0 (its log says so): before that, nb's log has no join to name.
+        killed = kill_once_joined(running, lambda: nodes["nb"].pids().get(RANK1), lambda pid: (
+            _environ(pid).get("DSV4_SIM_STARTUP_S") == "20"
+            and "Node rank 1 joined" in nodes["nb"].supervisorctl("tail", RANK1)))
         proc = running.result()
     out = proc.stdout + proc.stderr
     assert killed, out[-8000:]

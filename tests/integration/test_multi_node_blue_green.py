@@ -13,8 +13,6 @@ every warm rank (the same processes), and after the window the next run moves ev
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -25,7 +23,17 @@ import pytest
 
 from dsv4deploy.rollout.downtime import Downtime, DowntimeClient
 from tests.integration.simhost import READINESS, HostPart, SimHost
-from tests.integration.test_multi_node import ADDRESSES, GATES, HOSTS, RANK0, RANK1, _chat, _environ, two_node_pd
+from tests.integration.test_multi_node import (
+    ADDRESSES,
+    GATES,
+    HOSTS,
+    RANK0,
+    RANK1,
+    _chat,
+    _environ,
+    kill_once_joined,
+    two_node_pd,
+)
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
@@ -160,15 +168,9 @@ def test_a_slot_rank_killed_during_readiness_fails_beside_and_leaves_both_nodes_
     with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client, \
             ThreadPoolExecutor(1) as pool:
         running = pool.submit(sim_host.playbook, "deploy.yml", *GATES, *BLUE_GREEN, "-e", slow)
-        deadline = time.monotonic() + 240
-        killed = None
-        while killed is None and time.monotonic() < deadline and not running.done():
-            pid = _slot_rank1(sim_host)
-            # Killed once it has joined its rank 0 (its log says so).
-            if pid and "Node rank 1 joined" in _slot_rank1_log(nodes["nb"]).read_text():
-                os.kill(pid, signal.SIGKILL)
-                killed = pid
-            time.sleep(0.3)
+        # Killed once it has joined its rank 0 (its log says so).
+        killed = kill_once_joined(running, lambda: _slot_rank1(sim_host),
+                                  lambda _pid: "Node rank 1 joined" in _slot_rank1_log(nodes["nb"]).read_text())
         proc = running.result()
     out = proc.stdout + proc.stderr
     assert killed, out[-8000:]
