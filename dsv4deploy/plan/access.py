@@ -35,8 +35,9 @@ class PathNeed(BaseModel):
     path: str
     # exec: run it; search: reach (and, when it exists, enter) this directory; secret: the API key,
     # readable by the service's user and by nobody else but root; device: it exists (an InfiniBand device);
-    # model: the model folder (module_utils/model_folder.py); read: a file the service reads (chat template).
-    need: Literal["exec", "search", "secret", "device", "model", "read"]
+    # model: the model folder (module_utils/model_folder.py); read: a file the service reads (chat template);
+    # trusted: a path root uses, every existing part of it up to / root's (module_utils/trust.py).
+    need: Literal["exec", "search", "secret", "device", "model", "read", "trusted"]
     what: str
     # Prefixes the unit does not see, each with the setting that hides it.
     hidden: dict[str, str] = {}

@@ -9,7 +9,7 @@ import os
 import pwd
 import stat
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import model_folder
+from ansible_collections.dsv4.deploy.plugins.module_utils import model_folder, trust
 
 R = 4  # permission bits, as in a mode's rwx triplet
 X = 1
@@ -120,6 +120,14 @@ def check_need(need: dict, who: Who) -> list[str]:
     label = f"{need['path']} ({need['what']})"
     if need["need"] == "device":
         return [] if os.path.exists(need["path"]) else [_missing_device(label, need["path"])]
+    if need["need"] in ("search", "secret", "trusted"):
+        # Root writes under the install root and reads the key: no part of either path may be another user's.
+        own = frozenset({who.uid}) if need["need"] == "secret" and who.exists else frozenset()
+        untrusted = trust.walk(need["path"], user if user != "root" else "", own)
+        if untrusted:
+            return [f"{label}: root will not trust it: {untrusted}"]
+        if need["need"] == "trusted":
+            return []
     path = resolve(need) if need["need"] == "exec" else need["path"]
     if not path:
         where = ":".join(need.get("search_path") or []) or "the PATH"

@@ -15,6 +15,7 @@ import time
 import xmlrpc.client
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
+from ansible_collections.dsv4.deploy.plugins.module_utils import trust
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_text
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import MANAGED_MARK
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
@@ -100,8 +101,16 @@ class Supervisor:
         except (OSError, xmlrpc.client.Error):
             return False
 
+    def trusted(self) -> None:
+        """Refuse (ServiceError) an install root whose folders another user could swap: root's supervisord
+        would run the programs found there, and one without `user=` as root."""
+        problem = trust.walk_all([self.root, *(os.path.join(self.root, d) for d in PROGRAM_DIRS)])
+        if problem:
+            raise ServiceError(f"refusing to run supervisord for {self.root}: {problem}")
+
     def ensure(self) -> bool:
         """Write the config and start supervisord when it is not running; True when anything changed."""
+        self.trusted()
         changed = False
         for path in (self.dir, os.path.join(self.root, "logs")):
             if not os.path.isdir(path):
@@ -154,6 +163,7 @@ class Supervisor:
         removed or changed, add those added or changed; True when any were. A changed program named in
         `keep` is left running as it is (supervisord names it changed again until it is stopped): a start
         of other programs must not restart it."""
+        self.trusted()
         rpc = self.rpc(timeout=STOP_RPC_TIMEOUT_S)
         try:
             added, changed, removed = rpc.supervisor.reloadConfig()[0]
