@@ -31,6 +31,8 @@ from typing import Any
 
 import httpx
 
+from dsv4deploy.gates.http import auth_headers
+
 
 @dataclass
 class Downtime:
@@ -64,7 +66,7 @@ class DowntimeClient:
                  timeout_s: float = 30.0, pause_s: float = 0.02, max_tokens: int = 4) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.body = {"model": model, "messages": [{"role": "user", "content": "Say OK"}], "max_tokens": max_tokens}
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = auth_headers(api_key)
         self.concurrency, self.timeout_s, self.pause_s = max(1, concurrency), timeout_s, pause_s
         self.figures = Downtime()
         self._lock = threading.Lock()

@@ -6,20 +6,25 @@ import os
 import tempfile
 
 
-def _temp_with(path: str, data: str, mode: int, prefix: str) -> str:
-    """A temporary file beside `path` holding `data` (flushed to disk) with `mode`; its path."""
+def _temp_with(path: str, data: str, mode: int, prefix: str, owner: tuple[int, int] | None = None) -> str:
+    """A temporary file beside `path` holding `data` (flushed to disk) with `mode` (and `owner`, uid and gid);
+    its path. Mode and owner are set on the open descriptor, before the data: a name swapped for a link in the
+    meantime is never chmodded or chowned."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=prefix)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        if owner is not None:
+            os.fchown(fh.fileno(), *owner)
+        os.fchmod(fh.fileno(), mode)
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
     return tmp
 
 
-def write_atomic(path: str, data: str, mode: int = 0o644, prefix: str = ".tmp-") -> None:
-    """Replace `path` with `data` in one rename."""
-    os.replace(_temp_with(path, data, mode, prefix), path)
+def write_atomic(path: str, data: str, mode: int = 0o644, prefix: str = ".tmp-",
+                 owner: tuple[int, int] | None = None) -> None:
+    """Replace `path` with `data` in one rename (a link at `path` is replaced, never followed)."""
+    os.replace(_temp_with(path, data, mode, prefix, owner), path)
 
 
 def write_new(path: str, data: str, mode: int = 0o644, prefix: str = ".tmp-") -> bool:

@@ -7,6 +7,10 @@ import os
 import pwd
 import re
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import trust
+
+# Larger than any env file of secrets we write.
+ENV_FILE_MAX_BYTES = 1 << 20
 # NAME="value" lines as dsv4deploy.spec.secret_env.file_content writes them: inside "...", a backslash
 # escapes exactly " \ ` $ (as bash's `.` and systemd's EnvironmentFile= read them).
 ENV_LINE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\Z')
@@ -15,14 +19,15 @@ ENV_LINE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\Z')
 def read_env_file(path: str) -> dict[str, str]:
     """The variables of a secret env file; ValueError naming the line number of one it cannot read."""
     out: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh.read().splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            match = ENV_LINE.match(line)
-            if not match:
-                raise ValueError(f"{path} line {number} is not NAME=\"value\"")
-            out[match[1]] = re.sub(r'\\(["\\`$])', r"\1", match[2])
+    # Read as root: never through a link (the secrets folder was the service user's in older versions).
+    text = trust.read_secret(path, trust.trusted_uids(), max_bytes=ENV_FILE_MAX_BYTES)
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = ENV_LINE.match(line)
+        if not match:
+            raise ValueError(f"{path} line {number} is not NAME=\"value\"")
+        out[match[1]] = re.sub(r'\\(["\\`$])', r"\1", match[2])
     return out
 
 

@@ -22,7 +22,7 @@ SECRET_MAX_BYTES = 4096
 _MAX_LINKS = 40
 
 
-class Untrusted(Exception):
+class Untrusted(ValueError):
     """A path or secret file root must not trust; the message names it, its owner and mode, and the fix."""
 
 
@@ -139,10 +139,10 @@ def walk_all(paths: list[str], service_user: str = "") -> str:
     return ""
 
 
-def read_secret(path: str, owners: set[int], max_bytes: int = SECRET_MAX_BYTES) -> str:
+def read_secret(path: str, owners: set[int] | None = None, max_bytes: int = SECRET_MAX_BYTES) -> str:
     """The text of the secret file `path`, read without following a link at its last part: a regular file owned
-    by one of `owners` (root's uid is always one), at most `max_bytes`. Untrusted, naming the path, otherwise;
-    OSError when it cannot be opened."""
+    by one of `owners` (root's uid is always one; None: any one owner), writable by its owner only, at most
+    `max_bytes`. Untrusted, naming the path, otherwise; OSError when it cannot be opened."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
@@ -155,7 +155,9 @@ def read_secret(path: str, owners: set[int], max_bytes: int = SECRET_MAX_BYTES) 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Untrusted(f"{path} is not a regular file ({_owner(st)}); fix: put the secret in a plain file")
-        if st.st_uid not in owners | {0}:
+        if st.st_mode & 0o022:
+            raise Untrusted(f"{path} is {_owner(st)}, writable by others than its owner; fix: chmod 0400 {path}")
+        if owners is not None and st.st_uid not in owners | {0}:
             raise Untrusted(f"{path} is {_owner(st)}, not owned by root or the service user; fix: chown root {path}")
         if st.st_size > max_bytes:
             raise Untrusted(f"{path} is {st.st_size} bytes, more than a secret's {max_bytes}; fix: put only the "
@@ -172,3 +174,14 @@ def owners_for(service_user: str) -> set[int]:
     """The owners a secret file may have: root and, when it exists, the service user."""
     uid = _uid(service_user)
     return {0} if uid is None else {0, uid}
+
+
+def read_key(path: str, owners: set[int] | None = None) -> str:
+    """An API key from `path` (read_secret), stripped; Untrusted, never quoting it, when it holds a character
+    an HTTP header cannot carry (white space, a line break, a control or non-ASCII character): such a key would
+    come back inside the HTTP library's error."""
+    key = read_secret(path, owners).strip()
+    if any(not 0x21 <= ord(c) <= 0x7E for c in key):
+        raise Untrusted(f"{path} holds more than one printable word (a line break, a space or a control "
+                        "character), which a header cannot carry; fix: put the key alone on one line")
+    return key

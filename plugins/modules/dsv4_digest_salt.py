@@ -76,6 +76,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import trust
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
 
 SALT_FILE = os.path.join("secrets", "digest_salt")
@@ -91,15 +92,15 @@ def salt_path(root: str) -> str:
 
 def read_salt(root: str) -> str | None:
     """The salt kept under `root`, or None when there is none (or what is there is not a salt file we wrote:
-    a link, another kind of file, other content - the install replaces it)."""
+    a link, another kind of file, not root's or readable by others, other content - the install replaces it)."""
+    path = salt_path(root)
     try:
-        fd = os.open(salt_path(root), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in trust.trusted_uids() or stat.S_IMODE(st.st_mode) & 0o077:
             return None
-        text = fh.read(65).decode("ascii", "replace").strip()
+        text = trust.read_secret(path, trust.trusted_uids(), max_bytes=65).strip()
+    except (OSError, UnicodeDecodeError, trust.Untrusted):
+        return None
     return text if SALT.match(text) else None
 
 
@@ -127,8 +128,8 @@ def keep(root: str, salt: str, check_mode: bool = False) -> bool:
     if read_salt(root) == salt:
         return False
     if not check_mode:
-        # Replaces whatever is there (a link is replaced, not followed): the folder is the service user's.
-        write_atomic(salt_path(root), salt + "\n", mode=0o400, prefix=".tmp-salt-")
+        # Replaces whatever is there (a link is replaced, not followed), root's on the open descriptor.
+        write_atomic(salt_path(root), salt + "\n", mode=0o400, prefix=".tmp-salt-", owner=(os.geteuid(), os.getegid()))
     return True
 
 

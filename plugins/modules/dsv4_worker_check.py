@@ -184,6 +184,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import lock as deploy_lock
+from ansible_collections.dsv4.deploy.plugins.module_utils import trust
 from ansible_collections.dsv4.deploy.plugins.module_utils.early_router import Registration, takes_workers_at_run_time
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, release_services, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import Manager, log_since, open_manager
@@ -375,10 +376,11 @@ def controller_key(path: str | None) -> dict:
     if not path:
         return {}
     try:
-        with open(path, encoding="utf-8") as fh:
-            return {"api_key": fh.read().strip()}
-    except OSError as exc:
-        return {"api_key_problem": f"cannot read the API key file {path} on this host: {exc.strerror}"}
+        return {"api_key": trust.read_key(path)}
+    except trust.Untrusted as exc:
+        return {"api_key_problem": f"will not read the API key file on this host: {exc}"}
+    except (OSError, UnicodeDecodeError) as exc:
+        return {"api_key_problem": f"cannot read the API key file {path} on this host: {_why(exc)}"}
 
 
 def registration(module: AnsibleModule, spec: dict) -> Registration | None:
@@ -402,11 +404,16 @@ def read_key(module: AnsibleModule, path: str | None, what: str, why: str) -> st
     if not path:
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError as exc:
-        module.fail_json(msg=f"cannot read {what} {path} on this host to {why}: {exc.strerror}")
+        return trust.read_key(path) or None
+    except trust.Untrusted as exc:
+        module.fail_json(msg=f"will not read {what} on this host to {why}: {exc}")
+    except (OSError, UnicodeDecodeError) as exc:
+        module.fail_json(msg=f"cannot read {what} {path} on this host to {why}: {_why(exc)}")
     return None
+
+
+def _why(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or "not UTF-8 text"
 
 
 def main() -> None:
