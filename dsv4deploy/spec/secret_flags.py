@@ -15,6 +15,8 @@ from dsv4deploy.spec.models import Deployment, Problem
 
 SECRET_WORD = re.compile(r"^(?:api)?keys?$|^tokens?$|^secrets?$|^passw(?:or)?d$", re.IGNORECASE)
 # A plural 'tokens' is a count (--max-prefill-tokens); every other secret word counts in either number.
+# user:password@ inside a URL (--encoder-urls http://u:pw@h, --flag=scheme://u:pw@h).
+URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@]*:[^/\s@]*@")
 COUNT_WORDS = frozenset({"tokens"})
 PLACE_WORDS = frozenset({"path", "file", "dir"})
 # Reported by the rendered-flag check already, with its own fix (api_key: {file: ...}).
@@ -38,6 +40,13 @@ def secret_flag_problems(spec: Deployment) -> list[Problem]:
         places.append(("router", spec.router.host, spec.router.extra_args))
     out = []
     for path, host, args in places:
+        out += [Problem(field=f"{path}.extra_args", host=host,
+                        message="a URL in extra_args holds a user name and password (scheme://user:password@host): "
+                                "extra_args are written into the serve script, spec.json, the plan and the report, "
+                                "readable by every local user",
+                        fix="remove the credentials from the URL; give the service a credential-free URL, or "
+                            "the credential as a secret environment variable")
+                for arg in args if URL_CREDENTIALS.search(arg)]
         for arg in args:
             flag = arg.split("=", 1)[0]
             if flag != RENDERED_KEY_FLAG and is_secret_flag(arg):

@@ -58,6 +58,8 @@ VERIFY_CASES = [
     (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": f"/tmp/x\n[program:injected]\ncommand=/bin/touch {CANARY}"}),
     (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": "/var/lib/../../etc"}),
     (NOT_PLAIN, {"dsv4_verify_timer_python": f"/usr/bin/python3 -c 'open(\"{CANARY}\", \"w\")'"}),
+    # `$` matched before a final line break: a trailing newline passed as plain.
+    (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": "/var/lib/node-exporter\n"}),
     # The role's argument spec refuses it first.
     ("dsv4_verify_timer_interval_s'' is of type str and we were unable to convert to int",
      {"dsv4_verify_timer_interval_s": "5\n[program:injected]"}),

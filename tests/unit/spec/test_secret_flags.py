@@ -40,3 +40,19 @@ def test_the_api_key_flag_keeps_its_own_single_fix() -> None:
         load_spec(common, hosts)
     assert not [p for p in err.value.problems if "secrets/<service>.env" in p.fix]
     assert [p for p in err.value.problems if "api_key: {file: PATH}" in p.fix]
+
+
+@pytest.mark.parametrize("args", [["--encoder-urls", "http://u:pw@enc:8000"], ["--encoder-urls=https://u:pw@enc"]])
+def test_credentials_inside_a_url_are_refused_without_being_quoted(args: list[str]) -> None:
+    common, hosts = base()
+    common["prefill"][0]["extra_args"] = args
+    with pytest.raises(SpecError) as err:
+        load_spec(common, hosts)
+    [problem] = [p for p in err.value.problems if "user name and password" in p.message]
+    assert problem.field == "prefill[0].extra_args" and "pw" not in problem.message.replace("password", "")
+
+
+def test_a_url_without_credentials_passes() -> None:
+    common, hosts = base()
+    common["prefill"][0]["extra_args"] = ["--encoder-urls", "http://enc:8000/v1?x=a@b"]
+    load_spec(common, hosts)
