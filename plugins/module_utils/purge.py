@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import pwd
 import shutil
+import stat
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import ownership
+from ansible_collections.dsv4.deploy.plugins.module_utils import layout, ownership, trust
 from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
 
 
@@ -94,6 +96,45 @@ def _made_by_us(root: str, name: str, owner: dict) -> bool:
     return name in owner["created"]
 
 
+def _our_scratch(path: str, name: str) -> bool:
+    """A scratch name of ours: a file or link (never a folder) with our prefix, made by root (or this user)."""
+    if not name.startswith(ownership.OUR_SCRATCH):
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return not stat.S_ISDIR(st.st_mode) and st.st_uid in trust.trusted_uids()
+
+
+def _services_ever(root: str) -> set[str]:
+    """Every service a release under `root` ran (its services.json), and the active release's serve scripts."""
+    names = set(layout.release_services(root)) if os.path.isdir(os.path.join(root, "current")) else set()
+    for record in glob.glob(os.path.join(root, "releases", "*", layout.SERVICES_FILE)):
+        listed = store.read_json(record).get("services")
+        names |= {s["name"] for s in listed if isinstance(s, dict) and isinstance(s.get("name"), str)} \
+            if isinstance(listed, list) else set()
+    return names
+
+
+def _purge_secrets(path: str, services: set[str], check_mode: bool, removed: list, left: dict) -> None:
+    """Remove the files dsv4deploy writes into secrets/ (the API key, the salt, an env file of a service it ran),
+    each a regular file; anything else stays, and so does the folder then."""
+    for name in sorted(os.listdir(path)):
+        entry = os.path.join(path, name)
+        ours = name in ownership.SECRET_FILES or (name.endswith(".env") and name[:-len(".env")] in services)
+        if not ours or not stat.S_ISREG(os.lstat(entry).st_mode):
+            left[f"secrets/{name}"] = "not a secret file dsv4deploy writes"
+            continue
+        removed.append(f"secrets/{name}")
+        if not check_mode:
+            os.unlink(entry)
+    if not any(n.startswith("secrets/") for n in left):
+        removed.append("secrets")
+        if not check_mode:
+            os.rmdir(path)
+
+
 def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
     """Remove what dsv4deploy provably created under `root`, and say what was left and why.
 
@@ -115,6 +156,7 @@ def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
     legacy = not owner and ownership.is_legacy(root)
     removed: list = []
     left: dict = {}
+    services = _services_ever(root)  # before releases/ goes: they name the env files we wrote
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name)
         if name == ownership.OWNER_MARKER:
@@ -122,11 +164,14 @@ def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
         if name in foreign:
             mine = False
         elif owner:
-            mine = name.startswith(ownership.OUR_SCRATCH) or _made_by_us(root, name, owner)
+            mine = _our_scratch(path, name) or _made_by_us(root, name, owner)
         else:
             mine = legacy and name in ownership.OURS and ownership.legacy_proof(root, name)
         if name == "releases" and os.path.isdir(path) and not os.path.islink(path):
             _purge_releases(check_mode, root, mine, removed, left)
+            continue
+        if name == "secrets" and mine and os.path.isdir(path) and not os.path.islink(path):
+            _purge_secrets(path, services, check_mode, removed, left)
             continue
         if not mine:
             left[name] = ("was there before dsv4deploy's first install" if name in foreign else

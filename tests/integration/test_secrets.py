@@ -2,8 +2,8 @@
 a report, and every file on the host that holds it is closed to other users.
 
 sglang itself takes the key only as --api-key and prints it in its start line: the serve script reads it
-from a 0600 file at start, supervisord's logs are 0640 in 0750 folders, and the playbook output, the
-failure tails and the logs the config gate reads are redacted (README, "Secrets").
+from a root-owned 0440 file (its group reads it) at start, supervisord's logs are 0640 in 0750 folders, and
+the playbook output, the failure tails and the logs the config gate reads are redacted (README, "Secrets").
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def environ(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
-def test_vault_key_and_secret_env_land_0600_the_servers_use_them_and_they_never_show(sim_host: SimHost) -> None:
+def test_vault_key_and_secret_env_land_root_s_0440_the_servers_use_them_and_they_never_show(sim_host: SimHost) -> None:
     # One -vvv --diff deploy for two inputs (each deploy at -vvv is a minute on a loaded machine): the API
     # key from a vault variable, and (issue #23 items 13 and 14) an HF_TOKEN and a switch added for an
     # experiment.
@@ -86,16 +87,29 @@ def test_vault_key_and_secret_env_land_0600_the_servers_use_them_and_they_never_
     extra = {"server_env_extra": {"HF_TOKEN": token},
              "server_env_extra_by_role": {"decode": {"SGLANG_DSV4_BF16_INDEX_K": "1"}},
              "api_key": {"vault_var": "dsv4_test_vault_key"}}
+    # An older install's secrets/: the service user's (here nobody, as it was), holding a link it planted to a
+    # root-only canary where root writes a secret env file. The deploy takes the folder back, never follows it.
+    secrets = sim_host.install_root / "secrets"
+    secrets.mkdir(mode=0o700, exist_ok=True)
+    canary = sim_host.root / "canary"
+    canary.write_text("root only\n")
+    canary.chmod(0o400)
+    (secrets / "sglang-dsv4-decode.env").symlink_to(canary)
+    nobody = pwd.getpwnam("nobody")
+    for path in (secrets, *secrets.iterdir()):
+        os.lchown(path, nobody.pw_uid, nobody.pw_gid)
+    canary_before = (canary.stat().st_uid, canary.stat().st_mode, canary.read_text())
     proc = sim_host.playbook("deploy.yml", "-vvv", "--diff", "-e", json.dumps(extra),
                              "-e", f"dsv4_test_vault_key={key}", *FAST)
     assert proc.returncode == 0, proc.stdout[-4000:]
+    assert (canary.stat().st_uid, canary.stat().st_mode, canary.read_text()) == canary_before
     assert leaks(sim_host, key, proc.stdout + proc.stderr) == [], "the vault key shows"
     assert leaks(sim_host, token, proc.stdout + proc.stderr) == [], "the secret env shows"
-    # The vault key lands for the service user, read-only.
+    # The vault key lands root's, read-only, for the service user's group, in root's folder.
     secret = sim_host.install_root / "secrets" / "api_key"
     assert secret.read_text() == key
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o400  # the service user's, read-only
-    assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
+    assert (secret.stat().st_uid, stat.S_IMODE(secret.stat().st_mode)) == (0, 0o440)
+    assert (secret.parent.stat().st_uid, stat.S_IMODE(secret.parent.stat().st_mode)) == (0, 0o750)
     # The servers really use it: the gates passed with it, and a worker asked without it refuses.
     import httpx
 
@@ -105,11 +119,10 @@ def test_vault_key_and_secret_env_land_0600_the_servers_use_them_and_they_never_
     # The secret env: in no release file, in a 0600 file per server.
     releases = sim_host.install_root / "releases"
     assert not [p for p in releases.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
-    secrets = sim_host.install_root / "secrets"
     for role in ("prefill", "decode"):
         path = secrets / f"sglang-dsv4-{role}.env"
-        assert path.read_text() == f'HF_TOKEN="{token}"\n'
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert path.read_text() == f'HF_TOKEN="{token}"\n' and not path.is_symlink()
+        assert (path.stat().st_uid, stat.S_IMODE(path.stat().st_mode)) == (0, 0o440)
     assert not (secrets / "sglang-dsv4-router.env").exists()  # server_env_extra is for the servers
     # The servers got the secret and the switches: the inventory's and the experiment's.
     pids = sim_host.pids()
