@@ -62,20 +62,8 @@ def blocked_dir(path: str, who: Who, no_dac: bool) -> tuple[str, str]:
         except OSError:
             return "", ""  # the rest does not exist yet: created later (install root) or reported as missing
         if not who.may(st, X, no_dac):
-            return current, _describe(st)
+            return current, trust.describe(st)
     return "", ""
-
-
-def _describe(st: os.stat_result) -> str:
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = str(st.st_uid)
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
-    return f"{owner}:{group} {stat.S_IMODE(st.st_mode):04o}"
 
 
 def readers(st: os.stat_result) -> set[str]:
@@ -163,11 +151,11 @@ def check_need(need: dict, who: Who) -> list[str]:
         if not stat.S_ISREG(st.st_mode):
             return [f"{label}: not a regular file; fix: point the spec at the {what} itself"]
         if not who.may(st, bits, no_dac):
-            return [f"{label}: user {user} cannot {verb} it ({_describe(st)}); fix: chmod {chmod} {real} "
+            return [f"{label}: user {user} cannot {verb} it ({trust.describe(st)}); fix: chmod {chmod} {real} "
                     f"(or make {user} its owner or a member of its group)"]
     elif need["need"] == "search":
         if not stat.S_ISDIR(st.st_mode) or not who.may(st, X, no_dac):
-            return [f"{label}: user {user} cannot enter it ({_describe(st)}); fix: chmod o+x {path}"]
+            return [f"{label}: user {user} cannot enter it ({trust.describe(st)}); fix: chmod o+x {path}"]
     elif need["need"] == "secret":
         return _check_secret(label, path, st, who, no_dac)
     return []
@@ -202,11 +190,11 @@ def _check_secret(label: str, path: str, st: os.stat_result, who: Who, no_dac: b
     if not stat.S_ISREG(st.st_mode):
         return [f"{label}: not a regular file; fix: put the key in a file, then {fix}"]
     if not who.may(st, R, no_dac):
-        return [f"{label}: user {user} cannot read it ({_describe(st)}); fix: {fix}"]
+        return [f"{label}: user {user} cannot read it ({trust.describe(st)}); fix: {fix}"]
     others = sorted(readers(st) - {user})
     if others:
         shown = "everyone" if "*" in others else ", ".join(others)
-        return [f"{label}: readable by {shown}, not only by {user} ({_describe(st)}); fix: {fix}"]
+        return [f"{label}: readable by {shown}, not only by {user} ({trust.describe(st)}); fix: {fix}"]
     return []
 
 

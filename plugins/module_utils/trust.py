@@ -26,7 +26,8 @@ class Untrusted(ValueError):
     """A path or secret file root must not trust; the message names it, its owner and mode, and the fix."""
 
 
-def _owner(st: os.stat_result) -> str:
+def describe(st: os.stat_result) -> str:
+    """`owner:group mode` of a file, as an error shows it."""
     try:
         user = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
@@ -94,7 +95,7 @@ def _walk(path: str, trusted: set[int], service: int | None, final_owners: set[i
             st = os.lstat(candidate)
         except FileNotFoundError:
             if _writable_by_others(above):
-                return (f"{candidate} does not exist, and {current} ({_owner(above)}) lets other users create it "
+                return (f"{candidate} does not exist, and {current} ({describe(above)}) lets other users create it "
                         f"first; fix: create {candidate} as root (mode 0755) before the deploy, or choose a path "
                         "under a folder only root can write")
             return ""
@@ -118,7 +119,7 @@ def _writable_by_others(st: os.stat_result) -> bool:
 
 def _component(path: str, st: os.stat_result, trusted: set[int], service: int | None, final_owners: set[int],
                last: bool) -> str:
-    shown = f"{path} is {_owner(st)}"
+    shown = f"{path} is {describe(st)}"
     if service is not None and service not in trusted and st.st_uid == service and st.st_uid not in final_owners:
         return f"{shown}, the service user's: it could swap what root reads or writes there; fix: {_fix(path)}"
     if st.st_uid not in trusted and st.st_uid not in final_owners:
@@ -154,11 +155,11 @@ def read_secret(path: str, owners: set[int] | None = None, max_bytes: int = SECR
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Untrusted(f"{path} is not a regular file ({_owner(st)}); fix: put the secret in a plain file")
+            raise Untrusted(f"{path} is not a regular file ({describe(st)}); fix: put the secret in a plain file")
         if st.st_mode & 0o022:
-            raise Untrusted(f"{path} is {_owner(st)}, writable by others than its owner; fix: chmod 0400 {path}")
+            raise Untrusted(f"{path} is {describe(st)}, writable by others than its owner; fix: chmod 0400 {path}")
         if owners is not None and st.st_uid not in owners | {0}:
-            raise Untrusted(f"{path} is {_owner(st)}, not owned by root or the service user; fix: chown root {path}")
+            raise Untrusted(f"{path} is {describe(st)}, not owned by root or the service user; fix: chown root {path}")
         if st.st_size > max_bytes:
             raise Untrusted(f"{path} is {st.st_size} bytes, more than a secret's {max_bytes}; fix: put only the "
                             "secret in it")
