@@ -98,3 +98,18 @@ def _refusal(path: str) -> str:
     except trust.Untrusted as exc:
         return str(exc)
     return ""
+
+
+def test_write_atomic_sets_mode_and_owner_on_the_descriptor_never_by_name(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible_collections.dsv4.deploy.plugins.module_utils import files
+
+    def by_name(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("chmod or chown by name: a name swapped for a link would be followed")
+
+    monkeypatch.setattr(files.os, "chmod", by_name)
+    monkeypatch.setattr(files.os, "chown", by_name)
+    target = tmp_path / "salt"
+    files.write_atomic(str(target), "x\n", mode=0o400, owner=(NOBODY.pw_uid, NOBODY.pw_gid))
+    st = target.stat()
+    assert (st.st_mode & 0o777, st.st_uid, target.read_text()) == (0o400, NOBODY.pw_uid, "x\n")

@@ -3,6 +3,7 @@ where there is none, kept once by the install, a planted link replaced and never
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -65,3 +66,19 @@ def test_a_salt_that_is_not_one_is_refused(tmp_path: Path) -> None:
     root = _root(tmp_path)
     out = run_module("dsv4_digest_salt", tmp_path, install_root=str(root), state="present", salt="short")
     assert out["failed"] and "64 lowercase hex" in out["msg"]
+
+
+def test_a_salt_of_another_owner_or_readable_by_others_is_replaced(tmp_path: Path) -> None:
+    # A salt the service user wrote (it knows it) or one others may read keys nothing: a new one replaces it.
+    root = _root(tmp_path)
+    path = root / "secrets" / "digest_salt"
+    for owner, mode in ((65534, 0o400), (os.geteuid(), 0o444)):
+        path.unlink(missing_ok=True)
+        path.write_text("b" * 64 + "\n")
+        path.chmod(mode)
+        if os.geteuid() == 0:
+            os.chown(path, owner, owner)
+        elif owner != os.geteuid():
+            continue
+        read = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
+        assert read["new"] and read["salt"] != "b" * 64, (owner, oct(mode))
