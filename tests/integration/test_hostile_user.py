@@ -141,3 +141,26 @@ def test_preflight_refuses_an_install_root_the_service_user_can_swap(tmp_path: P
     assert proc.returncode != 0, out[-2000:]
     assert f"root will not trust it: {parent} is nobody:" in out and "the service user's" in out, out[-2000:]
     assert f"chown root:root {parent}" in out
+
+
+def test_supervisord_is_not_run_over_a_root_the_service_user_renamed_and_recreated(tmp_path: Path) -> None:
+    """The first finding: the service user renames the install root aside and recreates it with a program of no
+    `user=`; the next ensure() or reload() (any deploy, stop or verify-timer run) would run it as root."""
+    from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
+    from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
+
+    parent = tmp_path / "srv"
+    parent.mkdir()
+    os.chown(parent, NOBODY.pw_uid, NOBODY.pw_gid)
+    root = parent / "dsv4"
+    root.mkdir()
+    as_nobody("mv", str(root), str(parent / "aside"))
+    as_nobody("mkdir", "-p", str(root / "current" / "supervisor"))
+    canary = tmp_path / "ran-as-root"
+    program = f"printf '[program:evil]\\ncommand=/bin/touch {canary}\\n'"
+    as_nobody("sh", "-c", f"{program} > {root}/current/supervisor/evil.conf")
+    sup = Supervisor(str(root), None)
+    for step in (sup.ensure, sup.reload):
+        with pytest.raises(ServiceError, match=f"refusing to run supervisord for {root}: {parent} is nobody:"):
+            step()
+    assert not canary.exists() and not (root / "supervisor").exists()

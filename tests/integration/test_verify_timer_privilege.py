@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -133,6 +134,27 @@ def test_a_python_without_the_gates_dependencies_is_refused_before_anything_is_w
     assert 'host local: dsv4_verify_timer_python "/usr/bin/python3" cannot run the verification' in out, out[-3000:]
     assert "ModuleNotFoundError" in out and "pip install dsv4deploy" in out
     assert not (host.install_root / "verify-timer").exists() and list(textfile_dir.iterdir()) == []
+
+
+def test_a_python_or_textfile_folder_another_user_can_change_is_refused_before_it_runs(host: SimHost) -> None:
+    """The verification's Python in a folder the service user owns (a venv it can write), or node_exporter's
+    folder inside one: refused by the ownership walk, naming the folder, before the Python runs at all."""
+    theirs = host.root / "theirs"
+    theirs.mkdir(mode=0o755)
+    canary = host.root / "ran-as-root"
+    python = theirs / "python"
+    python.write_text(f"#!/bin/sh\ntouch {canary}\nexec {VENV_PYTHON} \"$@\"\n")
+    python.chmod(0o755)
+    (theirs / "textfile").mkdir(mode=0o755)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
+    for extra in ([f"dsv4_verify_timer_python={python}"], [f"dsv4_verify_timer_textfile_dir={theirs / 'textfile'}"]):
+        args = [*timer_args(host.root / "unused")] + [a for e in extra for a in ("-e", e)]
+        proc = host.playbook("verify_timer.yml", *args)
+        out = " ".join(proc.stdout.split())
+        assert proc.returncode != 0
+        assert f"root will not trust it: {theirs} is nobody:" in out and f"chown root:root {theirs}" in out, out[-3000:]
+        assert not canary.exists() and not (host.install_root / "verify-timer").exists()
 
 
 def test_a_forged_watch_json_makes_the_purge_delete_nothing_outside(host: SimHost) -> None:
