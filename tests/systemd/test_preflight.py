@@ -151,3 +151,15 @@ def test_service_user_create_makes_the_missing_user_and_the_deploy_promotes(lab:
     for unit in ("sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"):
         assert gpu1.exec(["systemctl", "show", "-p", "User", "--value", unit]).stdout.strip() == "dsv4svc"
         assert gpu1.exec(["systemctl", "is-active", unit], check=False).stdout.strip() == "active", unit
+
+
+def test_an_install_root_inside_a_folder_of_the_service_user_is_refused(lab: Lab, tmp_path: Path) -> None:
+    # The service user could rename the root aside and recreate it with a program root's supervisord or units run.
+    gpu1 = lab.hosts["gpu1"]
+    gpu1.exec(["install", "-d", "-o", "sglang", "-g", "sglang", "-m", "0755", "/srv/theirs"])
+    try:
+        lines = _refused_in_preflight(lab, tmp_path, group_vars={"install_root": "/srv/theirs/dsv4"})
+    finally:
+        gpu1.exec(["rmdir", "/srv/theirs"])
+    assert "root will not trust it: /srv/theirs is sglang:sglang 0755, the service user's" in lines, lines
+    assert "fix: make it root's and writable by root only (chown root:root /srv/theirs" in lines
