@@ -98,14 +98,14 @@ def format_memory(report: WorkerMemory, spec: Deployment) -> list[str]:
 
 
 def version_note(version: str) -> str:
-    """`0.5.24 (flags of 0.5.23, the nearest known table; ...)` for a release without a table of its own."""
+    """`0.5.24 (flags and rules of 0.5.23, the nearest known table; ...)` for a release without a table of its own."""
     from dsv4deploy.sglang import versions
 
     table = versions.table_version(version)
     if table is None or table == version:
         return version
-    return (f"{version} (flags of {table}, the nearest known table; preflight checks every command line with "
-            "the host's own sglang parser, and refuses the host if it has none)")
+    return (f"{version} (flags and rules of {table}, the nearest known table; preflight checks every command line "
+            "with the host's own sglang, and refuses the host if it has none)")
 
 
 def format_plan(result: Plan) -> list[str]:
