@@ -124,6 +124,11 @@ def format_plan(result: Plan) -> list[str]:
     if result.rollout:
         lines.append(f"rollout: {result.rollout['why']}")
         lines += [f"  {line}" for line in describe_steps(result.rollout.get("steps") or [])]
+    from dsv4deploy.plan.host_parsers import resolution_lines
+    from dsv4deploy.plan.services import build_services
+
+    lines.append("start-up resolution by each host's sglang:")
+    lines += [f"  {line}" for line in resolution_lines(spec, build_services(spec))]
     lines.append("memory per GPU:")
     for report in result.memory:
         lines += [f"  {line}" for line in format_memory(report, spec)]

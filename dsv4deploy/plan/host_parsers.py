@@ -56,3 +56,22 @@ def host_checks(spec: Deployment, services: list[ServiceDefinition]) -> list[dic
             "table_version": versions.table_version(version) if kind == "server" else None,
         })
     return out
+
+
+def resolution_lines(spec: Deployment, services: list[ServiceDefinition]) -> list[str]:
+    """Per host, whether preflight has the host's own sglang resolve its server lines, or why not."""
+    by_host: dict[str, list[str]] = {}
+    launcher = list(spec.server_launcher)
+    for svc in services:
+        if svc.role != "router":
+            by_host.setdefault(svc.host, []).append(svc.name)
+    out = []
+    for host, names in sorted(by_host.items()):
+        if parser_kind(launcher) == "server":
+            out.append(f"{host}: {', '.join(names)} resolved by {launcher[0]}'s sglang in preflight (parser, "
+                       "post-init checks, the model's hooks with its config.json), before anything stops")
+        else:
+            out.append(f"{host}: {', '.join(names)} not resolved: no sglang on the host to ask (the launcher "
+                       f"{' '.join(launcher)} is not `python -m sglang.launch_server`); dsv4deploy's tables are "
+                       "the rule")
+    return out

@@ -11,6 +11,7 @@ import pytest
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import host_parser
 from dsv4deploy.plan import host_parsers, make_plan
+from dsv4deploy.plan.services import build_services
 from tests.golden.fixture_specs import pd_spec
 
 
@@ -131,3 +132,12 @@ def test_a_python_that_cannot_run_is_no_parser():
     [line] = [c for c in checks() if c["service"] == "sglang-dsv4-decode"]
     found = host_parser.check_lines("gpu1", "", [{**line, "python": "/nonexistent/python"}])
     assert found["problems"] == [] and "could not run" in found["notes"][0]
+
+
+def test_the_plan_says_which_hosts_sglang_resolves_their_lines_and_where_there_is_none():
+    asked = pd_spec(server_launcher=["/opt/venv/bin/python", "-m", "sglang.launch_server"])
+    (line,) = host_parsers.resolution_lines(asked, build_services(asked))
+    assert line.startswith("gpu1: sglang-dsv4-prefill, sglang-dsv4-decode resolved by /opt/venv/bin/python's sglang")
+    simulated = pd_spec(server_launcher=["/usr/bin/python3", "-m", "dsv4deploy.sim.server"])
+    (line,) = host_parsers.resolution_lines(simulated, build_services(simulated))
+    assert line.startswith("gpu1: sglang-dsv4-prefill, sglang-dsv4-decode not resolved: no sglang on the host to ask")
