@@ -57,7 +57,8 @@ RESOLVE = r'''
 FIGURES = ("device", "kv_cache_dtype", "mem_fraction_static", "max_running_requests", "chunked_prefill_size",
            "max_prefill_tokens", "max_total_tokens", "page_size", "context_length", "attention_backend",
            "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "tp_size", "dp_size", "attn_dp_size", "ep_size",
-           "moe_a2a_backend", "speculative_algorithm", "speculative_num_draft_tokens", "schedule_policy")
+           "moe_a2a_backend", "moe_runner_backend", "speculative_algorithm", "speculative_num_steps",
+           "speculative_eagle_topk", "speculative_num_draft_tokens", "schedule_policy")
 
 def _plain(value):
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)

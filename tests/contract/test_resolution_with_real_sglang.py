@@ -122,6 +122,36 @@ def _bad_lines(version: str, gpu: Path) -> list[dict]:
     return out
 
 
+# Each recipe starter's cookbook cell (sglang docs_new/src/snippets/configs/deepseek-ai/deepseek-v4.jsx,
+# commit 01c5c03): the cell's flags as sglang 0.5.23 resolves them, and its environment.
+CELLS: dict[str, tuple[str, dict, dict]] = {
+    "h200-tp4": ("h200 / flash / fp4 / low-latency / single", {
+        "tp_size": 4, "moe_runner_backend": "marlin", "speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}, {}),
+    "h200-fp8": ("h200 / flash / fp8 / low-latency / single", {
+        "tp_size": 4, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4}, {"SGLANG_DSV4_FP4_EXPERTS": "0"}),
+    "h200-dp-attention": ("h200 / flash / fp8 / balanced / single", {
+        "tp_size": 4, "attn_dp_size": 4, "moe_a2a_backend": "deepep", "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2,
+        "cuda_graph_max_bs_decode": 128, "max_running_requests": 128},
+        {"SGLANG_DSV4_FP4_EXPERTS": "0", "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "256"}),
+    "multi-node-pd": ("none", {}, {}),
+}
+FRACTION = "--mem-fraction-static"
+
+
+def _without_fraction(lines: list[dict]) -> list[dict]:
+    """The cells leave mem_fraction_static to sglang: the same lines without it, for sglang's own default."""
+    out = []
+    for line in lines:
+        argv = list(line["argv"])
+        if FRACTION in argv:
+            del argv[argv.index(FRACTION):argv.index(FRACTION) + 2]
+        out.append({**line, "service": f"default {line['service']}", "argv": argv})
+    return out
+
+
 @pytest.fixture(scope="module")
 def answers(gpu_dir) -> dict[str, dict]:
     """Per version, one preflight child (as on a host: one process per Python) over every starter's server
@@ -130,7 +160,8 @@ def answers(gpu_dir) -> dict[str, dict]:
     for version in PYTHONS:
         if not PYTHONS[version][0].exists():
             continue
-        lines = _starter_lines(version, gpu_dir[version]) + _bad_lines(version, gpu_dir[version])
+        starters = _starter_lines(version, gpu_dir[version])
+        lines = starters + _bad_lines(version, gpu_dir[version]) + _without_fraction(starters)
         out[version] = {"found": host_parser.check_lines("gpu1", "", lines), "lines": lines}
     return out
 
@@ -144,6 +175,8 @@ def test_every_starters_server_lines_resolve_on_every_supported_release(version:
     _python(version)
     found, lines = answers[version]["found"], answers[version]["lines"]
     starters = [c["service"] for c in lines if c["service"].split(" ")[0] in RECIPE_EXAMPLES]
+    defaults = [f"default {name}" for name in starters]
+    assert [p for s in defaults for p in _problems_of(found, s)] == []
     assert [p for s in starters for p in _problems_of(found, s)] == []
     assert set(starters) <= set(found["resolved"]), found
     print(f"{len(lines)} lines through sglang {version} in one child: {found['parser_seconds']} s")
@@ -151,7 +184,21 @@ def test_every_starters_server_lines_resolve_on_every_supported_release(version:
         got = found["resolved"][name]
         print(f"{version} {name}: " + json.dumps({k: got.get(k) for k in (
             "kv_cache_dtype", "mem_fraction_static", "max_running_requests", "chunked_prefill_size", "page_size",
-            "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "attention_backend")}))
+            "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "attention_backend")})
+              + f"; sglang's own mem_fraction_static: {found['resolved'][f'default {name}']['mem_fraction_static']}")
+
+
+def test_each_recipe_starter_names_its_cookbook_cell_and_resolves_to_its_values(answers) -> None:
+    _python("0.5.23")
+    assert set(CELLS) == set(RECIPE_EXAMPLES)
+    found, lines = answers["0.5.23"]["found"], answers["0.5.23"]["lines"]
+    for example, (cell, values, env) in CELLS.items():
+        header = (examples_dir() / example / "group_vars" / "all" / "deployment.yml").read_text().splitlines()[0]
+        assert header.startswith(f"# cookbook cell: {cell}"), (example, header)
+        for line in (c for c in lines if c["service"].split(" ")[0] == example):
+            got = found["resolved"][line["service"]]
+            assert {k: got.get(k) for k in values} == values, (example, got)
+            assert {k: line["resolve_env"].get(k) for k in env} == env, (example, line["resolve_env"])
 
 
 @pytest.mark.parametrize(("number", "version", "said"), [(n, v, s) for n, (v, _e, s) in enumerate(BAD)],
