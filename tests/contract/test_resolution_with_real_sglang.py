@@ -54,6 +54,7 @@ def gpu_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for version, (_python_path, _path, stubs) in PYTHONS.items():
         folder = tmp_path_factory.mktemp(f"gpu-{version}")
         shutil.copy(HERE / "stated_gpu" / "sitecustomize.py", folder / "sitecustomize.py")
+        shutil.copy(HERE / "stubs" / "stub_finder.py", folder / "stub_finder.py")
         (folder / "stated_gpu.json").write_text(json.dumps({**H200, "stub_modules": stubs}), encoding="utf-8")
         out[version] = folder
     return out

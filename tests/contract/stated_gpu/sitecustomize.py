@@ -1,49 +1,24 @@
 """The GPU a contract test states, for sglang's start-up resolution on a CPU-only machine (test harness only).
 
-Copied with a `stated_gpu.json` beside it into a folder first on the child's PYTHONPATH: Python imports it at
-start, before sglang. sglang asks torch.cuda whether a GPU is there, its capability and name, and (with no
-nvidia-smi on PATH) its memory through torch.cuda.mem_get_info; those answers come from the JSON
-({"name", "memory_mib", "capability": [major, minor], "count", "cuda"}). Modules named in "stub_modules"
-(GPU kernels and extras a CPU wheel set lacks: sgl_kernel, flashinfer, ...) import as empty stubs; resolution
-only imports them. Production never loads this: on a GPU host the same script asks the real GPU.
+Copied with a `stated_gpu.json` and ../stubs/stub_finder.py beside it into a folder first on the child's
+PYTHONPATH: Python imports it at start, before sglang. sglang asks torch.cuda whether a GPU is there, its
+capability and name, and (with no nvidia-smi on PATH) its memory through torch.cuda.mem_get_info; those
+answers come from the JSON ({"name", "memory_mib", "capability": [major, minor], "count", "cuda"}). Modules
+named in "stub_modules" (GPU kernels and extras a CPU wheel set lacks: sgl_kernel, flashinfer, ...) import as
+empty stubs; resolution only imports them. Production never loads this: on a GPU host the same script asks
+the real GPU.
 """
-import importlib.abc
-import importlib.machinery
 import json
 import os
-import sys
-import types
+
+from stub_finder import install
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "stated_gpu.json"), encoding="utf-8") as fh:
     _GPU = json.load(fh)
 
+install(_GPU.get("stub_modules", ()))
 
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub(f"{self.__name__}.{name}")
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in _GPU.get("stub_modules", ()):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _Stub(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
-
-
-sys.meta_path.insert(0, _StubFinder())
-
-import torch  # noqa: E402  (after the finder: torch's own imports stay real)
+import torch  # noqa: E402  (after the stubs: torch's own imports are real)
 
 _TOTAL = int(_GPU["memory_mib"]) * 1024 * 1024
 torch.cuda.is_available = lambda: True
