@@ -69,7 +69,6 @@ def test_a_value_the_releases_parser_refuses_fails_validate_naming_what_it_takes
 def test_a_value_the_parser_allows_passes_and_the_choices_are_the_real_parsers() -> None:
     from dsv4deploy.sglang.server_choices import CHOICES
     from dsv4deploy.sim._flag_tables import TABLES
-
     from dsv4deploy.spec import load_spec
 
     load_spec(changed(**{"decode.0.extra_args": ["--schedule-policy", "hrrn"]}), HOSTS)  # 0.5.23 has it
