@@ -98,14 +98,14 @@ def format_memory(report: WorkerMemory, spec: Deployment) -> list[str]:
 
 
 def version_note(version: str) -> str:
-    """`0.5.24 (flags of 0.5.23, the nearest known table; ...)` for a release without a table of its own."""
+    """`0.5.24 (flags and rules of 0.5.23, the nearest known table; ...)` for a release without a table of its own."""
     from dsv4deploy.sglang import versions
 
     table = versions.table_version(version)
     if table is None or table == version:
         return version
-    return (f"{version} (flags of {table}, the nearest known table; preflight checks every command line with "
-            "the host's own sglang parser, and refuses the host if it has none)")
+    return (f"{version} (flags and rules of {table}, the nearest known table; preflight checks every command line "
+            "with the host's own sglang, and refuses the host if it has none)")
 
 
 def format_plan(result: Plan) -> list[str]:
@@ -124,6 +124,11 @@ def format_plan(result: Plan) -> list[str]:
     if result.rollout:
         lines.append(f"rollout: {result.rollout['why']}")
         lines += [f"  {line}" for line in describe_steps(result.rollout.get("steps") or [])]
+    from dsv4deploy.plan.host_parsers import resolution_lines
+    from dsv4deploy.plan.services import build_services
+
+    lines.append("start-up resolution by each host's sglang:")
+    lines += [f"  {line}" for line in resolution_lines(spec, build_services(spec))]
     lines.append("memory per GPU:")
     for report in result.memory:
         lines += [f"  {line}" for line in format_memory(report, spec)]

@@ -5,6 +5,8 @@
 - A server flag its release does not have (`--enable-turbo-mode`) is refused with "did you mean", from the
   option strings of the release's real parser (dsv4deploy.sglang.server_options); an abbreviation, which
   argparse accepts but a later release may make ambiguous, is refused with the full spelling.
+- A value outside the fixed set the release's parser allows for its flag (`--schedule-policy fastest`) is
+  refused naming that set (dsv4deploy.sglang.server_choices): the server would exit with code 2 at start.
 The host's own parser checks them again in preflight, for the release actually installed there.
 """
 
@@ -14,6 +16,7 @@ import difflib
 import shlex
 
 from dsv4deploy.sglang import flags, versions
+from dsv4deploy.sglang.server_choices import CHOICES
 from dsv4deploy.sglang.server_options import OPTIONS
 from dsv4deploy.spec.models import Deployment, Problem
 
@@ -63,6 +66,27 @@ def unknown_flag_problems(field: str, host: str, version: str, args: list[str],
     return out
 
 
+def bad_value_problems(field: str, host: str, version: str, args: list[str]) -> list[Problem]:
+    """Values `version`'s parser refuses for a flag with a fixed set of them (`--flag value` or `--flag=value`)."""
+    table = versions.table_version(version)
+    allowed = CHOICES.get(table or "", {})
+    out = []
+    for index, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag not in allowed:
+            continue
+        if not eq:
+            if index + 1 >= len(args) or args[index + 1].startswith("--"):
+                continue  # argparse says "expected one argument"; the host's parser names it in preflight
+            value = args[index + 1]
+        if value not in allowed[flag]:
+            out.append(Problem(field=field, host=host,
+                               message=f"sglang {table}'s {flag} takes one of {', '.join(allowed[flag])}; got "
+                                       f"{value!r} (the server would exit with code 2 at start)",
+                               fix=f"use one of those for {flag}, or remove it"))
+    return out
+
+
 def check_extra_args(spec: Deployment, rendered: tuple[str, ...] = ()) -> list[Problem]:
     """Every server's extra_args against its release's flags (but the `rendered` ones, said elsewhere), and every
     item (router too) for several words."""
@@ -70,8 +94,9 @@ def check_extra_args(spec: Deployment, rendered: tuple[str, ...] = ()) -> list[P
     for path, worker in spec.workers():
         field = f"{path}.extra_args"
         out += split_problems(field, worker.host, worker.extra_args)
-        out += unknown_flag_problems(field, worker.host, spec.host(worker.host).sglang_version, worker.extra_args,
-                                     rendered)
+        version = spec.host(worker.host).sglang_version
+        out += unknown_flag_problems(field, worker.host, version, worker.extra_args, rendered)
+        out += bad_value_problems(field, worker.host, version, worker.extra_args)
     if spec.topology == "pd" and spec.router:
         out += split_problems("router.extra_args", spec.router.host, spec.router.extra_args)
     return out

@@ -83,8 +83,12 @@ options:
         the host's own parser, loaded by that Python as the service user (O(access)'s C(user)): one child
         process per Python, a few seconds each (sglang's parser imports torch). An unknown, abbreviated or
         deprecated flag, or an sglang other than C(expected_version), fails the call naming host, service,
-        flag and fix. Without a parser on the host, dsv4deploy's flag tables are the rule: a C(table_version)
-        other than C(expected_version) then fails. [] checks nothing."
+        flag and fix. A server line with C(resolve) is then resolved as sglang resolves it at start-up
+        (C(prepare_server_args), and C(resolve_once) where the release has it: the post-init checks and the
+        model's hooks with the model folder's config.json, the GPU as nvidia-smi reports it), with its
+        C(resolve_env) (SGLANG_* switches, CUDA_VISIBLE_DEVICES), offline, without loading weights; a refusal
+        fails the call quoting sglang's message. Without a parser on the host, dsv4deploy's flag tables are the
+        rule: a C(table_version) other than C(expected_version) then fails. [] checks nothing."
   lock:
     type: dict
     default: {}
@@ -168,10 +172,18 @@ parser_seconds:
   returned: state=check with O(parsers)
   type: float
 parser_notes:
-  description: With O(parsers), the command lines no parser on the host could check (the tables were the rule).
+  description: "With O(parsers), the command lines no parser on the host could check or resolve (the tables were
+    the rule), each saying why (e.g. C(not resolved: no sglang on the host))."
   returned: state=check with O(parsers)
   type: list
   elements: str
+resolved:
+  description: "With O(parsers), per server service, the settings sglang's own start-up resolution gave its line
+    (C(mem_fraction_static), C(max_running_requests), C(chunked_prefill_size), C(kv_cache_dtype), C(page_size),
+    C(attention_backend), ...), with the host's GPU as sglang sees it. The KV pool's token count is not among them
+    (sglang sizes it after loading the weights)."
+  returned: state=check with O(parsers)
+  type: dict
 create_user:
   description: With O(access), true when the service user is missing, may be created and nothing else is wrong.
   returned: state=check with O(access)
@@ -376,7 +388,7 @@ def _parsers(module: AnsibleModule) -> dict:
         return {}
     user = str((module.params["access"] or {}).get("user") or "")
     found = host_parser.check_lines(str((module.params["access"] or {}).get("host") or ""), user, list(checks))
-    result = {"parser_seconds": found["parser_seconds"], "parser_notes": found["notes"]}
+    result = {"parser_seconds": found["parser_seconds"], "parser_notes": found["notes"], "resolved": found["resolved"]}
     if found["problems"]:
         module.fail_json(msg="the host's own parsers refuse the rendered command lines:\n- "
                              + "\n- ".join(found["problems"]), changed=False, problems=found["problems"], **result)

@@ -56,3 +56,25 @@ def test_real_flags_written_either_way_pass(args):
 def test_a_patch_release_is_checked_against_the_nearest_tables_flags():
     [problem] = extra(["--enable-turbo-mode"], "0.5.24")
     assert "sglang 0.5.24 (the flags of 0.5.23) has no flag '--enable-turbo-mode'" in problem
+
+
+@pytest.mark.parametrize("extra_args", [["--schedule-policy", "fastest"], ["--schedule-policy=fastest"]])
+def test_a_value_the_releases_parser_refuses_fails_validate_naming_what_it_takes(extra_args) -> None:
+    problems = extra(extra_args)
+    assert len(problems) == 1 and problems[0].startswith(
+        "decode[0].extra_args (host gpu1): sglang 0.5.23's --schedule-policy takes one of lpm, random, fcfs"), problems
+    assert "got 'fastest'" in problems[0] and "fix: use one of those for --schedule-policy" in problems[0]
+
+
+def test_a_value_the_parser_allows_passes_and_the_choices_are_the_real_parsers() -> None:
+    from dsv4deploy.sglang.server_choices import CHOICES
+    from dsv4deploy.sim._flag_tables import TABLES
+    from dsv4deploy.spec import load_spec
+
+    load_spec(changed(**{"decode.0.extra_args": ["--schedule-policy", "hrrn"]}), HOSTS)  # 0.5.23 has it
+    assert "takes one of" in extra(["--schedule-policy", "hrrn"], "0.5.18")[0]  # 0.5.18 has not
+    # The simulator's tables are the real parsers' actions (tests/contract checks them against the wheels).
+    for version, rows in TABLES.items():
+        fixed = {o: tuple(map(str, c)) for opts, _d, kind, _t, _df, nargs, c, _n in rows
+                 if c and kind == "store" and nargs is None for o in opts if o.startswith("--")}
+        assert dict(CHOICES[version]) == fixed, version

@@ -189,6 +189,13 @@ def test_a_patch_release_without_a_table_uses_the_nearest_one_below(version, tab
     assert versions.table_version(version) == table and flags.table(version).version == table
 
 
+def test_the_plan_line_names_the_table_whose_flags_and_rules_a_patch_release_follows() -> None:
+    from dsv4deploy.cli.plan import version_note
+
+    assert version_note("0.5.23.post1").startswith("0.5.23.post1 (flags and rules of 0.5.23, the nearest known table")
+    assert version_note("0.5.23") == "0.5.23"
+
+
 def test_unknown_key_in_a_nested_mapping_says_which_key_was_meant() -> None:
     assert problems(changed(**{"router.polcy": "round_robin"})) == [
         "router.polcy (host gpu1): unknown key 'polcy'; fix: did you mean policy? rename polcy to policy"]
