@@ -30,7 +30,8 @@ def answer(sim_host: SimHost, key: str) -> int:
     codes = {"router": httpx.post(f"{sim_host.endpoint}/v1/chat/completions", json=body, headers=auth,
                                   timeout=30).status_code}
     for port in (sim_host.base_port + 1, sim_host.base_port + 2):
-        codes[f"worker {port}"] = httpx.get(f"http://127.0.0.1:{port}/server_info", headers=auth, timeout=10).status_code
+        url = f"http://127.0.0.1:{port}/server_info"
+        codes[f"worker {port}"] = httpx.get(url, headers=auth, timeout=10).status_code
     assert len(set(codes.values())) == 1, f"the router and the workers disagree on the key: {codes}"
     return codes["router"]
 
@@ -71,6 +72,12 @@ def test_restart_starts_every_program_anew_gated_and_keeps_the_release(deployed:
     assert preview.returncode == 0, preview.stdout[-3000:]
     assert f"a real run would restart release {release} on local" in said, said[-3000:]
     assert sim_host.pids() == pids  # check mode restarted nothing
+    # A spec that differs from the active release is refused, with the command that applies it.
+    changed = sim_host.playbook("restart.yml", "--check", "-e", "index_topk=512")
+    said = " ".join(changed.stdout.split())
+    assert changed.returncode != 0, said[-3000:]
+    assert (f"local: the inventory differs from the active release {release}; a restart applies no change; "
+            "fix: ansible-playbook playbooks/deploy.yml") in said, said[-3000:]
     proc = sim_host.playbook("restart.yml", *READINESS)
     out = " ".join(proc.stdout.split())
     assert proc.returncode == 0, proc.stdout[-4000:]
