@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.simhost import READINESS, SMALL_NEEDLE_RULE, SMALL_SOAK, VENV_BIN, SimHost
+from tests.integration.simhost import READINESS, REPO, SMALL_NEEDLE_RULE, SMALL_SOAK, VENV_BIN, SimHost
 
 pytestmark = pytest.mark.integration
 # Small gates: the subject is which release serves and with which key, not the grid.
@@ -101,3 +102,14 @@ def test_status_says_what_serves_where(deployed: SimHost) -> None:
     table = subprocess.run([str(VENV_BIN / "dsv4deploy"), "status", "-i", str(sim_host.inventory)],
                            capture_output=True, text=True, timeout=300, cwd="/")
     assert table.returncode == 0 and f"release {local['active']} (verified" in table.stdout, table.stdout
+
+
+def test_a_playbook_whose_inventory_has_no_host_in_the_group_fails_naming_it(tmp_path: Path) -> None:
+    # The wrong folder, no -i, a misspelt group: Ansible alone says "skipping: no hosts matched" and exits 0.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    gpus:\n      hosts:\n        gpu1:\n")
+    proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "playbooks/deploy.yml", "-i", str(inventory)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, said
+    assert f"no host matched the group dsv4 in the inventory {inventory}; nothing was changed" in said, said
