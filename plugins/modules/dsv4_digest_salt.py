@@ -17,7 +17,7 @@ description:
     or anything but a regular file there is replaced, never followed.
   - With O(key_file) (the API key's file on this host), O(state=read) also returns the key's content as a digest
     keyed by the salt (RV(key_digest)), never the content, and the digest the active release was made with
-    (RV(active_key_digest)): the release carries it, so that a rotated key makes a new release.
+    (RV(active_key_digest)); the release carries it, so that a rotated key makes a new release.
 options:
   install_root:
     type: path
