@@ -108,9 +108,13 @@ def query(inventories: list[str], extra_vars: list[str], roots: dict[str, str]) 
     """Ask every host in `roots` (host -> install_root) for its releases, in one ad-hoc module run."""
     answers = run_module(MODULE, "install_root={{ dsv4_releases_roots[inventory_hostname] }} state=query",
                          inventories, extra_vars, roots, needs="details")
-    return [HostReleases(host, root, error=a) if isinstance(a, str) else
-            HostReleases(host, root, releases=list(a.get("details") or []), active=a.get("active"))
-            for host, root in sorted(roots.items()) for a in [answers[host]]]
+    return [_host_releases(host, root, answers[host]) for host, root in sorted(roots.items())]
+
+
+def _host_releases(host: str, root: str, answer: dict | str) -> HostReleases:
+    if isinstance(answer, str):
+        return HostReleases(host, root, error=answer)
+    return HostReleases(host, root, releases=list(answer.get("details") or []), active=answer.get("active"))
 
 
 def format_created(epoch: float | None) -> str:
