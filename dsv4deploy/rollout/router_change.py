@@ -34,13 +34,8 @@ def router_changes(serving: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-# The API key's content is not in spec.json (only its file or vault name): a rotated key is named apart.
-KEY_CONTENT = "api_key (its content)"
-
-
-def router_change(serving_spec_json: str, new: dict[str, Any], key_changed: bool = False) -> dict[str, Any]:
+def router_change(serving_spec_json: str, new: dict[str, Any]) -> dict[str, Any]:
     """The plan's `rollout.router_change` from the serving release's spec.json text: {fields, line}.
-    `key_changed`: the API key on the router's host differs from the one the serving release was made with.
 
     Empty when nothing of the router changes, or when no release serves (nothing to interrupt)."""
     if not serving_spec_json.strip():
@@ -48,7 +43,7 @@ def router_change(serving_spec_json: str, new: dict[str, Any], key_changed: bool
     serving = json.loads(serving_spec_json).get("deployment") or {}
     if not serving.get("router") or not new.get("router"):
         return {}
-    fields = router_changes(serving, new) + ([KEY_CONTENT] if key_changed else [])
+    fields = router_changes(serving, new)
     if not fields:
         return {}
     return {"fields": fields,

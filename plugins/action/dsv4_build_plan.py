@@ -102,10 +102,7 @@ class ActionModule(ValidatedAction):
         fact = args["fact"]
         if state == "router_change":
             try:
-                planned = args.get("planned_spec") or {}
-                # A rotated key changes the router's program too (the plan named the hosts where it changed).
-                rotated = (planned.get("router") or {}).get("host") in (task_vars.get("dsv4_plan_key_changed") or [])
-                change = router_change(args["serving_spec"], planned, key_changed=rotated)
+                change = router_change(args["serving_spec"], args.get("planned_spec") or {})
             except (ValueError, AttributeError) as exc:
                 result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
                 return result

@@ -34,14 +34,6 @@ def test_no_change_no_serving_release_or_no_router_is_no_outage() -> None:
     assert router_change(json.dumps({"deployment": {"topology": "combined"}}), same) == {}
 
 
-def test_a_rotated_api_key_replaces_the_router_too() -> None:
-    # Its content is in the router's serve script, not in spec.json: blue_green and rolling must restart it.
-    same = {"router": dict(ROUTER), "router_implementation": "sglang-router"}
-    change = router_change(_serving(), same, key_changed=True)
-    assert change["fields"] == ["api_key (its content)"] and "restarted" in change["line"]
-    assert router_change("", same, key_changed=True) == {}  # nothing serves: nothing to interrupt
-
-
 def test_the_report_shows_the_router_replacement_and_the_clients_figures() -> None:
     data = {"release": "r2", "verdict": "promoted", "gates": [],
             "rollout": {"strategy": "blue_green", "why": "",
