@@ -17,7 +17,7 @@ from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.isolate.estimate import estimate
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
-from dsv4deploy.rollout.router_change import router_change
+from dsv4deploy.rollout.router_change import rotated_key_problems, router_change
 from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
 from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, secret_env
@@ -159,6 +159,10 @@ class ActionModule(ValidatedAction):
             settings = load_rollout(
                 {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
             rollout = rollout_plan(spec, settings)
+            if state == "planned":  # a rotated key behind a router that keeps the old one: refused now
+                rotated = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
+                if rotated:
+                    raise SpecError(rotated)
             if state == "beside":
                 spec = beside_spec(spec, settings)
             elif state == "surge":
