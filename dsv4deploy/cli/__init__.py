@@ -2,7 +2,7 @@
 
 Each subcommand is two small functions, `add_<name>` (its arguments) and `run_<name>` (returns the
 exit code), in a module of its own (`cli_plan`: validate, plan, render; `cli_gate`, `cli_releases`,
-`cli_init`), registered in SUBCOMMANDS here; adding one is one entry there. What they share (exit
+`cli_status`, `cli_init`), registered in SUBCOMMANDS here; adding one is one entry there. What they share (exit
 codes, `CliError`, `load_deployment`) is `cli_common`. The work itself is done by functions that
 return data (`load_deployment`, `plan`, `render_files`, `write_files`); only the `run_` functions and
 `main` print. Bad input exits 2 with one problem per line on stderr, never a traceback.
@@ -45,6 +45,7 @@ from dsv4deploy.cli.plan import (
     write_files,
 )
 from dsv4deploy.cli.releases import add_releases, run_releases
+from dsv4deploy.cli.status import add_status, run_status
 
 # Re-exported: callers and tests use them as dsv4deploy.cli.<name>.
 __all__ = [
@@ -90,6 +91,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                        reads_inventory=False),
     "releases": Subcommand("each host's releases: created, verified or failed, which is active (read-only)",
                            add_releases, run_releases),
+    "status": Subcommand("what serves where: each host's release, services, engine, verify timer (read-only)",
+                         add_status, run_status),
     "init": Subcommand("write a starter inventory (local simulated host or an example layout)", add_init,
                        run_init, reads_inventory=False),
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4deploy.inventory import varnames, yaml_fast
-from dsv4deploy.spec import Deployment, Problem
+from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, CombinedSpec, DecodeSpec, Deployment, PrefillSpec, Problem
 
 EXTRA_VARS = "-e"
 VAR_FILE_SUFFIXES = ("", ".yml", ".yaml", ".json")
@@ -144,7 +144,32 @@ def misspelt_problems(view: InventoryView, allowed: Any) -> list[Problem]:
     # The variable api_key.vault_var names is the inventory's own, whatever it looks like (dsv4_api_key).
     names += [str(value["vault_var"]) for _, value in view.values.get("api_key", [])
               if isinstance(value, Mapping) and value.get("vault_var")]
-    return problems + varnames.misspelt(view.origins, names)
+    # A worker's field written at the top level is named by worker_field_problems, with where it belongs.
+    origins = {k: v for k, v in view.origins.items() if k not in WORKER_ONLY_FIELDS}
+    return problems + varnames.misspelt(origins, names)
+
+
+# Where each worker's field belongs: the spec's worker lists (and the combined server) whose model has it, for the
+# fields the deployment's top level does not read itself (index_topk, say, is both: the top level's is the default).
+WORKER_LISTS = (("prefill[*]", PrefillSpec), ("decode[*]", DecodeSpec), ("combined", CombinedSpec))
+WORKER_ONLY_FIELDS = {name: [where for where, model in WORKER_LISTS if name in model.model_fields]
+                      for _, model in WORKER_LISTS for name in model.model_fields
+                      if name not in DEPLOYMENT_KEYS and name not in HOST_KEYS}
+
+
+def worker_field_problems(view: InventoryView, allowed: Any) -> list[Problem]:
+    """A worker's field (mem_fraction_static, tp_size, gpus, ...) set as a variable of its own is read by nobody:
+    refused, naming the worker lists where it belongs, unless `dsv4_allow_vars` lists it."""
+    allow = set(varnames.allow_list(allowed)[0])
+    out = []
+    for name in sorted(set(view.origins) & set(WORKER_ONLY_FIELDS) - allow):
+        lists = WORKER_ONLY_FIELDS[name]
+        out.append(Problem(field=name, message=f"is a worker's setting, set at the top level "
+                                               f"(in {', '.join(view.origins[name])}), where nothing reads it",
+                           fix=f"set it in each worker that needs it: {' or '.join(lists)} (e.g. prefill: "
+                               f"[{{host: ..., {name}: ...}}]); or, if it is the inventory's own variable, "
+                               f"list it in {varnames.ALLOW_VAR}"))
+    return out
 
 
 def dropped_switches(view: InventoryView) -> list[Problem]:
@@ -180,4 +205,5 @@ def vault_var_problems(spec: Deployment, defined: Iterable[str]) -> list[Problem
 
 def inventory_problems(view: InventoryView, allowed: Any) -> list[Problem]:
     """Every problem of the inventory as written that the spec model cannot see."""
-    return misspelt_problems(view, allowed) + dropped_switches(view) + orphan_host_vars(view)
+    return (misspelt_problems(view, allowed) + worker_field_problems(view, allowed) + dropped_switches(view)
+            + orphan_host_vars(view))

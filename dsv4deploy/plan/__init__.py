@@ -26,19 +26,22 @@ def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
 
 
 def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
-              rollout: dict[str, Any] | None = None, keys: Mapping[str, str] | None = None) -> dict[str, Any]:
+              rollout: dict[str, Any] | None = None, keys: Mapping[str, str] | None = None,
+              api_key_digests: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The plan for deploying `spec` to `play_hosts`; raises SpecError when memory does not fit.
 
     `rollout` is `dsv4deploy.rollout.strategy.rollout_plan`'s answer (unset: recreate). `keys` are the
     hosts' digest salts (host -> 64 hex, `dsv4_digest_salt`): each host's release shows its secret env values
     as digests keyed by its own; every host with secret env values needs one. None: a plan made on the
-    controller alone (`dsv4deploy plan`, the isolation twin), whose secret values show as `<secret>`."""
+    controller alone (`dsv4deploy plan`, the isolation twin), whose secret values show as `<secret>`.
+    `api_key_digests` (host -> 12 hex, `secret_env.api_key_digest` under the host's salt) name the API key's
+    content in the serve scripts that read it, so that a rotated key makes a new release."""
     reports = memory.check_memory(spec)
     problems = memory.problems_from_memory(reports) + (_missing_keys(spec, keys) if keys is not None else [])
     if problems:
         raise SpecError(problems)
     defs = _ordered_services(spec)
-    rendered = render.render_all(spec, keys)
+    rendered = render.render_all(spec, keys, api_key_digests)
     model = model_needs.model_facts(spec, memory.load_profile(spec.memory_profile).models.get(spec.model.profile))
     hosts: dict[str, Any] = {}
     for name, layout in _layouts(spec, play_hosts, defs).items():
@@ -69,16 +72,16 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
 
 
 def secret_hosts(spec: Deployment, play_hosts: list[str]) -> dict[str, str]:
-    """Each play host whose services have secret env values, with its install root: where the plan needs
-    the host's digest salt (`<install_root>/secrets/digest_salt`)."""
+    """Each play host whose services have secret env values or read the API key, with its install root: where
+    the plan needs the host's digest salt (`<install_root>/secrets/digest_salt`)."""
     return {name: spec.hosts[name].install_root for name in play_hosts
-            if name in spec.hosts and any(s.secret_env for s in services.services_on(spec, name))}
+            if name in spec.hosts and any(s.secret_env or s.api_key_file for s in services.services_on(spec, name))}
 
 
 def _missing_keys(spec: Deployment, keys: Mapping[str, str]) -> list[Problem]:
     # Without its salt a host's release would carry no digest, and a changed secret would change nothing.
     return [Problem(field="server_env", host=name, message="the host's digest salt was not read (its secret env "
-                                                          "values are shown by a digest keyed with it)",
+                                                          "values and API key are shown by a digest keyed with it)",
                     fix="plan through the role dsv4_plan, which reads each host's salt (dsv4_digest_salt)")
             for name in sorted(secret_hosts(spec, list(spec.hosts_in_use())))
             if not secret_env.SALT_PATTERN.match(keys.get(name) or "")]

@@ -61,14 +61,17 @@ def ansible_bin() -> str:
     return found
 
 
-def query(inventories: list[str], extra_vars: list[str], roots: dict[str, str]) -> list[HostReleases]:
-    """Ask every host in `roots` (host -> install_root) for its releases, in one ad-hoc module run."""
+def run_module(module: str, args: str, inventories: list[str], extra_vars: list[str],
+               roots: dict[str, str], needs: str) -> dict[str, dict | str]:
+    """Run the collection's `module` with `args` (k=v, templated per host; `dsv4_releases_roots[inventory_hostname]`
+    is the host's install root) on every host in `roots`, read-only, in one ad-hoc run: host -> its result (which
+    has the key `needs`), or a string saying why there is none."""
     with tempfile.TemporaryDirectory(prefix="dsv4deploy-releases-") as tmp:
         tree = Path(tmp) / "tree"
         roots_file = Path(tmp) / "roots.json"
         roots_file.write_text(json.dumps({"dsv4_releases_roots": roots}))
-        argv = [ansible_bin(), ",".join(sorted(roots)), "--check", "-m", f"dsv4.deploy.{MODULE}",
-                "-a", "install_root={{ dsv4_releases_roots[inventory_hostname] }} state=query", "--tree", str(tree)]
+        argv = [ansible_bin(), ",".join(sorted(roots)), "--check", "-m", f"dsv4.deploy.{module}",
+                "-a", args, "--tree", str(tree)]
         for inventory in inventories:
             argv += ["-i", inventory]
         for value in extra_vars:
@@ -83,22 +86,35 @@ def query(inventories: list[str], extra_vars: list[str], roots: dict[str, str]) 
                                   check=False)
         except subprocess.TimeoutExpired:
             raise ReleasesError(f"the hosts did not all answer within {QUERY_TIMEOUT_S} s") from None
-        return [_answer(host, root, tree / host, proc) for host, root in sorted(roots.items())]
+        return {host: _result(tree / host, proc, needs) for host in sorted(roots)}
 
 
-def _answer(host: str, root: str, result_file: Path, proc: subprocess.CompletedProcess) -> HostReleases:
+def _result(result_file: Path, proc: subprocess.CompletedProcess, needs: str) -> dict | str:
     try:
         result = json.loads(result_file.read_text())
     except (OSError, ValueError):
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-        return HostReleases(host, root, error="no answer: " + (" ".join(tail) or f"ansible exited {proc.returncode}"))
+        return "no answer: " + (" ".join(tail) or f"ansible exited {proc.returncode}")
     if result.get("unreachable"):
-        return HostReleases(host, root, error="unreachable: " + " ".join(str(result.get("msg", "")).split()))
+        return "unreachable: " + " ".join(str(result.get("msg", "")).split())
     # A task that failed before the module ran (e.g. a module_util not found) has a msg but no `failed`
-    # key in --tree output: no `details` is a failure too, never "no releases installed".
-    if result.get("failed") or "details" not in result:
-        return HostReleases(host, root, error=f"failed: {result.get('msg', '')}".strip())
-    return HostReleases(host, root, releases=list(result.get("details") or []), active=result.get("active"))
+    # key in --tree output: no `needs` is a failure too, never an empty answer.
+    if result.get("failed") or needs not in result:
+        return f"failed: {result.get('msg', '')}".strip()
+    return result
+
+
+def query(inventories: list[str], extra_vars: list[str], roots: dict[str, str]) -> list[HostReleases]:
+    """Ask every host in `roots` (host -> install_root) for its releases, in one ad-hoc module run."""
+    answers = run_module(MODULE, "install_root={{ dsv4_releases_roots[inventory_hostname] }} state=query",
+                         inventories, extra_vars, roots, needs="details")
+    return [_host_releases(host, root, answers[host]) for host, root in sorted(roots.items())]
+
+
+def _host_releases(host: str, root: str, answer: dict | str) -> HostReleases:
+    if isinstance(answer, str):
+        return HostReleases(host, root, error=answer)
+    return HostReleases(host, root, releases=list(answer.get("details") or []), active=answer.get("active"))
 
 
 def format_created(epoch: float | None) -> str:

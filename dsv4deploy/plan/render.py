@@ -217,19 +217,23 @@ def file_mode(path: str) -> int:
     return 0o755 if path.startswith("bin/") else 0o644
 
 
-def render_release(spec: Deployment, host: str, key: str | None = None) -> dict[str, str]:
+def render_release(spec: Deployment, host: str, key: str | None = None,
+                   api_key_digest: str | None = None) -> dict[str, str]:
     """Every file of `host`'s release (relative path -> content), sorted by path.
 
     Deterministic: the same spec and `key` (the host's digest salt) give the same bytes, so the manifest's
     content_hash identifies the release; a changed secret env value changes its keyed digest, so the release.
-    Without a key (rendering on the controller alone) secret values show as `<secret>`, with no digest.
-    Raises RenderError for a value that cannot be written safely.
+    `api_key_digest` (the API key's content keyed the same way) goes into the serve script of every service that
+    reads the key, so a rotated key changes the release too. Without a key (rendering on the controller alone)
+    secret values show as `<secret>`, with no digest. Raises RenderError for a value that cannot be written safely.
     """
     env = environment()
     files: dict[str, str] = {}
     for svc in services_on(spec, host):
         if svc.secret_env and key is not None:
             svc = svc.model_copy(update={"secret_env_digest": secret_env.digest(svc.secret_env, key)})
+        if svc.api_key_file and api_key_digest:
+            svc = svc.model_copy(update={"api_key_digest": api_key_digest})
         files.update(render_service(env, svc))
     files["spec.json"] = spec_json(spec, host, key)
     files[SERVICES_FILE] = services_json(spec, host)
@@ -237,8 +241,11 @@ def render_release(spec: Deployment, host: str, key: str | None = None) -> dict[
     return dict(sorted(files.items()))
 
 
-def render_all(spec: Deployment, keys: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+def render_all(spec: Deployment, keys: Mapping[str, str] | None = None,
+               api_key_digests: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
     """`render_release` for every host that runs something in the active topology, each with its digest
-    salt from `keys` (host -> salt; None: rendering on the controller alone)."""
-    return {host: render_release(spec, host, None if keys is None else keys.get(host))
+    salt from `keys` (host -> salt; None: rendering on the controller alone) and its API key's digest from
+    `api_key_digests` (host -> 12 hex)."""
+    return {host: render_release(spec, host, None if keys is None else keys.get(host),
+                                 (api_key_digests or {}).get(host))
             for host in spec.hosts_in_use()}

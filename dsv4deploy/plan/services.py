@@ -89,6 +89,9 @@ class ServiceDefinition(BaseModel):
     secret_env_file: str | None = None
     secret_env_names: list[str] = []
     secret_env_digest: str | None = None
+    # The API key's content as a digest keyed by the host's salt (dsv4deploy.spec.secret_env.api_key_digest), in
+    # the serve script: a rotated key changes the release (set at render, like secret_env_digest).
+    api_key_digest: str | None = None
 
 
 def build_services(spec: Deployment) -> list[ServiceDefinition]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dsv4deploy.spec import Problem
+
 # Deployment fields the router's program is rendered from (dsv4deploy.plan.services._router, router_argv).
 ROUTER_FIELDS = ("router", "router_implementation", "router_launcher", "drain_deadline_s", "api_key")
 ROUTER_ENV = ("server_env_extra_by_role", "router")
@@ -49,3 +51,17 @@ def router_change(serving_spec_json: str, new: dict[str, Any]) -> dict[str, Any]
     return {"fields": fields,
             "line": f"the production router's own settings change ({', '.join(fields)}): it is restarted with "
                     "them, a short outage while it starts and finds its workers"}
+
+
+def rotated_key_problems(strategy: str, hosts: list[str]) -> list[Problem]:
+    """A rotated API key under blue_green or rolling (`hosts`: where it changed): those switch workers behind the
+    production router through its worker API, and that router holds the old key until it restarts, so the switch
+    would be refused (401) and rolled back. Refused before anything changes, with the command that applies it."""
+    if strategy == "recreate" or not hosts:
+        return []
+    return [Problem(field="api_key", message=f"the API key changed on {', '.join(hosts)}, and {strategy} switches "
+                                             "the new workers in behind the production router, which holds the old "
+                                             "key until it restarts",
+                    fix="apply the new key with recreate (every server restarts: an outage until the new release "
+                        "is ready), e.g. ansible-playbook dsv4.deploy.deploy -i INVENTORY -e dsv4_rollout_strategy="
+                        "recreate; the next deploys run as blue_green again")]

@@ -87,6 +87,12 @@ def file_content(secret: Mapping[str, str]) -> str:
     return "".join(f"{name}={_double_quoted(value)}\n" for name, value in sorted(secret.items()))
 
 
+def api_key_digest(content: str, key: str) -> str:
+    """12 hex naming the API key `content` under its host's `key`, as the servers use it (the serve script
+    reads the file with `$(<file)`, which drops trailing newlines): a new key makes a new release."""
+    return keyed_digest(content.rstrip("\n"), key)
+
+
 def digest(secret: Mapping[str, str], key: str) -> str:
     """12 hex identifying the secret values of a service under its host's `key` (in its serve script)."""
     return keyed_digest(file_content(secret), key)

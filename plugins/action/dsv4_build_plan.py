@@ -17,10 +17,10 @@ from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.isolate.estimate import estimate
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
-from dsv4deploy.rollout.router_change import router_change
+from dsv4deploy.rollout.router_change import rotated_key_problems, router_change
 from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
 from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
-from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec
+from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, secret_env
 
 # One state, one job and one fact (documented per state in modules/dsv4_build_plan.py):
 #   planned - the inventory's plan; beside - blue_green's plan in the other slot; surge - a roll's surge slot;
@@ -35,6 +35,8 @@ STATES = ("planned", "beside", "surge", "secrets", "targets", "combined", "roots
 DEFAULT_FACT = {"combined": "dsv4_isolation", "roots": "dsv4_installed_roots", "secret_hosts": "dsv4_secret_hosts"}
 # The registered result of dsv4_digest_salt on each host (roles/dsv4_plan/tasks/digest_salt.yml): its `salt`.
 SALT_RESULT = "dsv4_plan_digest_salt"
+# The fact state=secret_hosts also sets: host -> the API key's file there (api_key.file only).
+KEY_FILES_FACT = "__dsv4_plan_key_files"
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "required": True, "choices": list(STATES)},
@@ -63,6 +65,27 @@ def digest_keys(hostvars: Any, play_hosts: list[str]) -> dict[str, str]:
         if isinstance(salt, str) and salt:
             out[host] = salt
     return out
+
+
+def api_key_digests(spec: Any, hostvars: Any, keys: dict[str, str], vault_value: Any) -> dict[str, str]:
+    """Each host's API key content as a digest under its salt: a key file's as dsv4_digest_salt read it on the
+    host, a vault variable's (`vault_value`) made here. Hosts with neither have none."""
+    if spec.api_key is None:
+        return {}
+    if vault_value is not None:
+        return {h: secret_env.api_key_digest(str(vault_value), salt) for h, salt in keys.items()}
+    out = {}
+    for host in keys:
+        found = plain(hostvars[host].get(SALT_RESULT) or {}).get("key_digest")
+        if isinstance(found, str) and found:
+            out[host] = found
+    return out
+
+
+def key_changed_hosts(hostvars: Any, digests: dict[str, str]) -> list[str]:
+    """The hosts whose active release was made with another API key than the one they have now."""
+    return sorted(h for h, d in digests.items()
+                  if (plain(hostvars[h].get(SALT_RESULT) or {}).get("active_key_digest") or d) != d)
 
 
 class ActionModule(ValidatedAction):
@@ -121,9 +144,14 @@ class ActionModule(ValidatedAction):
             if problems:
                 raise SpecError(problems)
             if state == "secret_hosts":
-                result.update(changed=False, ansible_facts={fact: secret_hosts(spec, play_hosts)})
+                hosts = secret_hosts(spec, play_hosts)
+                # The key's file where it is one on the hosts: dsv4_digest_salt digests it there.
+                files = {h: spec.api_key.file for h in hosts if spec.api_key and spec.api_key.file}
+                result.update(changed=False, ansible_facts={fact: hosts, KEY_FILES_FACT: files})
                 return result
             keys = digest_keys(hostvars, play_hosts)
+            key_digests = api_key_digests(spec, hostvars, keys, self.templated(task_vars.get(
+                spec.api_key.vault_var)) if spec.api_key and spec.api_key.vault_var else None)
             if state == "secrets":
                 planned = args.get("planned_spec") or None
                 result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned, keys)})
@@ -131,11 +159,15 @@ class ActionModule(ValidatedAction):
             settings = load_rollout(
                 {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
             rollout = rollout_plan(spec, settings)
+            if state == "planned":  # a rotated key behind a router that keeps the old one: refused now
+                rotated = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
+                if rotated:
+                    raise SpecError(rotated)
             if state == "beside":
                 spec = beside_spec(spec, settings)
             elif state == "surge":
                 spec = surge_spec(spec, settings)
-            plan = make_plan(spec, play_hosts, rollout=rollout, keys=keys)
+            plan = make_plan(spec, play_hosts, rollout=rollout, keys=keys, api_key_digests=key_digests)
         except SpecError as exc:
             result.update(failed=True, problems=[str(p) for p in exc.problems],
                           msg="the deployment spec is invalid; nothing was changed:\n- "
@@ -154,7 +186,9 @@ class ActionModule(ValidatedAction):
             return result
         # Settings weaker than the spec implies: named on the plan line and the report's first line.
         weak = weakened(gates, plan_index_topk(plan), task_vars, self.templated)
-        result.update(changed=False, ansible_facts={fact: plan, "dsv4_plan_weakened": weak},
+        changed_key = key_changed_hosts(hostvars, key_digests) if state == "planned" else []
+        result.update(changed=False, ansible_facts={fact: plan, "dsv4_plan_weakened": weak,
+                                                    "dsv4_plan_key_changed": changed_key},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
                           f"endpoint {plan['endpoint']}" + (f"; WEAKENED: {'; '.join(weak)}" if weak else ""))
         return result

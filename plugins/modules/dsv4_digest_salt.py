@@ -15,6 +15,9 @@ description:
     there is none yet (RV(new)), which it does not write.
   - O(state=present) (the release install, after preflight) writes O(salt) when the file does not hold it; a link
     or anything but a regular file there is replaced, never followed.
+  - With O(key_file) (the API key's file on this host), O(state=read) also returns the key's content as a digest
+    keyed by the salt (RV(key_digest)), never the content, and the digest the active release was made with
+    (RV(active_key_digest)); the release carries it, so that a rotated key makes a new release.
 options:
   install_root:
     type: path
@@ -29,6 +32,10 @@ options:
     type: str
     default: ""
     description: [With O(state=present), the salt to keep (64 hex, as O(state=read) returned it).]
+  key_file:
+    type: path
+    default: ""
+    description: [With O(state=read), the API key's file on this host (api_key.file), read without following a link.]
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.posix
 attributes:
@@ -67,8 +74,24 @@ legacy:
     release differs from it once, even when no secret changed.
   type: bool
   returned: state=read
+key_digest:
+  description: The API key's content (trailing newlines dropped, as the serve script reads it) as HMAC-SHA256
+    under RV(salt), 12 hex; empty when O(key_file) could not be read (RV(key_problem) says why).
+  type: str
+  returned: state=read with O(key_file)
+key_problem:
+  description: Why O(key_file) could not be read (its path and the error, never its content); preflight refuses it.
+  type: str
+  returned: state=read with O(key_file) unreadable
+active_key_digest:
+  description: The key digest the active release's serve scripts name; empty when they name none.
+  type: str
+  returned: state=read
 """
 
+import glob
+import hashlib
+import hmac
 import os
 import re
 import secrets
@@ -83,6 +106,9 @@ SALT_FILE = os.path.join("secrets", "digest_salt")
 SALT = re.compile(r"[0-9a-f]{64}\Z")
 # What an older dsv4deploy wrote into spec.json for each secret env value.
 LEGACY_MARK = b"<secret sha256:"
+# The line a serve script names its API key's digest on (templates/serve/_base.sh.j2).
+KEY_MARK = re.compile(rb"^# The key's content, keyed by the host's digest salt: hmac ([0-9a-f]{12})", re.M)
+KEY_MAX_BYTES = 65536
 
 
 def salt_path(root: str) -> str:
@@ -121,6 +147,29 @@ def read(root: str) -> dict:
     return {"salt": secrets.token_hex(32), "new": True, "legacy": shows_unsalted(root)}
 
 
+def key_digest(path: str, salt: str) -> tuple[str, str]:
+    """(digest, problem): the key file's content as the servers read it, keyed by `salt` (as
+    dsv4deploy.spec.secret_env.api_key_digest computes it), or why the file could not be read."""
+    try:
+        content = trust.read_key(path)  # the one key-read path: no link followed, a regular file, a few KiB
+    except (OSError, trust.Untrusted) as exc:
+        return "", f"cannot read the API key file {path}: {getattr(exc, 'strerror', None) or exc}"
+    return hmac.new(bytes.fromhex(salt), content.encode(), hashlib.sha256).hexdigest()[:12], ""
+
+
+def active_key_digest(root: str) -> str:
+    """The API key digest the active release's serve scripts name ("" when none does)."""
+    for script in sorted(glob.glob(os.path.join(root, "current", "bin", "serve-*.sh"))):
+        try:
+            with open(script, "rb") as fh:
+                found = KEY_MARK.search(fh.read())
+        except OSError:
+            continue
+        if found:
+            return found.group(1).decode()
+    return ""
+
+
 def keep(root: str, salt: str, check_mode: bool = False) -> bool:
     """state=present: write `salt` unless it is kept already; whether anything changed (or would)."""
     if not SALT.match(salt):
@@ -140,13 +189,20 @@ def main() -> None:
             "install_root": {"type": "path", "required": True},
             "state": {"type": "str", "choices": ["read", "present"], "default": "read"},
             "salt": {"type": "str", "default": "", "no_log": True},
+            "key_file": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
     root = module.params["install_root"]
     out = {"path": salt_path(root)}
     if module.params["state"] == "read":
-        module.exit_json(changed=False, **out, **read(root))
+        answer = read(root)
+        answer["active_key_digest"] = active_key_digest(root)
+        if module.params["key_file"]:
+            answer["key_digest"], problem = key_digest(module.params["key_file"], answer["salt"])
+            if problem:
+                answer["key_problem"] = problem
+        module.exit_json(changed=False, **out, **answer)
     salt = module.params["salt"]
     if not os.path.isdir(os.path.dirname(out["path"])):
         module.fail_json(msg=f"{os.path.dirname(out['path'])} does not exist: the install makes it first", **out)

@@ -149,3 +149,10 @@ def test_vault_key_and_secret_env_land_root_s_0440_the_servers_use_them_and_they
     assert again.returncode == 0, again.stdout[-4000:]
     assert "a real run would change nothing" in " ".join(again.stdout.split()), again.stdout[-4000:]
     assert salt_file.read_text().strip() == salt
+    # A new vaulted key is a new release, said on the plan line (check mode: what a real run would do).
+    rotated = sim_host.playbook("deploy.yml", "--check", "-e", json.dumps(extra),
+                                "-e", f"dsv4_test_vault_key={key}-rotated", *FAST)
+    said = " ".join(rotated.stdout.split())
+    assert rotated.returncode == 0 and "a real run would install release" in said, said[-4000:]
+    assert "api key changed on local: a new release restarts what reads it" in said, said[-4000:]
+    assert key not in rotated.stdout

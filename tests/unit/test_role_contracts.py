@@ -87,8 +87,8 @@ def produced(documents: list[Any]) -> set[str]:
             elif key in PLAN_ACTION:
                 fact = (value or {}).get("fact", "dsv4_plan")
                 names.add(fact)
-                if fact == "dsv4_plan":  # a deploy's plan has a second fact: the settings weaker than the spec
-                    names.add("dsv4_plan_weakened")
+                if fact == "dsv4_plan":  # a deploy's plan has more facts: the settings weaker than the spec,
+                    names |= {"dsv4_plan_weakened", "dsv4_plan_key_changed"}  # the hosts whose API key changed
         if "register" in task:
             names.add(task["register"])
         names.add((task.get("loop_control") or {}).get("loop_var", "item"))

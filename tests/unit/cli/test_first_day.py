@@ -29,9 +29,20 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+# The play every playbook imports first: it runs on the controller and fails when the group has no host.
+HOSTS_CHECK = "hosts_matched.yml"
+
+
 def test_every_playbook_targets_the_group_validate_checks():
     for play_file in sorted((REPO / "playbooks").glob("*.yml")):
-        for play in yaml.safe_load(play_file.read_text()):
+        plays = yaml.safe_load(play_file.read_text())
+        if play_file.name == HOSTS_CHECK:
+            assert [p["hosts"] for p in plays] == ["localhost"]
+            assert f"groups['{PLAY_GROUP}']" in plays[0]["tasks"][0]["ansible.builtin.assert"]["that"]
+            continue
+        # First the check that the inventory has hosts in the group (else Ansible skips every play, exit 0).
+        assert plays[0].get("ansible.builtin.import_playbook") == HOSTS_CHECK, play_file.name
+        for play in plays:
             if "hosts" in play:
                 assert play["hosts"] == PLAY_GROUP, play_file.name
 
@@ -90,3 +101,27 @@ def test_the_variable_api_key_vault_var_names_is_never_a_typo(capsys, site):
         fh.write("api_key: {vault_var: dsv4_api_key}\ndsv4_api_key: sk-test\n")
     _code, _, err = run(capsys, "validate", "-i", str(site))
     assert "dsv4_api_key: is not a variable" not in err, err
+
+
+@pytest.mark.parametrize(("name", "value", "lists"), [
+    ("mem_fraction_static", 0.85, "prefill[*] or decode[*] or combined"),
+    ("tp_size", 8, "prefill[*] or decode[*] or combined"),
+    ("gpus", [0, 1], "prefill[*] or decode[*] or combined"),
+    ("bootstrap_port", 8999, "prefill[*]"),
+])
+def test_a_workers_setting_at_the_top_level_is_refused_naming_where_it_belongs(capsys, site, name, value, lists):
+    path = site / "group_vars" / "all" / "deployment.yml"
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, name: value}, sort_keys=False))
+    code, _, err = run(capsys, "validate", "-i", str(site))
+    assert code == 2, err
+    assert (f"{name}: is a worker's setting, set at the top level (in {path}), where nothing reads it; fix: set it "
+            f"in each worker that needs it: {lists} (e.g. prefill: [{{host: ..., {name}: ...}}])") in err, err
+    assert "did you mean" not in err  # said once, with where it belongs
+
+
+def test_a_workers_setting_the_inventory_keeps_on_purpose_is_allowed(capsys, site):
+    path = site / "group_vars" / "all" / "deployment.yml"
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "tp_size": 8, "dsv4_allow_vars": ["tp_size"]}, sort_keys=False))
+    assert run(capsys, "validate", "-i", str(site))[0] == 0

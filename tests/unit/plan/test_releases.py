@@ -14,7 +14,7 @@ def _answer(tmp_path: Path, result: dict) -> releases.HostReleases:
     tree = tmp_path / "gpu1"
     tree.write_text(json.dumps(result))
     proc = subprocess.CompletedProcess([], 2, "", "")
-    return releases._answer("gpu1", "/opt/dsv4deploy", tree, proc)
+    return releases._host_releases("gpu1", "/opt/dsv4deploy", releases._result(tree, proc, needs="details"))
 
 
 def test_a_task_failure_without_a_failed_key_is_shown_as_the_failure(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from dsv4deploy.report import render_markdown
-from dsv4deploy.rollout.router_change import router_change, router_changes
+from dsv4deploy.rollout.router_change import rotated_key_problems, router_change, router_changes
 
 ROUTER = {"host": "h1", "port": 8000, "policy": None, "retry": {"enabled": True, "max_retries": 3}}
 
@@ -32,6 +32,15 @@ def test_no_change_no_serving_release_or_no_router_is_no_outage() -> None:
     assert router_change(_serving(server_env_extra_by_role={}), same) == {}
     assert router_change("", same) == {}
     assert router_change(json.dumps({"deployment": {"topology": "combined"}}), same) == {}
+
+
+def test_a_rotated_api_key_is_refused_where_the_router_keeps_serving_with_the_old_one() -> None:
+    # blue_green and rolling register the new workers through the running router's API, with the new key: 401.
+    assert rotated_key_problems("recreate", ["gpu1"]) == []
+    assert rotated_key_problems("blue_green", []) == []
+    (problem,) = rotated_key_problems("blue_green", ["gpu1", "gpu2"])
+    assert str(problem).startswith("api_key: the API key changed on gpu1, gpu2, and blue_green switches")
+    assert "-e dsv4_rollout_strategy=recreate" in problem.fix
 
 
 def test_the_report_shows_the_router_replacement_and_the_clients_figures() -> None:

@@ -20,8 +20,8 @@ import pytest
 from dsv4deploy import cli
 from dsv4deploy.plan import make_plan, secret_files
 from dsv4deploy.plan.render import render_all
-from dsv4deploy.spec import SpecError, secret_env
-from tests.golden.fixture_specs import pd_spec
+from dsv4deploy.spec import SpecError, load_spec, secret_env
+from tests.golden.fixture_specs import PD_COMMON, host_vars, pd_spec
 
 TOKEN = "hf_" + "Zq9" * 8
 SALT = "5a" * 32  # a host's digest salt (64 hex, as dsv4_digest_salt keeps it)
@@ -111,7 +111,39 @@ def test_a_host_with_secrets_and_no_salt_is_refused_before_anything_changes() ->
     with pytest.raises(SpecError) as err:
         make_plan(pd_spec(server_env={"HF_TOKEN": TOKEN}), ["gpu1"], keys={})
     assert "server_env (host gpu1): the host's digest salt was not read" in str(err.value)
-    make_plan(pd_spec(), ["gpu1"], keys={})  # no secret, no salt needed
+    with pytest.raises(SpecError):  # an API key is a secret too: its digest is keyed with the salt
+        make_plan(pd_spec(), ["gpu1"], keys={})
+    make_plan(_keyless(), ["gpu1"], keys={})  # no secret, no salt needed
+
+
+def _keyless() -> object:
+    """The PD fixture on loopback with no API key (and so no secret at all)."""
+    data = {**PD_COMMON, "api_key": None, "router": {**PD_COMMON["router"], "listen": "127.0.0.1"}}
+    return load_spec(data, {"gpu1": host_vars(listen="127.0.0.1")})
+
+
+def _identity(spec_kw: dict, key: str | None) -> str:
+    digests = None if key is None else {"gpu1": secret_env.api_key_digest(key, SALT)}
+    return make_plan(pd_spec(**spec_kw), ["gpu1"], keys={"gpu1": SALT}, api_key_digests=digests,
+                     now=0)["hosts"]["gpu1"]["content_hash"]
+
+
+@pytest.mark.parametrize("ref", [{"file": "/etc/dsv4deploy/api_key"}, {"vault_var": "vault_dsv4_api_key"}])
+def test_a_rotated_api_key_is_a_new_release_and_the_same_key_the_same(ref: dict) -> None:
+    old, new = "sk-old-" + TOKEN, "sk-new-" + TOKEN
+    kw = {"api_key": ref}
+    assert _identity(kw, old) == _identity(kw, old + "\n")  # the serve script drops trailing newlines
+    assert _identity(kw, old) != _identity(kw, new)
+    files = render_all(pd_spec(**kw), {"gpu1": SALT}, {"gpu1": secret_env.api_key_digest(new, SALT)})["gpu1"]
+    scripts = {path: text for path, text in files.items() if path.startswith("bin/")}
+    assert scripts and all(f"hmac {secret_env.keyed_digest(new, SALT)}" in t for t in scripts.values())
+    assert not any(new in t for t in files.values())
+
+
+def test_without_a_key_digest_the_release_is_as_before() -> None:
+    # No digest (a plan on the controller alone): the serve scripts say nothing of the key's content.
+    files = render_all(pd_spec(), {"gpu1": SALT})["gpu1"]
+    assert not any("hmac" in t and "key's content" in t for t in files.values())
 
 
 def test_secret_values_are_found_again_from_keyed_unsalted_and_plain_redactions() -> None:
@@ -162,4 +194,5 @@ def test_the_salt_is_read_only_on_the_hosts_with_secret_env_values() -> None:
     from dsv4deploy.plan import secret_hosts
 
     assert secret_hosts(pd_spec(server_env={"HF_TOKEN": TOKEN}), ["gpu1"]) == {"gpu1": "/opt/dsv4deploy"}
-    assert secret_hosts(pd_spec(), ["gpu1"]) == {}  # a deploy without any reads nothing on the hosts
+    assert secret_hosts(_keyless(), ["gpu1"]) == {}  # a deploy without any reads nothing on the hosts
+    assert secret_hosts(pd_spec(), ["gpu1"]) == {"gpu1": "/opt/dsv4deploy"}  # the API key's digest is keyed too

@@ -82,3 +82,24 @@ def test_a_salt_of_another_owner_or_readable_by_others_is_replaced(tmp_path: Pat
             continue
         read = run_module("dsv4_digest_salt", tmp_path, install_root=str(root))
         assert read["new"] and read["salt"] != "b" * 64, (owner, oct(mode))
+
+
+def test_the_api_key_file_is_digested_on_the_host_as_the_plan_does_and_a_link_is_not_followed(tmp_path: Path) -> None:
+    from dsv4deploy.spec import secret_env
+
+    root = _root(tmp_path)
+    key = tmp_path / "api_key"
+    key.write_text("sk-one\n")
+    read = run_module("dsv4_digest_salt", tmp_path, install_root=str(root), key_file=str(key))
+    assert read["key_digest"] == secret_env.api_key_digest("sk-one", read["salt"])  # what the servers read
+    assert "sk-one" not in str(read) and read["active_key_digest"] == ""
+    link = tmp_path / "link"
+    link.symlink_to(key)
+    linked = run_module("dsv4_digest_salt", tmp_path, install_root=str(root), key_file=str(link))
+    assert linked["key_digest"] == "" and linked["key_problem"].startswith(f"cannot read the API key file {link}")
+    # The digest the active release was made with, from its serve scripts.
+    (root / "releases" / "r1" / "bin").mkdir(parents=True)
+    (root / "releases" / "r1" / "bin" / "serve-x.sh").write_text(
+        "# The key's content, keyed by the host's digest salt: hmac 0123456789ab (a new key is a new release).\n")
+    (root / "current").symlink_to(root / "releases" / "r1")
+    assert run_module("dsv4_digest_salt", tmp_path, install_root=str(root))["active_key_digest"] == "0123456789ab"
