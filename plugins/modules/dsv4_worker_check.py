@@ -226,8 +226,8 @@ WATCH_POLL_S = 0.1
 FATAL_SCAN_S = 5.0
 # Log lines returned per program with each slice of the wait (the phase is read from the last marker).
 PROGRESS_LINES = 40
-# A server's access log of the wait's own probes: left out of what the phase is read from.
-PROBE_LINE = re.compile(r'"GET /(health|ready|readiness|v1/models|server_info|get_server_info)\b')
+# A server's access log (the wait's probes, the router's): left out of what the phase is read from.
+PROBE_LINE = re.compile(r'INFO:\s+\S+:\d+ - "')
 
 
 def poll_health(check: dict, key: str | None, deadline: float, started: float, p: dict, path: str = "/health") -> dict:

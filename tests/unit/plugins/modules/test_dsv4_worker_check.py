@@ -139,7 +139,8 @@ def test_the_wait_in_slices_says_each_programs_log_and_goes_on_where_it_stopped(
     # A slice ends with the end of each program's log (its own probes' access lines left out) and what the wait
     # holds; the next goes on from there: its time counts from the first, and a program that died meanwhile ends it.
     services = started_release(tmp_path, install_root, 'echo "[TP0] Load weight begin. avail mem=93.10 GB"\n'
-                               "echo 'INFO:     127.0.0.1:5 - \"GET /health HTTP/1.1\" 503'\nexec sleep 300")
+                               "echo 'INFO:     127.0.0.1:5 - \"GET /health HTTP/1.1\" 503'\n"
+                               "echo 'INFO:     127.0.0.1:6 - \"PRI * HTTP/2.0\" 505'\nexec sleep 300")
     checks = [{"name": PROGRAM, "url": dead_url}]
     deadline = time.monotonic() + 10
     while True:
@@ -148,7 +149,7 @@ def test_the_wait_in_slices_says_each_programs_log_and_goes_on_where_it_stopped(
         if "Load weight begin" in first["progress"][PROGRAM] or time.monotonic() > deadline:
             break
     assert first["unfinished"] and "died" not in first, first
-    assert "Load weight begin" in first["progress"][PROGRAM] and "GET /health" not in first["progress"][PROGRAM]
+    assert first["progress"][PROGRAM].splitlines()[-1] == "[TP0] Load weight begin. avail mem=93.10 GB"
     assert first["resume"]["elapsed_s"] >= 0.3
     resumed = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=30, slice_s=0.3, checks=checks,
                          services=services, resume=first["resume"])
