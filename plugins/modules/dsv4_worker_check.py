@@ -88,12 +88,6 @@ options:
         since its start (RV(logs)), as the wait ends - what the config gate reads, without a module run of its own;
         C(fatal_log_patterns), regular expressions (the model profile's) that, matching a line a watched program
         logged since its start (read every 5 s), end the wait at once as if it had died, with that line.
-extends_documentation_fragment:
-  - dsv4.deploy.dsv4deploy.read_only
-attributes:
-  check_mode:
-    support: full
-    description: Only reads from the servers; O(mode=watch) starts nothing and records no lock phase in check mode.
   slice_s:
     type: float
     default: 0
@@ -107,6 +101,12 @@ attributes:
     description:
       - O(mode=watch) - RV(resume) of the previous slice; the wait goes on from there (its deadline counts from the
         first slice; the lock phase is recorded and the key read by the first slice only).
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.read_only
+attributes:
+  check_mode:
+    support: full
+    description: Only reads from the servers; O(mode=watch) starts nothing and records no lock phase in check mode.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
@@ -379,10 +379,12 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
 
 def startup_tails(mgr: Manager, names: list[str], offsets: dict[str, int], base: dict[str, dict]) -> dict:
     """The end of what each program logged since its start (redacted): the controller reads its phase there."""
-    return {n: tail("\n".join(line for line in log_since(mgr, n, int(offsets.get(n, 0)),
-                                                          base[n].get("invocation")).splitlines()
-                              if not PROBE_LINE.search(line)), lines=PROGRESS_LINES)
-            for n in names}
+    tails = {}
+    for n in names:
+        log = log_since(mgr, n, int(offsets.get(n, 0)), base[n].get("invocation"))
+        tails[n] = tail("\n".join(line for line in log.splitlines() if not PROBE_LINE.search(line)),
+                        lines=PROGRESS_LINES)
+    return tails
 
 
 def _died(mgr: Manager, name: str, why: str, base: dict, offsets: dict[str, int], t0: float) -> dict:
