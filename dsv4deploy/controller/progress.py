@@ -8,8 +8,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-#: The longest the console stays silent during a wait (the wait's slices and the gates' summaries).
+#: The longest the console stays silent during a gate (its summaries) or a task (the callback's heartbeat).
 HEARTBEAT_S = 10.0
+#: A slice of the readiness wait on a host: with the module's start (seconds over ssh on a busy controller)
+#: the line between two slices still comes within 15 s.
+WAIT_SLICE_S = 8.0
 
 # sglang's start-up, in the order it logs it (the simulated host logs the same lines); the phase is the last
 # marker found in the log's end. Real sglang prints shard progress lines while it loads weights.

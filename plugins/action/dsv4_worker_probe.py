@@ -15,7 +15,7 @@ from typing import Any
 from ansible.utils.display import Display
 
 from dsv4deploy.controller.gate_task import GateTaskAction
-from dsv4deploy.controller.progress import HEARTBEAT_S, wait_line
+from dsv4deploy.controller.progress import WAIT_SLICE_S, wait_line
 from dsv4deploy.gates.readiness import worker_paths
 from dsv4deploy.gates.runner import (
     WORKER_GATES,
@@ -168,7 +168,7 @@ class ActionModule(GateTaskAction):
             if alone:
                 watched["register_workers"] = register_workers(plan, host)
         module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched,
-                       "slice_s": HEARTBEAT_S}
+                       "slice_s": WAIT_SLICE_S}
         if key_file:
             module_args["key_for_controller"] = key_file
         found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)

@@ -89,7 +89,7 @@ def test_a_failure_is_one_line_printed_once(sim_host: SimHost) -> None:
     assert tail[0].startswith("FAILED at plan, nothing was changed:") and tail[1].startswith("  failed at: plan"), tail
     assert "Origin:" not in refused.stdout and "censored" not in refused.stdout
 
-    # A slow load (20 s warm-up): the readiness wait says, at least every 10 s, what each worker's log shows and
+    # A slow load (20 s warm-up): the readiness wait says, every 8 s, what each worker's log shows and
     # the seconds left; the gates print a line each (per item only at -v); the run ends with its cause.
     rolled = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=512", *FAST,
                                "-e", "sim_faults=warmup_s=20", "-e", "readiness_deadline_s=60")
