@@ -87,7 +87,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "validate": Subcommand("check a deployment spec", add_validate, run_validate),
     "plan": Subcommand("memory report and the files that would be rendered", add_plan, run_plan),
     "render": Subcommand("write the rendered files of every host", add_render, run_render),
-    "gate": Subcommand("run one gate (readiness, config, smoke, needle, soak) by hand", add_gate, run_gate,
+    "gate": Subcommand("run one gate (readiness, config, smoke, needle, soak, accuracy) by hand", add_gate, run_gate,
                        reads_inventory=False),
     "releases": Subcommand("each host's releases: created, verified or failed, which is active (read-only)",
                            add_releases, run_releases),

@@ -182,7 +182,26 @@ def _gate_soak(args: argparse.Namespace, api_key: str | None) -> Any:
                     progress=stderr_progress("soak"))
 
 
+def _gate_accuracy(args: argparse.Namespace, api_key: str | None) -> Any:
+    from dsv4deploy.gates.quality_runner import accuracy_gate
+    from dsv4deploy.gates.runner import GateSettings
+    from dsv4deploy.plan.memory import load_profile
+
+    models = load_profile().models
+    if args.model_profile not in models:
+        raise CliError([f"--model-profile {args.model_profile!r}: choose one of {', '.join(sorted(models))}"])
+    chosen = {"accuracy_questions": args.questions, "accuracy_task": args.task,
+              "accuracy_expected": args.expected_score, "accuracy_count": args.count,
+              "accuracy_concurrency": args.concurrency, "accuracy_deadline_s": args.deadline}
+    settings = GateSettings(**{k: v for k, v in chosen.items() if v is not None})
+    # The gate's plan: where to ask, and the model profile's reference scores it judges the score by.
+    plan = {"endpoint": checked_url(args.url, "--url"), "served_model_name": args.model,
+            "reference_scores": dict(models[args.model_profile].reference_scores)}
+    return accuracy_gate(plan, settings, api_key=api_key, progress=stderr_progress("accuracy"))
+
+
 GATE_RUNNERS: dict[str, Callable[[argparse.Namespace, str | None], Any]] = {
+    "accuracy": _gate_accuracy,
     "readiness": _gate_readiness,
     "config": _gate_config,
     "smoke": _gate_smoke,
@@ -225,11 +244,21 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
                              "(default: 5500 with --index-topk 1024, 2000 with 512)")
     parser.add_argument("--index-topk", type=int, metavar="N", help="needle: the server's index_topk, for the "
                         "default requirement (default 512, DeepSeek-V4's own)")
-    parser.add_argument("--concurrency", type=int, metavar="N", help="needle cells / soak requests at a time")
+    parser.add_argument("--concurrency", type=int, metavar="N",
+                        help="needle cells / soak or accuracy requests at a time")
     parser.add_argument("--sessions", type=int, metavar="N", help="soak: conversations to run")
     parser.add_argument("--turns", type=int, metavar="N", help="soak: tool-call turns per conversation")
     parser.add_argument("--max-corruption-rate", type=float, metavar="RATE",
                         help="soak: highest corrupted-session rate that passes (0 to 1)")
+    parser.add_argument("--questions", metavar="builtin|PATH",
+                        help="accuracy: the built-in questions (default) or a GSM8K-format JSONL file")
+    parser.add_argument("--task", metavar="NAME", help="accuracy: the reference task the score is judged against "
+                        "(default builtin for the built-in questions, gsm8k for a file)")
+    parser.add_argument("--expected-score", type=float, metavar="FRACTION",
+                        help="accuracy: the expected score (default: the model profile's for --task)")
+    parser.add_argument("--count", type=int, metavar="N", help="accuracy: questions to ask at most (default 200)")
+    parser.add_argument("--model-profile", default="deepseek-v4-flash", metavar="NAME",
+                        help="accuracy: the model profile whose reference scores apply (default deepseek-v4-flash)")
 
 
 def run_gate(args: argparse.Namespace) -> int:

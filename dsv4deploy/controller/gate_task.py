@@ -13,6 +13,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.utils.display import Display
 
 from dsv4deploy.controller.action import ValidatedAction
+from dsv4deploy.controller.progress import Heartbeat
 from dsv4deploy.gates import GateStatus, skipped
 from dsv4deploy.gates.bake import BakeSettings
 from dsv4deploy.gates.result import Stopwatch, make_result
@@ -72,9 +73,10 @@ class GateTaskAction(ValidatedAction):
         logs.update(args["logs"])
 
         def run_one(name: str) -> dict[str, Any]:
-            def progress(done: int, total: int, note: str) -> None:
-                display.display(f"  [{name}] {done}/{total} {note}" if total else f"  [{name}] {note}")
+            with Heartbeat(name, display.display, verbose=display.verbosity >= 1) as progress:
+                return judge(name, progress)
 
+        def judge(name: str, progress: Heartbeat) -> dict[str, Any]:
             watch = Stopwatch()
             try:
                 if name == "perf" and perf_off:
@@ -90,7 +92,7 @@ class GateTaskAction(ValidatedAction):
             data = gate.model_dump(mode="json")
             display.display(f"  gate {name}: {data['status']} in {data['seconds']:.1f} s: {data['summary']}")
             if name == "needle":
-                _predraw(gate)
+                _predraw(gate, args["plan"].get("release_id"))
             return data
 
         policy = args.get("inconclusive", "fail")
@@ -105,10 +107,10 @@ class GateTaskAction(ValidatedAction):
         return result
 
 
-def _predraw(gate: Any) -> None:
+def _predraw(gate: Any, release: str | None) -> None:
     """The report's needle heatmap, drawn now (the soak beside it still runs) into this run's private
     local temp folder, where the report takes it (dsv4_write_report); it draws it itself when it is not there."""
     try:
-        predraw_heatmap(Path(C.DEFAULT_LOCAL_TMP), [gate])
+        predraw_heatmap(Path(C.DEFAULT_LOCAL_TMP), [gate], release)
     except Exception as exc:  # only a head start: the report draws it, or says why not
         display.vvv(f"  needle heatmap not drawn ahead of the report: {type(exc).__name__}: {exc}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -247,3 +247,31 @@ def _reason(check: _Check, model: str) -> str:
         return f"{check.label} does not list {model!r} (seen: {', '.join(check.models_seen) or 'none'})"
     body = " ".join(check.last_body.split())[:SUMMARY_BODY_CHARS]
     return f"{check.label} {check.last_status} {body}".rstrip()
+
+
+def deadline_reason(set_s: float | None, plan: Mapping[str, Any] | None) -> str:
+    """Where the readiness deadline comes from: the gate setting, the model profile, or the default."""
+    if set_s is not None:
+        return "readiness_deadline_s as set in the inventory or with -e"
+    if (plan or {}).get("readiness_deadline_s"):
+        return "the model profile (a readiness_deadline_s of the inventory overrides it)"
+    return "the default (set readiness_deadline_s to change it)"
+
+
+def whole_wait(result: GateResult, waited_s: float, deadline_s: float, why: str) -> GateResult:
+    """Readiness as the operator sees it: the load time is the hosts' wait (`waited_s`, where the servers were
+    watched while they loaded) plus the controller's checks after it, against the whole deadline and where it
+    comes from; the controller's checks had what the wait left of it."""
+    load_s = round(waited_s + result.seconds, 3)
+    evidence = {**result.evidence, "deadline_s": deadline_s, "deadline_from": why, "load_s": load_s,
+                "host_wait_s": round(waited_s, 3), "controller_deadline_s": result.evidence.get("deadline_s")}
+    head = f"loaded in {load_s:.1f} s, deadline {deadline_s:g} s from {why}"
+    if waited_s:
+        head += f" (the hosts' wait {waited_s:.1f} s, then the controller's checks {result.seconds:.1f} s)"
+    # The controller's own "ready in" counts from the end of the wait: the load time above says it whole.
+    said = result.summary.split(": ", 1)[-1] if result.summary.startswith("ready in") else result.summary
+    summary = f"{head}: {said}"
+    if not result.passed:  # the controller's own deadline was what the wait left: say so rather than a bare figure
+        left = result.evidence.get("deadline_s", 0)
+        summary = f"{head}: {result.summary} (the controller's checks had the {left:g} s the wait left)"
+    return result.model_copy(update={"seconds": load_s, "summary": summary, "evidence": evidence})

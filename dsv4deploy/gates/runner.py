@@ -39,6 +39,7 @@ from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.canary import canary_analyses
 from dsv4deploy.gates.perf import PerfLoad, run_perf
 from dsv4deploy.gates.quality_runner import accuracy_gate, bake_canary, parity_gate
+from dsv4deploy.gates.readiness import deadline_reason, whole_wait
 from dsv4deploy.gates.recall_rule import BAD_RECALL, DEFAULT_MIN_RECALLED, DEFAULT_TRIALS, RecallRule
 from dsv4deploy.gates.result import Stopwatch, make_result
 
@@ -443,10 +444,10 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
         settled = [{**entry, "checked_on": host} for host, found in on_host.values() for entry in found["checks"]]
         # The hosts' checks used part of the deadline already; what remains is the controller's.
         elapsed = max((float(data.get("seconds") or 0) for data in probes.values()), default=0.0)
-        result = check_readiness(workers, plan.get("router_url"), model,
-                                 max(settings.readiness_deadline(plan) - elapsed, 0.5), api_key=api_key,
-                                 progress=progress, settled=settled)
-        return _with_unstarted(result, probes)
+        deadline, why = settings.readiness_deadline(plan), deadline_reason(settings.readiness_deadline_s, plan)
+        result = check_readiness(workers, plan.get("router_url"), model, max(deadline - elapsed, 0.5),
+                                 api_key=api_key, progress=progress, settled=settled)
+        return _with_unstarted(whole_wait(result, elapsed, deadline, why), probes)
     if name == "config":
         servers = [ServerConfigInput(name=w["name"], role=w["role"], url=w["url"],
                                      log_text=(logs or {}).get(w["name"], ""),

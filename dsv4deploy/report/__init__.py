@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4deploy.gates.result import GateResult, GateStatus
-from dsv4deploy.report import hardening, perf_section, rollout_section
+from dsv4deploy.report import fleet, hardening, perf_section, rollout_section
 from dsv4deploy.report.heatmap import write_heatmap, write_perf_comparison
 
 VERDICTS = ("promoted", "unchanged", "rolled_back", "failed")
@@ -25,6 +25,9 @@ PERF_PLOT_NAME = "perf-vs-previous.png"
 LATEST = "latest"
 MARKS = {"recalled": "✓", "missed": "✗", "error": "!", "inconclusive": "?", "absent": "·"}
 FAILURES_SHOWN = 20  # per gate in the markdown; report.json keeps them all
+# The gates run after a release's own, by the phase the gates role recorded.
+PHASE_TITLES = {"rollback": "## Re-checks after the rollback (the release put back, not the one that failed)",
+                "verify": "## Verify run"}
 
 
 def build_report(
@@ -69,6 +72,7 @@ def needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
     keep = ("context_tokens", "prompt_tokens", "depth", "recalled", "error", "outcome", "recalled_trials",
             "asked_trials", "interval")
     return {
+        "status": needle.status.value,
         "required_tokens": needle.evidence.get("required_tokens"),
         "rule": needle.evidence.get("rule"),
         "cells": [{k: cell.get(k) for k in keep} for cell in needle.evidence["cells"]],
@@ -76,16 +80,22 @@ def needle_section(gates: Sequence[GateResult]) -> dict[str, Any] | None:
     }
 
 
-def heatmap_name(needle: dict[str, Any]) -> str:
-    """The file name of the heatmap of needle section `needle`, by what it shows (each cell's place and
-    colour, the requirement): the same drawing has the same name wherever its cells came from."""
+def heatmap_name(needle: dict[str, Any], release: str | None = None) -> str:
+    """The file name of the heatmap of needle section `needle` for `release`, by what it shows (each cell's place
+    and colour, the requirement, the verdict and release in its title): the same drawing has the same name
+    wherever its cells came from."""
     shown = sorted((int(c["context_tokens"]), float(c["depth"]), 2 if c.get("recalled") else 0 if c.get("error") else 1)
                    for c in needle.get("cells") or [])
-    digest = hashlib.sha256(json.dumps([shown, needle.get("required_tokens")]).encode()).hexdigest()[:24]
+    said = [shown, needle.get("required_tokens"), needle.get("status"), release]
+    digest = hashlib.sha256(json.dumps(said).encode()).hexdigest()[:24]
     return f"needle-heatmap-{digest}.png"
 
 
-def predraw_heatmap(directory: Path | str, gates: Sequence[GateResult]) -> Path | None:
+def _draw_needle(path: Path, needle: dict[str, Any], release: str | None) -> bool:
+    return write_heatmap(path, needle["cells"], needle.get("required_tokens"), needle.get("status"), release)
+
+
+def predraw_heatmap(directory: Path | str, gates: Sequence[GateResult], release: str | None = None) -> Path | None:
     """Draw the heatmap of the needle gate among `gates` into `directory` ahead of the report (the needle
     finishes while the soak still runs), under `heatmap_name`; None with no cells or no matplotlib.
 
@@ -93,9 +103,9 @@ def predraw_heatmap(directory: Path | str, gates: Sequence[GateResult]) -> Path 
     needle = needle_section(gates)
     if not needle or not needle["cells"]:
         return None
-    path = Path(directory) / heatmap_name(needle)
+    path = Path(directory) / heatmap_name(needle, release)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}-partial.png")  # savefig's format is by the suffix
-    if not write_heatmap(tmp, needle["cells"], needle.get("required_tokens")):
+    if not _draw_needle(tmp, needle, release):
         return None
     os.replace(tmp, path)  # whole or absent: a report never copies half a drawing
     return path
@@ -112,10 +122,10 @@ def write_report(directory: Path | str, data: dict[str, Any], drawn: Path | str 
     needle = data.get("needle") or {}
     heatmap_note: str | None = None
     if needle.get("cells"):
-        ready = Path(drawn) / heatmap_name(needle) if drawn else None
+        ready = Path(drawn) / heatmap_name(needle, data.get("release")) if drawn else None
         if ready is not None and ready.is_file():
             paths["heatmap"] = Path(shutil.copyfile(ready, out / HEATMAP_NAME))
-        elif write_heatmap(out / HEATMAP_NAME, needle["cells"], needle.get("required_tokens")):
+        elif _draw_needle(out / HEATMAP_NAME, needle, data.get("release")):
             paths["heatmap"] = out / HEATMAP_NAME
         else:
             heatmap_note = "Heatmap skipped: matplotlib is not installed (install the `plot` extra)."
@@ -175,11 +185,21 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
     for who, env in ((data.get("metadata") or {}).get("env_switches") or {}).items():
         switches = ", ".join(f"{k}={v}" for k, v in env.items())
         lines.append(f"| env switches added ({md_cell(who)}) | {md_cell(switches)} |")
-    lines += ["", "## Gates", "", "| gate | status | seconds | summary |", "|---|---|---:|---|"]
-    for gate in data.get("gates", []):
-        lines.append(
-            f"| {gate['name']} | {status_mark(gate['status'])} | {gate['seconds']:.1f} | {md_cell(gate['summary'])} |"
-        )
+    glance = fleet.markdown(data)
+    if glance:
+        lines += ["", *glance]
+    # The gates of this release, then those run after it (the re-checks of the release put back by a rollback).
+    phases = list((data.get("metadata") or {}).get("gate_phases") or [])
+    gates = list(data.get("gates", []))
+    for phase, title in (("deploy", "## Gates"), *((p, PHASE_TITLES.get(p, f"## Gates ({p})"))
+                                                    for p in dict.fromkeys(phases) if p != "deploy")):
+        chosen = [g for i, g in enumerate(gates) if (phases[i] if i < len(phases) else "deploy") == phase]
+        if not chosen and phase != "deploy":
+            continue
+        lines += ["", title, "", "| gate | status | seconds | summary |", "|---|---|---:|---|"]
+        for gate in chosen:
+            lines.append(f"| {gate['name']} | {status_mark(gate['status'])} | {gate['seconds']:.1f} | "
+                         f"{md_cell(gate['summary'])} |")
     needle = data.get("needle")
     if needle and needle.get("cells"):
         lines += ["", *needle_table(needle)]

@@ -9,31 +9,51 @@ from typing import Any
 LEGEND = "green recalled, red missed, grey error"
 
 
-def write_heatmap(path: Path, cells: list[dict[str, Any]], required_tokens: int | None = None) -> bool:
+def heatmap_title(required_tokens: int | None = None, verdict: str | None = None, release: str | None = None) -> str:
+    """The heatmap's title: the gate's verdict and the release first (a passing and a failing picture differ at a
+    glance), then the legend and the requirement the dashed line marks."""
+    head = f"Needle {verdict.upper()}" if verdict else "Needle recall"
+    title = f"{head}{f' - release {release}' if release else ''}\n{LEGEND}"
+    if required_tokens:
+        title += f"\nrequired: every cell up to {required_tokens} tokens (dashed line)"
+    return title
+
+
+def write_heatmap(path: Path, cells: list[dict[str, Any]], required_tokens: int | None = None,
+                  verdict: str | None = None, release: str | None = None) -> bool:
     """Draw recall per (context, depth) cell to ``path`` as PNG; False when matplotlib is missing.
 
     The classic view: context length across, depth down (0 = start of the document), green for
-    recalled, red for missed, grey for cells that errored or did not run.
+    recalled, red for missed, grey for cells that errored or did not run; a dashed line after the last
+    length within ``required_tokens``; the title names the gate's ``verdict`` and the ``release``.
     """
-    title = f"Needle recall: {LEGEND}"
-    if required_tokens:
-        title += f"\nrequired: every cell up to {required_tokens} tokens"
-    return write_heatmaps(path, [(title, cells)])
+    return write_heatmaps(path, [(heatmap_title(required_tokens, verdict, release), cells)], required_tokens)
 
 
-def write_heatmaps(path: Path, panels: Sequence[tuple[str, list[dict[str, Any]]]]) -> bool:
-    """Several heatmaps side by side in one PNG, one ``(title, cells)`` panel each (empty ones skipped).
+def write_heatmaps(path: Path, panels: Sequence[tuple[str, list[dict[str, Any]]]],
+                   required_tokens: int | None = None) -> bool:
+    """Several heatmaps side by side in one PNG, one ``(title, cells)`` panel each (empty ones skipped), each with
+    a dashed line at ``required_tokens``.
 
     False when matplotlib is missing or no panel has cells.
     """
+    figure = heatmap_figure(panels, required_tokens)
+    if figure is None:
+        return False
+    figure.savefig(path, dpi=110)
+    return True
+
+
+def heatmap_figure(panels: Sequence[tuple[str, list[dict[str, Any]]]], required_tokens: int | None = None) -> Any:
+    """The heatmaps' matplotlib Figure (None when matplotlib is missing or no panel has cells)."""
     try:
         from matplotlib.colors import ListedColormap
         from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
     except ImportError:
-        return False
+        return None
     panels = [(title, cells) for title, cells in panels if cells]
     if not panels:
-        return False
+        return None
     widths = [max(5.5, 1.5 + 0.9 * len({int(c["context_tokens"]) for c in cells})) for _, cells in panels]
     heights = [max(3.5, 1.5 + 0.45 * len({float(c["depth"]) for c in cells})) for _, cells in panels]
     width, height = sum(widths), max(heights)
@@ -47,18 +67,17 @@ def write_heatmaps(path: Path, panels: Sequence[tuple[str, list[dict[str, Any]]]
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     cmap = ListedColormap(["#bdbdbd", "#d73027", "#1a9850"])
     for ax, (title, cells) in zip(axes, panels, strict=True):
-        _draw(ax, cells, cmap)
+        _draw(ax, cells, cmap, required_tokens)
         ax.set_title(title, fontsize=9)
-    fig.savefig(path, dpi=110)
-    return True
+    return fig
 
 
 # Room in inches around each heatmap: the depth labels left, the rotated lengths and the axis label below,
-# a two-line title above.
-MARGINS = {"left": 0.8, "right": 0.15, "bottom": 0.95, "top": 0.55}
+# a three-line title above.
+MARGINS = {"left": 0.8, "right": 0.15, "bottom": 0.95, "top": 0.75}
 
 
-def _draw(ax: Any, cells: list[dict[str, Any]], cmap: Any) -> None:
+def _draw(ax: Any, cells: list[dict[str, Any]], cmap: Any, required_tokens: int | None = None) -> None:
     lengths = sorted({int(c["context_tokens"]) for c in cells})
     depths = sorted({float(c["depth"]) for c in cells})
     grid = [[0.0] * len(lengths) for _ in depths]  # 0 = no answer, 1 = missed, 2 = recalled
@@ -76,6 +95,10 @@ def _draw(ax: Any, cells: list[dict[str, Any]], cmap: Any) -> None:
     ax.set_yticks([i - 0.5 for i in range(1, len(depths))], minor=True)
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
+    within = [i for i, n in enumerate(lengths) if n <= required_tokens] if required_tokens else []
+    if within:  # the requirement: every cell left of the line must recall
+        ax.axvline(within[-1] + 0.5, color="black", linestyle="--", linewidth=2,
+                   label=f"required: {required_tokens} tokens")
     ax.set_xlabel("context length (target tokens)")
     ax.set_ylabel("needle depth (0% = start)")
 

@@ -15,6 +15,7 @@ from typing import Any
 from ansible.utils.display import Display
 
 from dsv4deploy.controller.gate_task import GateTaskAction
+from dsv4deploy.controller.progress import WAIT_SLICE_S, wait_line
 from dsv4deploy.gates.readiness import worker_paths
 from dsv4deploy.gates.runner import (
     WORKER_GATES,
@@ -166,10 +167,21 @@ class ActionModule(GateTaskAction):
             watched["start_when_healthy"] = {router: {w["name"]: w["url"] for w in workers} if alone else {}}
             if alone:
                 watched["register_workers"] = register_workers(plan, host)
-        module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched}
+        module_args = {"mode": "watch", "checks": checks, "deadline_s": deadline_s, "services": watched,
+                       "slice_s": WAIT_SLICE_S}
         if key_file:
             module_args["key_for_controller"] = key_file
         found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)
+        handed = {k: found[k] for k in ("api_key", "api_key_problem") if k in found}
+        # The wait goes on in slices; between them the console says what each worker's log shows.
+        while found.get("unfinished") and not found.get("failed"):
+            names = [c["name"] for c in checks]
+            display.display(wait_line(host, float(found.get("seconds") or 0.0), deadline_s, found.get("progress") or {},
+                                      found.get("healthy") or {}, names))
+            module_args = {**module_args, "resume": found["resume"]}
+            module_args.pop("key_for_controller", None)
+            found = self._execute_module(module_name=CHECK_MODULE, module_args=module_args, task_vars=task_vars)
+        found.update(handed)
         if result is not None and "api_key" in found:
             # The gates' key, read by the wait instead of a module run of its own: this result is hidden
             # whatever the task says, and the key stays out of the probe the gates get.

@@ -15,6 +15,7 @@ from dsv4deploy.controller.action import ReportAction
 from dsv4deploy.gates import GateResult
 from dsv4deploy.plan import env_switches
 from dsv4deploy.report import MD_NAME, build_report, free_name, update_latest, write_report
+from dsv4deploy.report.fleet import fleet_rows
 from dsv4deploy.report.hardening import score_plan
 from dsv4deploy.report.rollout_section import rollout_section
 
@@ -71,6 +72,8 @@ class ActionModule(ReportAction):
             data["rolling_table"] = list(args["rolling_table"])
         # How exposed each rendered unit is (systemd hosts only), so a loosened unit shows in the numbers.
         data["hardening"] = score_plan(plan)
+        # What serves where (hosts, GPUs, sglang, memory per GPU): the report's "At a glance".
+        data["fleet"] = fleet_rows(plan)
         # How the release replaced the serving one, and what the continuous client saw meanwhile.
         data["rollout"] = rollout_section(plan.get("rollout")) if plan.get("rollout") else None
         data["downtime"] = args.get("downtime") or None
@@ -82,8 +85,9 @@ class ActionModule(ReportAction):
         update_latest(root, name)
         for path in paths:
             display.display(f"  report: {path}")
-        # The report itself, for whoever reads the play's output (no task of its own to show it).
-        display.display(next(p for p in paths if p.name == MD_NAME).read_text(encoding="utf-8"))
+        # The report itself at -v (its path above otherwise): the gates said their lines as they ran, and the run's
+        # outcome ends the output.
+        display.v(next(p for p in paths if p.name == MD_NAME).read_text(encoding="utf-8"))
         # The report is a controller-side record, not a change to any host.
         result.update(changed=False, report=data, paths=[str(p) for p in paths])
         return result

@@ -88,6 +88,19 @@ options:
         since its start (RV(logs)), as the wait ends - what the config gate reads, without a module run of its own;
         C(fatal_log_patterns), regular expressions (the model profile's) that, matching a line a watched program
         logged since its start (read every 5 s), end the wait at once as if it had died, with that line.
+  slice_s:
+    type: float
+    default: 0
+    description:
+      - O(mode=watch) - return after this many seconds when the wait is not over, with RV(unfinished), the end of
+        each program's log (RV(progress)) and RV(resume), so the caller can say what each worker does and go on
+        (0 - one call to the end).
+  resume:
+    type: dict
+    default: {}
+    description:
+      - O(mode=watch) - RV(resume) of the previous slice; the wait goes on from there (its deadline counts from the
+        first slice; the lock phase is recorded and the key read by the first slice only).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.read_only
 attributes:
@@ -169,6 +182,19 @@ api_key_problem:
   description: Why O(key_for_controller) could not be read (the path and the error, not its content).
   returned: O(mode=watch), with O(key_for_controller) unreadable
   type: str
+unfinished:
+  description: The slice (O(slice_s)) ended before the wait did; call again with RV(resume).
+  returned: O(mode=watch), with O(slice_s)
+  type: bool
+progress:
+  description: Program name to the last lines it logged since its start (API keys redacted), as the slice ended.
+  returned: O(mode=watch), with RV(unfinished)
+  type: dict
+resume:
+  description: What the wait holds (elapsed seconds, each program's life, programs still to start, workers
+    healthy and registered) for O(resume).
+  returned: O(mode=watch), with RV(unfinished)
+  type: dict
 not_started:
   description: Programs of C(start_when_healthy) still not started when the wait timed out.
   returned: O(mode=watch), when it timed out
@@ -199,6 +225,10 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 WATCH_POLL_S = 0.1
 # How often the wait reads the watched programs' logs for a fatal line (each read is a journalctl run).
 FATAL_SCAN_S = 5.0
+# Log lines returned per program with each slice of the wait (the phase is read from the last marker).
+PROGRESS_LINES = 40
+# A server's access log (the wait's probes, the router's): left out of what the phase is read from.
+PROBE_LINE = re.compile(r'INFO:\s+\S+:\d+ - "')
 
 
 def poll_health(check: dict, key: str | None, deadline: float, started: float, p: dict, path: str = "/health") -> dict:
@@ -267,7 +297,8 @@ def fatal_line(log: str, patterns: list[re.Pattern]) -> str:
 
 def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str, dict],
           timeout_s: float, offsets: dict[str, int], later: dict[str, dict[str, str]] | None = None,
-          register: Registration | None = None, fatal: list[str] | None = None) -> dict:
+          register: Registration | None = None, fatal: list[str] | None = None, slice_s: float = 0.0,
+          resume: dict | None = None) -> dict:
     """Wait until every worker of `urls` is healthy, or `timeout_s`, or the first of `names` exits or is
     restarted (then returned as `died` with its log); the module's result. Each program of `later` that is
     not running yet is started as soon as every worker URL it names answers /health 200, and watched from
@@ -275,18 +306,25 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
     `register`, each of its workers is also submitted to its router's worker API as soon as it answers
     /health (a router started early routes to it within one job), and the wait lasts until all are. A line of
     a watched program's log that a `fatal` pattern matches (the model profile's, e.g. CUDA error) ends the wait
-    at once too, as a death with that line: the server would only hang until the deadline."""
-    t0 = time.monotonic()
+    at once too, as a death with that line: the server would only hang until the deadline.
+
+    With `slice_s`, the wait returns after that long with RV(unfinished) and what it holds (RV(resume)), and
+    `resume` continues it where it stopped: the controller says what each worker does between slices."""
+    resume = resume or {}
+    called = time.monotonic()
+    t0 = called - float(resume.get("elapsed_s") or 0.0)
     patterns = [re.compile(p) for p in fatal or []]
-    scanned = t0
+    scanned = called
     urls = {n: local_url(u) for n, u in urls.items()}
     first = mgr.lives(names)
-    base = {n: since.get(n) or first[n] for n in names}
+    base = {n: (resume.get("base") or {}).get(n) or since.get(n) or first[n] for n in names}
+    if resume:  # only what no earlier slice started: one started then and gone now has died
+        later = {n: u for n, u in (later or {}).items() if n in (resume.get("pending") or [])}
     # A program of `later` already running (started with the others) is simply watched.
     pending = {n: u for n, u in (later or {}).items() if n in names and mgr.gone(first[n], first[n])}
-    healthy_at: dict[str, float] = {}
+    healthy_at: dict[str, float] = dict(resume.get("healthy") or {})
     up: dict[str, bool] = {}  # URL -> answered /health 200 (each URL asked once per round)
-    started_later: dict[str, float] = {}
+    started_later: dict[str, float] = dict(resume.get("started_later") or {})
     lives = first
     while True:
         scan = bool(patterns) and time.monotonic() - scanned >= FATAL_SCAN_S
@@ -327,9 +365,27 @@ def watch(mgr: Manager, names: list[str], urls: dict[str, str], since: dict[str,
             if register:
                 out.update(registered=register.evidence, not_registered=sorted(register.pending))
             return out
+        if slice_s and time.monotonic() - called >= slice_s:
+            return {"changed": bool(started_later), "unfinished": True, "healthy": healthy_at,
+                    "seconds": round(elapsed, 3), "started_later": started_later,
+                    "registered": register.evidence if register else {},
+                    "progress": startup_tails(mgr, names, offsets, base),
+                    "resume": {"elapsed_s": round(elapsed, 3), "base": base, "pending": sorted(pending),
+                               "healthy": healthy_at, "started_later": started_later,
+                               "registered": register.evidence if register else {}}}
         scanned = time.monotonic() if scan else scanned
         time.sleep(min(WATCH_POLL_S, max(timeout_s - elapsed, 0)))
         lives = mgr.lives(names)
+
+
+def startup_tails(mgr: Manager, names: list[str], offsets: dict[str, int], base: dict[str, dict]) -> dict:
+    """The end of what each program logged since its start (redacted): the controller reads its phase there."""
+    tails = {}
+    for n in names:
+        log = log_since(mgr, n, int(offsets.get(n, 0)), base[n].get("invocation"))
+        tails[n] = tail("\n".join(line for line in log.splitlines() if not PROBE_LINE.search(line)),
+                        lines=PROGRESS_LINES)
+    return tails
 
 
 def _died(mgr: Manager, name: str, why: str, base: dict, offsets: dict[str, int], t0: float) -> dict:
@@ -352,18 +408,23 @@ def watch_services(module: AnsibleModule) -> dict:
     mgr = open_manager(svc["manager"], root, svc.get("supervisor_bin_dir") or None,
                        svc.get("unit_dir") or "/etc/systemd/system")
     lock = svc.get("lock") or {}
-    if lock.get("before") and not module.check_mode:
+    resume = p["resume"] or {}
+    if lock.get("before") and not module.check_mode and not resume:
         deploy_lock.record_phase(lock["path"], lock["run_id"], lock["before"], lock.get("target", ""))
     later = {} if module.check_mode else dict(svc.get("start_when_healthy") or {})
     register = None if module.check_mode else registration(module, svc.get("register_workers") or {})
     if register and register.program in later:
         later[register.program] = {}  # started at once, told of each worker as it answers
+    if register and resume.get("registered"):  # submitted by an earlier slice: not again
+        register.evidence.update(resume["registered"])
+        for name in resume["registered"]:
+            register.pending.pop(name, None)
     offsets = svc.get("log_offsets") or {}
     # Read first: the key is for the gates after the wait, and a file that cannot be read is said at once.
     handed = controller_key(p.get("key_for_controller"))
     out = watch(mgr, release_services(root), {c["name"]: c["url"] for c in p["checks"]}, svc.get("since") or {},
-                p["deadline_s"], offsets, later, register, svc.get("fatal_log_patterns") or [])
-    if svc.get("logs"):
+                p["deadline_s"], offsets, later, register, svc.get("fatal_log_patterns") or [], p["slice_s"], resume)
+    if svc.get("logs") and not out.get("unfinished"):
         # The config gate's logs, read here as the wait ends (the running invocation's journal under systemd).
         workers = chosen(root, None, "workers")
         lives = mgr.lives(workers)
@@ -427,6 +488,8 @@ def main() -> None:
             "api_key_file": {"type": "str"},
             "key_for_controller": {"type": "str", "no_log": False},  # a path, not the key
             "services": {"type": "dict", "default": {}},
+            "slice_s": {"type": "float", "default": 0},
+            "resume": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )

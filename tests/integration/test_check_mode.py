@@ -6,6 +6,7 @@ The tests of this module run in order on one simulated host: fresh first, then s
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -72,14 +73,42 @@ def test_check_on_a_serving_host_changes_nothing(sim_host: SimHost) -> None:
     assert snapshot(sim_host) == before
 
 
+def last_lines(output: str, n: int) -> list[str]:
+    """The last `n` non-empty lines of a run's output."""
+    return [line for line in output.splitlines() if line.strip()][-n:]
+
+
 def test_a_failure_is_one_line_printed_once(sim_host: SimHost) -> None:
     refused = sim_host.playbook("deploy.yml", "-e", "index_topk=2048")
     assert refused.returncode == 2
-    lines = one_line(refused.stdout + refused.stderr, "FAILED at preflight, nothing was changed:")
+    # A refused spec is the plan's failure, said once, as the run's last lines.
+    lines = one_line(refused.stdout + refused.stderr, "FAILED at plan, nothing was changed:")
     assert len(lines) == 1, lines
+    assert "preflight" not in lines[0] and "index_topk" in lines[0]
+    tail = last_lines(refused.stdout, 2)
+    assert tail[0].startswith("FAILED at plan, nothing was changed:") and tail[1].startswith("  failed at: plan"), tail
+    assert "Origin:" not in refused.stdout and "censored" not in refused.stdout
 
-    rolled = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=512", *FAST)
+    # A slow load (20 s warm-up): the readiness wait says, every 8 s, what each worker's log shows and
+    # the seconds left; the gates print a line each (per item only at -v); the run ends with its cause.
+    rolled = sim_host.playbook("deploy.yml", "-e", "topology=pd", "-e", "index_topk=512", *FAST,
+                               "-e", "sim_faults=warmup_s=20", "-e", "readiness_deadline_s=60")
     assert rolled.returncode == 2
     lines = one_line(rolled.stdout + rolled.stderr, "ROLLED BACK: gate needle failed")
     assert len(lines) == 1, lines
-    assert sim_host.report()["verdict"] == "rolled_back"
+    report = sim_host.report()
+    assert report["verdict"] == "rolled_back"
+    waits = re.findall(r"\[readiness\] local: (\d+) s, (\d+) s left of 60 s: (.*)", rolled.stdout)
+    assert waits, rolled.stdout[-5000:]
+    assert all(abs(int(spent) + int(left) - 60) <= 1 for spent, left, _ in waits), waits
+    assert any("sglang-dsv4-decode listening, warming up" in said for _, _, said in waits), waits
+    readiness = next(g for g in report["gates"] if g["name"] == "readiness")
+    assert readiness["seconds"] >= 15 and readiness["evidence"]["deadline_s"] == 60, readiness
+    assert readiness["summary"].startswith("loaded in ") and "readiness_deadline_s as set" in readiness["summary"]
+    assert "[needle] 1/" not in rolled.stdout and "[soak] 1/" not in rolled.stdout, "per item lines only at -v"
+    # Bound: the tasks that print (about 20) and a line per gate and per 10 s of waiting, not one per item.
+    assert len(rolled.stdout.splitlines()) < 120, len(rolled.stdout.splitlines())
+    tail = last_lines(rolled.stdout, 3)
+    assert tail[0].startswith("ROLLED BACK: gate needle failed") and tail[1].startswith("  failed at: needle"), tail
+    assert tail[2].startswith("  serving now: "), tail
+    assert "censored" not in rolled.stdout

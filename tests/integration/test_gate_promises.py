@@ -64,7 +64,7 @@ def test_a_needle_grid_too_short_for_its_requirement_is_refused_before_any_chang
             in proc.stdout)
     assert "nothing was changed" in proc.stdout
     report = sim_host.report()
-    assert report["verdict"] == "failed" and report["failed_gate"] == "preflight"
+    assert report["verdict"] == "failed" and report["failed_gate"] == "plan"
     assert (sim_host.active_release(), sim_host.pids()) == (good, pids)
     assert_serving(sim_host, good)
 

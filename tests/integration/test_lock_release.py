@@ -20,7 +20,7 @@ END_RELEASE = re.compile(r"TASK \[dsv4_run : Release the deploy lock\][^\n]*\n(\
 
 
 def end_release(stdout: str) -> str:
-    """What the always: release did ('ok', 'skipping', ...)."""
+    """What the always: release did ('ok', 'skipping', ...), in the output of a run at -v."""
     found = END_RELEASE.search(stdout)
     assert found, stdout[-3000:]
     return found.group(1).rstrip(":")
@@ -31,7 +31,7 @@ def good(host: SimHost) -> list[str]:
 
 
 def test_a_promoted_deploy_releases_the_lock_with_its_verified_record(sim_host: SimHost) -> None:
-    proc = sim_host.playbook("deploy.yml", *FAST)
+    proc = sim_host.playbook("deploy.yml", "-v", *FAST)  # -v: skipped tasks are printed
     assert proc.returncode == 0, proc.stdout[-5000:]
     release = sim_host.active_release()
     assert sim_host.report()["verdict"] == "promoted" and good(sim_host)[-1] == release
@@ -44,7 +44,7 @@ def test_a_promoted_deploy_releases_the_lock_with_its_verified_record(sim_host: 
 
 def test_a_rolled_back_deploy_releases_it_at_the_end(sim_host: SimHost) -> None:
     before = sim_host.active_release()
-    proc = sim_host.playbook("deploy.yml", "-e", '{"sim_faults_by_role": {"prefill": "crash_on_start"}}', *FAST)
+    proc = sim_host.playbook("deploy.yml", "-v", "-e", '{"sim_faults_by_role": {"prefill": "crash_on_start"}}', *FAST)
     assert proc.returncode != 0
     assert sim_host.report()["verdict"] == "rolled_back" and sim_host.active_release() == before
     assert not (sim_host.install_root / "deploy.lock").exists()

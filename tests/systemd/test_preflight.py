@@ -125,7 +125,7 @@ def test_a_client_endpoint_on_a_remote_loopback_is_refused_before_anything_chang
     inventory = lab.write_inventory(tmp_path / "inventory", example="pd-single-host")
     proc = lab.playbook("deploy.yml", inventory, "-e", "topology=combined", reports=tmp_path / "reports")
     assert proc.returncode != 0
-    assert "FAILED at preflight, nothing was changed" in proc.stdout, proc.stdout[-4000:]
+    assert "FAILED at plan, nothing was changed" in proc.stdout, proc.stdout[-4000:]
     assert ("listen (host gpu1): the endpoint http://127.0.0.1:30010 would listen on 127.0.0.1, a loopback "
             "address of gpu1") in proc.stdout
     assert "fix: set listen to 0.0.0.0 or gpu1's own address" in proc.stdout

@@ -317,6 +317,17 @@ def test_gate_needle_small_grid(capsys: pytest.CaptureFixture[str], sim_server: 
     assert out.startswith("needle: passed in ")
 
 
+def test_gate_accuracy_by_hand(capsys: pytest.CaptureFixture[str], sim_server: tuple[str, Path]) -> None:
+    url, _ = sim_server
+    # The built-in questions, judged against the model profile's reference score for them.
+    code, out, err = run(capsys, "gate", "accuracy", "--url", url, "--concurrency", "8", "--deadline", "120")
+    assert code == 0, out
+    assert out.startswith("accuracy: passed in ") and "(builtin)" in out and "accuracy: [1/" in err
+    # A model profile that does not exist is refused, naming the option and the choices.
+    code, out, err = run(capsys, "gate", "accuracy", "--url", url, "--model-profile", "nope")
+    assert code == 2 and "--model-profile 'nope': choose one of deepseek-v4-flash" in out + err
+
+
 def test_gate_soak_by_hand(capsys: pytest.CaptureFixture[str], sim_server: tuple[str, Path]) -> None:
     url, _ = sim_server
     # the sequential test at its defaults: 65 clean sessions pass a release

@@ -98,7 +98,7 @@ def test_a_heatmap_drawn_ahead_is_taken_only_for_the_same_cells(stub, tmp_path):
     ahead = tmp_path / "ahead"
     ahead.mkdir()
     # As the gates hand them on: the report gets them back through the play's variables, as JSON.
-    drawn = predraw_heatmap(ahead, [GateResult.model_validate(g) for g in data["gates"]])
+    drawn = predraw_heatmap(ahead, [GateResult.model_validate(g) for g in data["gates"]], data["release"])
     assert drawn is not None and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     same = write_report(tmp_path / "same", json.loads(json.dumps(data)), drawn=ahead)
     assert same["heatmap"].read_bytes() == drawn.read_bytes()
@@ -246,3 +246,40 @@ def test_a_weakened_run_is_marked_on_the_first_line_naming_each_setting():
     first = render_markdown(data).splitlines()[2]
     assert first.startswith("**WEAKENED** (soak_enabled is false; needle is left out of dsv4_gates_names). "
                             "**PROMOTED** `r2`")
+
+
+def test_the_heatmap_carries_the_verdict_the_release_and_a_line_at_the_required_length():
+    pytest.importorskip("matplotlib")
+    from dsv4deploy.report.heatmap import heatmap_figure, heatmap_title
+
+    cells = [{"context_tokens": n, "depth": d, "recalled": n <= 4000} for n in (1000, 4000, 8000) for d in (0.1, 0.9)]
+    for verdict in ("passed", "failed"):
+        fig = heatmap_figure([(heatmap_title(4000, verdict, "r7"), cells)], 4000)
+        (ax,) = fig.axes
+        assert ax.get_title().startswith(f"Needle {verdict.upper()} - release r7")
+        assert "required: every cell up to 4000 tokens" in ax.get_title()
+        # The requirement's line: vertical, dashed, between the 4000 column (index 1) and the 8000 one.
+        (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        assert list(line.get_xdata()) == [1.5, 1.5] and line.get_label() == "required: 4000 tokens"
+    # No requirement, no line.
+    fig = heatmap_figure([(heatmap_title(), cells)])
+    assert not [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == "--"]
+
+
+def test_report_md_says_what_serves_where_and_labels_the_rechecks_after_a_rollback():
+    readiness = gate("readiness", "passed", "loaded in 54.0 s", load_s=54.0, deadline_s=300.0)
+    data = build_report(release="r2", previous_release="r1", topology="pd", verdict="rolled_back",
+                        endpoint="http://gpu1:30000", gates=[readiness, gate("needle", "failed", "missed"),
+                                                             gate("readiness", "passed", "r1 ready"),
+                                                             gate("smoke", "passed", "OK")],
+                        metadata={"gate_phases": ["deploy", "deploy", "rollback", "rollback"]})
+    data["fleet"] = [{"field": "prefill[0]", "role": "prefill", "host": "gpu1", "gpus": [0, 1, 2, 3], "tp_size": 4,
+                      "sglang_version": "0.5.23", "gpu_memory_gib": 96.0, "weights_gib": 33.06, "kv_pool_gib": 43.7,
+                      "mem_fraction_static": 0.8}]
+    md = render_markdown(data)
+    assert "Load time (readiness, start to every server ready): **54.0 s** of a 300 s deadline (passed)." in md
+    assert ("| prefill[0] (prefill) | gpu1 | 0, 1, 2, 3 | 4 | 0.5.23 | 96.0 GPU: weights 33.1, KV cache 43.7 "
+            "(mem_fraction_static 0.8) |") in md
+    gates, rechecks = md.split("## Gates")[1].split("## Re-checks after the rollback")
+    assert "| needle |" in gates and "r1 ready" not in gates
+    assert "r1 ready" in rechecks and "| smoke |" in rechecks and "| needle |" not in rechecks

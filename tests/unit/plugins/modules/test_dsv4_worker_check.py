@@ -111,20 +111,51 @@ def test_the_wait_returns_the_config_gates_logs_as_the_logs_module_reads_them(tm
     assert "logs" not in again
 
 
+def started_release(tmp_path: Path, install_root: Path, script: str) -> dict:
+    """A release r2 running `script`, started; the wait's `services` watching it from its start."""
+    write_release(install_root, "r2", script)
+    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
+                         supervisor_bin_dir=BIN_DIR, state="started")
+    return {"manager": "supervisor", "install_root": str(install_root), "supervisor_bin_dir": BIN_DIR,
+            "since": started["programs"], "log_offsets": started["log_offsets"]}
+
+
 def test_a_fatal_log_line_ends_the_wait_at_once_with_the_line(tmp_path: Path, install_root: Path,
                                                                dead_url: str) -> None:
     # The server logs a CUDA error but keeps running (it would hang until the deadline): the model profile's
     # fatal patterns end the wait within one log scan (5 s), naming the line.
-    write_release(install_root, "r2", 'echo "RuntimeError: CUDA error: an illegal memory access was encountered"\n'
-                                      "exec sleep 300")
-    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
-                         supervisor_bin_dir=BIN_DIR, state="started")
+    services = started_release(tmp_path, install_root, 'echo "RuntimeError: CUDA error: an illegal memory access '
+                                                         'was encountered"\nexec sleep 300')
     t0 = time.monotonic()
     out = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=60,
                      checks=[{"name": PROGRAM, "url": dead_url}],
-                     services={"manager": "supervisor", "install_root": str(install_root),
-                               "supervisor_bin_dir": BIN_DIR, "since": started["programs"],
-                               "log_offsets": started["log_offsets"],
-                               "fatal_log_patterns": ["CUDA error", "illegal memory access"]})
+                     services={**services, "fatal_log_patterns": ["CUDA error", "illegal memory access"]})
     assert out["died"]["why"] == "fatal log line: RuntimeError: CUDA error: an illegal memory access was encountered"
     assert time.monotonic() - t0 < 20, out
+
+
+def test_the_wait_in_slices_says_each_programs_log_and_goes_on_where_it_stopped(tmp_path: Path, install_root: Path,
+                                                                               dead_url: str) -> None:
+    # A slice ends with the end of each program's log (its own probes' access lines left out) and what the wait
+    # holds; the next goes on from there: its time counts from the first, and a program that died meanwhile ends it.
+    services = started_release(tmp_path, install_root, 'echo "[TP0] Load weight begin. avail mem=93.10 GB"\n'
+                               "echo 'INFO:     127.0.0.1:5 - \"GET /health HTTP/1.1\" 503'\n"
+                               "echo 'INFO:     127.0.0.1:6 - \"PRI * HTTP/2.0\" 505'\nexec sleep 300")
+    checks = [{"name": PROGRAM, "url": dead_url}]
+    deadline = time.monotonic() + 10
+    while True:
+        first = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=30, slice_s=0.3, checks=checks,
+                           services=services)
+        if "Load weight begin" in first["progress"][PROGRAM] or time.monotonic() > deadline:
+            break
+    assert first["unfinished"] and "died" not in first, first
+    assert first["progress"][PROGRAM].splitlines()[-1] == "[TP0] Load weight begin. avail mem=93.10 GB"
+    assert first["resume"]["elapsed_s"] >= 0.3
+    resumed = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=30, slice_s=0.3, checks=checks,
+                         services=services, resume=first["resume"])
+    assert resumed["unfinished"] and resumed["seconds"] >= first["seconds"] + 0.3, resumed
+    run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
+               supervisor_bin_dir=BIN_DIR, state="stopped")
+    ended = run_module("dsv4_worker_check", tmp_path, mode="watch", deadline_s=30, slice_s=0.3, checks=checks,
+                       services=services, resume=resumed["resume"])
+    assert ended["died"]["name"] == PROGRAM and not ended.get("unfinished"), ended
