@@ -6,8 +6,9 @@
 - seed000 (recall): PD at index_topk 512, needle grid to 8K at three depths; both sides collapse beyond
   about 4K, so the comparison of the two curves should read shared_path (the model's own limit).
 - seed002 (tool calls): the decode runs with SGLANG_DSV4_BF16_INDEX_K=1 and the simulator's corruption at
-  the seeds' PD rate; the combined twin gets the same environment (it corrupts at 2/18 of that rate), and
-  both sides run dsv4_isolate_soak_sessions (150) soak sessions of 2 turns, compared by Fisher's test.
+  the seeds' PD rate; the combined twin inherits the decode's environment, so it corrupts at 2/18 of that
+  rate per tool call (dsv4deploy.sim.serving.NON_PD_SHARE, same CUDA-graph and batch conditions), and both
+  sides run dsv4_isolate_soak_sessions soak sessions of 2 turns, compared as docs/evidence.md says.
 """
 
 from __future__ import annotations
