@@ -134,7 +134,7 @@ READY = gate("readiness", "passed", "x")
 
 
 @pytest.mark.parametrize("pd_ok, combined_ok, verdict", [
-    (False, True, "pd_specific"), (False, False, "shared_path"), (True, True, "clean"), (True, False, "inconclusive"),
+    (False, True, "pd_specific"), (False, False, "inconclusive"), (True, True, "clean"), (True, False, "inconclusive"),
 ])
 def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
     pd = side(READY, needle("passed" if pd_ok else "failed", "pd", {2000: 1.0 if pd_ok else 0.0}))
@@ -143,6 +143,28 @@ def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
     got, why = decide(pd, combined)
     assert got == verdict
     assert why
+
+
+def test_both_failing_alike_is_shared_path_only_with_enough_misses_to_bound_the_ratio():
+    # 8 misses a side (one length) bound the ratio only to 3x: inconclusive above; 24 a side bound it within 2x
+    lost = {2000: 0.0, 4000: 0.0, 5500: 0.0}
+    verdict, why = decide(side(READY, needle("failed", "pd", lost)), side(READY, needle("failed", "combined", lost)))
+    assert verdict == "shared_path" and "within 2x" in why, why
+
+
+def test_a_needle_that_failed_before_asking_or_a_soak_with_nothing_finished_is_inconclusive():
+    # Once read shared_path (both sides) or pd_specific (PD only): a side that measured nothing decides nothing.
+    empty = gate("needle", "failed", "pd", "the server answered 500 before any cell")
+    fine = needle("passed", "combined", {2000: 1.0})
+    verdict, why = decide(side(READY, empty), side(READY, fine))
+    assert verdict == "inconclusive" and "PD side could not measure" in why and "500" in why
+    verdict, _ = decide(side(READY, {**empty, "phase": "pd"}), side(READY, {**empty, "phase": "combined"}))
+    assert verdict == "inconclusive"
+    design = {"acceptable_rate": 0.005}
+    none = gate("soak", "inconclusive", "pd", "no session finished", finished=0, corrupted_sessions=0, design=design)
+    clean = gate("soak", "passed", "combined", "fine", finished=600, corrupted_sessions=0, design=design)
+    verdict, why = decide(side_summary([READY, none], ["soak"]), side_summary([READY, clean], ["soak"]))
+    assert verdict == "inconclusive" and "no session finished on the PD side" in why
 
 
 def test_a_combined_side_that_never_started_is_inconclusive_saying_why():
