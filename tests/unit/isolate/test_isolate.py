@@ -236,6 +236,25 @@ def test_report_json_has_the_contract_fields(tmp_path):
     assert "env A set on purpose" in md
 
 
+def test_the_report_shows_each_sides_realised_occupancy_and_a_confounded_load(tmp_path):
+    design = {"acceptable_rate": 0.005}
+
+    def soak(phase, corrupted, role, running):
+        occupancy = [{"name": f"sglang-dsv4-{role}", "role": role, "samples": 9, "mean_running": running,
+                      "peak_running": running + 2, "error": None}]
+        return gate("soak", "failed", phase, "soak", finished=600, corrupted_sessions=corrupted, design=design,
+                    occupancy=occupancy)
+
+    gates = [gate("readiness", "passed", "original"), soak("pd", 108, "decode", 30.0),
+             gate("readiness", "passed", "combined"), soak("combined", 12, "combined", 8.5)]
+    data = build_isolate_report(suite=["soak"], original={"release_id": "R1"}, combined={"release_id": "C1"},
+                                gates=gates, restored=True)
+    assert data["verdict"] == "pd_amplified" and "CONFOUNDED BY LOAD" in data["why"]
+    md = write_isolate_report(tmp_path, data)["md"].read_text()
+    assert ("| realised occupancy (soak) | sglang-dsv4-decode (decode): 30 running on average, peak 32 | "
+            "sglang-dsv4-combined (combined): 8.5 running on average, peak 10.5 |") in md
+
+
 def test_a_failed_restore_is_a_failed_report_with_the_manual_steps(tmp_path):
     data = report(restored=False, restore_error="readiness failed", manual_steps="Manual steps: point current at R1")
     assert (data["status"], data["serving_release"]) == ("failed", None)
