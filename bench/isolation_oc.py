@@ -93,16 +93,20 @@ def _side(rng_draws: list[list[float]], cells: list[tuple[int, float]], recall: 
 
 
 def needle_oc(pd: Recall, combined: Recall, grid: list[int], required: int, runs: int, seed: int,
-              pd_error: bool = False) -> dict[str, float]:
-    """P(each verdict) over ``runs`` simulated experiments (both sides the same prompts)."""
+              pd_error: bool = False, shared: bool = False) -> dict[str, float]:
+    """P(each verdict) over ``runs`` simulated experiments (both sides the same prompts; ``shared``: a prompt's
+    outcome drawn once for both sides, else apart on each)."""
     rng = random.Random(seed)
     rule = RecallRule()
     cells = [(n, d) for n in grid for d in DEPTHS]
     counts: Counter[str] = Counter()
     for _ in range(runs):
         draws = [[rng.random() for _ in range(rule.trials)] for _ in cells]
+        # The simulated servers draw a prompt's recall apart on each side (salted by their mode); a real model's
+        # recall is mostly the prompt's: `shared` draws once for both, the other way bounds the first.
+        theirs = draws if shared else [[rng.random() for _ in range(rule.trials)] for _ in cells]
         a = _side(draws, cells, pd, rule, required, pd_error)
-        b = _side(draws, cells, combined, rule, required, False)
+        b = _side(theirs, cells, combined, rule, required, False)
         counts[compare_needle(a, b)[0]] += 1
     return {v: counts[v] / runs for v in VERDICTS}
 
@@ -127,6 +131,8 @@ def scenarios(runs: int, seed: int) -> list[tuple[str, str, dict[str, float]]]:
          needle_oc(window_only, topk1024, DEFAULT_GRID, 5500, runs, seed)),
         ("needle", "shared recall limit (index_topk 512, seed 000 grid, required 5500)",
          needle_oc(topk512, topk512, SEED_000_GRID, 5500, runs, seed)),
+        ("needle", "the same, a prompt's recall drawn once for both sides",
+         needle_oc(topk512, topk512, SEED_000_GRID, 5500, runs, seed, shared=True)),
         ("needle", "index_topk 512, required 2000 (both pass; limit named)",
          needle_oc(topk512, topk512, SEED_000_GRID, 2000, runs, seed)),
         ("needle", "ignored override (1024 asked, 512 computed; default grid, required 5500)",
@@ -163,9 +169,12 @@ settings, then decides where a bug lives. Each verdict is stated only from tests
   cells there passed the k-of-n rule), Holm-corrected over those lengths.
 - **A side shown clean / failing**: soak, its exact one-sided 95 % bound below / above ``a`` (0 of 598
   shows 0.5 %); needle, its gate passed / failed by its own rule over the required cells.
-- **Alike**: the exact conditional interval of the PD/combined rate ratio (Clopper-Pearson on PD's share of
-  the events, scaled by the sample sizes; exact for counts, conservative for binomial rates) ends below 2x.
-  The seeds' amplification is 9x, and 3x (6 % against 2 %) is an amplification worth finding.
+- **Alike**: the PD/combined rate ratio's exact interval ends below 2x. Soak: the conditional interval
+  (Clopper-Pearson on PD's share of the events, scaled by the sample sizes; exact for counts,
+  conservative for binomial rates). Needle, over the required lengths where the combined server fails:
+  each side's Clopper-Pearson interval, the ratio of their ends (misses near 100 % bound it tightly: 8 of
+  8 against 8 of 8 gives 0.63-1.6). The seeds' amplification is 9x, and 3x (6 % against 2 %) is an
+  amplification worth finding.
 
 | verdict | stated when |
 |---|---|
@@ -190,7 +199,9 @@ pair with probability above 1e-12 judged by `decide_rates`, 600 sessions a side,
 needle rows simulated, RUNS experiments a row (seed SEED), each cell asked as the gate asks it (9 of 12,
 stopped at its verdict) on the same prompts on both sides, recall per cell as in the simulated model
 (`dsv4deploy/sim/recall.py`: the 128-token window always, else `index_topk`'s reach; a truncating
-transfer keeps only the window). The seed 000 grid is 1000-8000 tokens, the default 1000-12000, three
+transfer keeps only the window). A prompt's outcome is drawn apart on each side, as the simulator draws
+it (the harder case for `shared_path`); one row draws it once for both, as a model whose recall is the
+prompt's would. The seed 000 grid is 1000-8000 tokens, the default 1000-12000, three
 depths each.
 """
 

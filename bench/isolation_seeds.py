@@ -12,6 +12,7 @@ prints each run's verdict, why and seconds, and each scenario's verdict counts o
   dsv4deploy.sim.serving.NON_PD_SHARE, same CUDA-graph and batch conditions). Expected pd_amplified.
 - truncation: the PD transfer keeps only the window (pd_transfer_truncate), index_topk 1024, the default
   grid: pd_specific, with the model's limit at 12000 named.
+- clean: index_topk 1024, the default grid, no fault: clean (a false alarm otherwise), the limit at 12000 named.
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ def cases(sessions: int) -> dict[str, tuple[list[str] | None, list[str]]]:
                                                      *seed000]),
         "seed002": (None, ["-e", "suite=soak", "-e", "soak_turns=2", "-e", f"dsv4_isolate_soak_sessions={sessions}"]),
         "truncation": (["-e", "index_topk=1024", "-e", "sim_faults=pd_transfer_truncate"], ["-e", "suite=needle"]),
+        "clean": (["-e", "index_topk=1024"], ["-e", "suite=needle"]),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["seed000", "seed000-2000", "seed002", "truncation"])
+    parser.add_argument("--only", choices=["seed000", "seed000-2000", "seed002", "truncation", "clean"])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--sessions", type=int, default=600, help="soak sessions a side (seed002)")
     opts = parser.parse_args()

@@ -9,8 +9,9 @@ stated only when its test rejected at :data:`SIGNIFICANCE`:
   those the combined server alone missed, Holm-corrected over those lengths.
 - *a side shown failing / clean*: its needle gate failed / passed by its own rule (k of n trials a cell,
   risks in docs/evidence.md) over the cells within ``needle_required_tokens``.
-- *misses shown alike*: over the required cells' paired prompts, the exact conditional interval of the
-  PD/combined miss-rate ratio (:func:`dsv4deploy.isolate.compare.ratio_interval`) ends below
+- *misses shown alike*: over the paired prompts of the required lengths where the combined server does not
+  recall (where it does, McNemar above speaks), the PD/combined miss-rate ratio's exact bound
+  (:func:`miss_ratio_interval`: each side's Clopper-Pearson 95 % interval, the ratio of their ends) is below
   :data:`~dsv4deploy.isolate.compare.RATIO_MARGIN`.
 
 Verdicts as for the soak (``pd_specific``: PD shown worse, combined passes; ``pd_amplified``: PD shown worse,
@@ -24,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy.isolate.compare import RATIO_MARGIN, SIGNIFICANCE, ratio_interval
+from dsv4deploy.gates.evidence import exact_interval
+from dsv4deploy.isolate.compare import RATIO_MARGIN, SIGNIFICANCE
 
 Key = tuple[Any, ...]
 
@@ -52,6 +54,17 @@ def _recalls(ev: Mapping[str, Any]) -> dict[int, bool]:
         ok = c.get("outcome", "recalled" if c.get("recalled") else "missed") == "recalled"
         out[n] = out.get(n, True) and ok
     return out
+
+
+def miss_ratio_interval(k_a: int, n_a: int, k_b: int, n_b: int) -> tuple[float, float]:
+    """A conservative exact interval of the miss-rate ratio (k_a/n_a)/(k_b/n_b): each rate's Clopper-Pearson
+    95 % interval, the ratio of their ends (coverage at least 1 - 2 x 2.5 %). Misses near 1, the needle's case
+    beyond a limit, bound it tightly: 8 of 8 against 8 of 8 gives 0.63-1.6."""
+    if not n_a or not n_b:
+        return 0.0, float("inf")
+    low_a, high_a = exact_interval(k_a, n_a)
+    low_b, high_b = exact_interval(k_b, n_b)
+    return low_a / high_b if high_b > 0 else 0.0, (high_a / low_b if low_b > 0 else float("inf"))
 
 
 def one_sided_mcnemar(only_a: int, only_b: int) -> float:
@@ -120,12 +133,13 @@ def compare_needle(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[
         if why:
             return "inconclusive", f"needle: the {side} side could not measure: {why}", {}
     rows = per_length(pd["evidence"], combined["evidence"])
-    required = {k: v for k, v in _trials(pd["evidence"]).items() if v[2]}
+    recalls = _recalls(combined["evidence"])
+    required = {k: v for k, v in _trials(pd["evidence"]).items() if v[2] and not recalls.get(v[0])}
     theirs = _trials(combined["evidence"])
     paired_required = [k for k in required if k in theirs]
     kp = sum(not required[k][1] for k in paired_required)
     kc = sum(not theirs[k][1] for k in paired_required)
-    ratio = ratio_interval(kp, len(paired_required), kc, len(paired_required))
+    ratio = miss_ratio_interval(kp, len(paired_required), kc, len(paired_required))
     limits = [r["context_tokens"] for r in rows if r["limit"]]
     worse = [r for r in rows if r["pd_shown_worse"]]
     pd_failed, combined_failed = pd["status"] == "failed", combined["status"] == "failed"
@@ -148,7 +162,8 @@ def compare_needle(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[
                                 f"in the code both share, and PD amplifies it{limit}"), evidence
     if pd_failed and combined_failed and ratio[1] < RATIO_MARGIN:
         return "shared_path", (f"needle: both sides fail the requirement alike ({kp} and {kc} of "
-                               f"{len(paired_required)} required prompts missed; miss-rate ratio 95% interval "
+                               f"{len(paired_required)} prompts missed where the combined server fails; miss-rate "
+                               "ratio 95% interval "
                                f"{ratio[0]:.2g}-{ratio[1]:.2g}, within {RATIO_MARGIN:g}x; {table}): the model's own "
                                f"limit or the code both share, not the PD transfer{limit}"), evidence
     if not pd_failed and not combined_failed:

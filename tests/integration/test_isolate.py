@@ -29,10 +29,10 @@ NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [200
 # four misses), enough for McNemar after Holm's correction; at 12000 both sides lose the needle (the model's limit).
 NEEDLE_TRUNCATION = ["-e", "needle_required_tokens=2200",
                      "-e", '{"needle_lengths": [2000, 2200, 12000], "needle_depths": [0.3, 0.6]}']
-# Recall at index_topk 512 with a requirement past its reach (4K): six dead cells a side, 24 misses each, bound
-# the PD/combined miss ratio within 2x.
+# Recall at index_topk 512 with a requirement past its reach (4K): two dead cells a side, 8 misses each, bound
+# the PD/combined miss ratio within 2x (0.63-1.6).
 NEEDLE_512 = ["-e", "needle_required_tokens=5500",
-              "-e", '{"needle_lengths": [4500, 5000, 5500], "needle_depths": [0.3, 0.6]}']
+              "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
 
 
@@ -136,7 +136,8 @@ def test_recall_at_index_topk_512_past_its_reach_gives_shared_path(sim_host: Sim
     # The seed 000 case: recall collapses beyond about 4K tokens in PD and on one combined server alike.
     release, report = experiment(sim_host, ["-e", "index_topk=512"], ["-e", "suite=needle", *NEEDLE_512])
     assert report["verdict"] == "shared_path", report["why"]
-    assert "24 and 24 of" in report["why"] and "within 2x" in report["why"], report["why"]
+    assert "8 and 8 of 8 prompts missed" in report["why"] and "within 2x" in report["why"], report["why"]
+    assert "the model's limit at 5000, 5500 tokens" in report["why"]
     assert report["sides"]["pd"]["failed_suites"] == report["sides"]["combined"]["failed_suites"] == ["needle"]
     assert_restored(sim_host, release, report)
 
@@ -149,6 +150,11 @@ def test_tool_call_corruption_at_the_seeds_non_pd_share_gives_pd_amplified(sim_h
     release, report = experiment(sim_host, setup, ["-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=64"])
     assert report["verdict"] == "pd_amplified", report["why"]
     assert "PD corrupts more, and the combined server too is shown above 1.0%" in report["why"], report["why"]
+    # Each side's realised occupancy, read from the servers' /metrics while the soak ran, is in the report.
+    for side, role in (("pd", "decode"), ("combined", "combined")):
+        soak = next(g for g in report["sides"][side]["gates"] if g["name"] == "soak")
+        assert any(o["role"] == role and o["mean_running"] for o in soak["evidence"]["occupancy"]), soak["evidence"]
+    assert "load comparable" in report["why"] or "CONFOUNDED BY LOAD" in report["why"]
     assert_restored(sim_host, release, report)
 
 

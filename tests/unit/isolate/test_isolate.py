@@ -134,7 +134,7 @@ READY = gate("readiness", "passed", "x")
 
 
 @pytest.mark.parametrize("pd_ok, combined_ok, verdict", [
-    (False, True, "pd_specific"), (False, False, "inconclusive"), (True, True, "clean"), (True, False, "inconclusive"),
+    (False, True, "pd_specific"), (False, False, "shared_path"), (True, True, "clean"), (True, False, "inconclusive"),
 ])
 def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
     pd = side(READY, needle("passed" if pd_ok else "failed", "pd", {2000: 1.0 if pd_ok else 0.0}))
@@ -146,10 +146,14 @@ def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
 
 
 def test_both_failing_alike_is_shared_path_only_with_enough_misses_to_bound_the_ratio():
-    # 8 misses a side (one length) bound the ratio only to 3x: inconclusive above; 24 a side bound it within 2x
-    lost = {2000: 0.0, 4000: 0.0, 5500: 0.0}
+    # 8 cells missed a side bound the miss ratio within 2x (0.63-1.6); 2 a side only to 0.16-6.3: inconclusive
+    lost = {2000: 0.0}
     verdict, why = decide(side(READY, needle("failed", "pd", lost)), side(READY, needle("failed", "combined", lost)))
     assert verdict == "shared_path" and "within 2x" in why, why
+    few = [dict(c, depth=0.5) for c in needle("failed", "pd", lost)["evidence"]["cells"][:2]]
+    one = {**needle("failed", "pd", lost), "evidence": {"cells": few}}
+    verdict, why = decide(side(READY, one), side(READY, {**one, "phase": "combined"}))
+    assert verdict == "inconclusive" and "more required cells" in why, why
 
 
 def test_a_needle_that_failed_before_asking_or_a_soak_with_nothing_finished_is_inconclusive():
