@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -46,11 +46,16 @@ def test_mean_and_peak_running_requests_per_worker_and_an_unreadable_one_named(m
     url, running = metrics_server
     workers = [{"name": "decode", "role": "decode", "url": url},
                {"name": "gone", "role": "prefill", "url": "http://127.0.0.1:9"}]
+    def until(seen: Callable[[], bool]) -> None:  # the machine may be loaded: wait for samples, not a time
+        deadline = time.monotonic() + 20
+        while not seen() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     with OccupancySampler(workers, interval_s=0.05) as sampler:
-        time.sleep(0.3)
+        until(lambda: len(sampler.samples["decode"]) >= 2)
         running[0] = 20
-        time.sleep(0.3)
+        until(lambda: 20 in sampler.samples["decode"])
     decode, gone = sampler.summary()
-    assert decode["samples"] >= 4 and 4 < decode["mean_running"] < 20 and decode["peak_running"] == 20
+    assert decode["samples"] >= 3 and 4 < decode["mean_running"] < 20 and decode["peak_running"] == 20
     assert gone["mean_running"] is None and "unreadable" in gone["error"]
     assert decode_occupancy([decode, gone]) == decode["mean_running"]
