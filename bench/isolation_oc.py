@@ -196,9 +196,9 @@ the time (last soak row).
 
 Measured on the embedded host (`bench/isolation_seeds.py`, the 2-core CI machine shared with other
 suites; seconds are the isolate run's, both sides and the restore): seed 002's corruption at its rates
-(tool_call_corruption 0.095 a call, two turns: PD 15.7 % and 17.7 % of 600 sessions, the combined
-server 1.8 % and 2.3 %) read `pd_amplified` in each run (142.7 s, 194.1 s), at comparable occupancy
-(PD's decode 27.9 and 27.2 running on average, the combined server 30.1 and 29.3); seed 000 (index_topk
+(tool_call_corruption 0.095 a call, two turns: PD 15.7-17.7 % of 600 sessions, the combined server
+1.8-3.2 %) read `pd_amplified` 3 of 3 (142.7 s, 194.1 s, 181.7 s), at comparable occupancy (PD's
+decode 27.2-27.9 running on average, the combined server 28.9-30.1); seed 000 (index_topk
 512, required 5500) `shared_path` 3 of 3 (63-94 s), the limit at 4000-8000 tokens named; with the
 requirement at 2000 `clean` 2 of 2 (115 s, 120 s), the limit at 4000 named; a PD-only truncation at
 index_topk 1024 on the default grid `pd_specific` 3 of 3 (128-133 s), the limit at 12000 named. No
