@@ -202,7 +202,8 @@ decode 27.2-27.9 running on average, the combined server 28.9-30.1); seed 000 (i
 512, required 5500) `shared_path` 3 of 3 (63-94 s), the limit at 4000-8000 tokens named; with the
 requirement at 2000 `clean` 2 of 2 (115 s, 120 s), the limit at 4000 named; a PD-only truncation at
 index_topk 1024 on the default grid `pd_specific` 3 of 3 (128-133 s), the limit at 12000 named. No
-false alarm: the clean runs (those two, and the integration tier's clean release) read `clean`.
+false alarm: a clean index_topk 1024 release on the default grid read `clean` 2 of 2 (95 s, 130 s; the
+limit at 8000 and 12000 named), as did the requirement-2000 runs and the integration tier's clean release.
 
 P(each verdict), `bench/isolation_oc.py --write` (do not edit by hand): soak rows exact (every count
 pair with probability above 1e-12 judged by `decide_rates`, 600 sessions a side, independent sessions);
