@@ -1,13 +1,18 @@
-"""The isolation experiment on the seeds' two scenarios, on a private copy of the embedded simulated host
-(issue 38 item 6): prints each experiment's verdict and why, with its p-values and intervals.
+"""The isolation experiment on the seeds' scenarios, on a private copy of the embedded simulated host:
+prints each run's verdict, why and seconds, and each scenario's verdict counts over the repetitions.
 
-    flock /tmp/dsv4-heavy.lock .venv/bin/python bench/isolation_seeds.py [--only seed000|seed002]
+    flock /tmp/dsv4-heavy.lock .venv/bin/python bench/isolation_seeds.py [--only NAME] [--repeat 3] [--sessions 600]
 
-- seed000 (recall): PD at index_topk 512, needle grid to 8K at three depths; both sides collapse beyond
-  about 4K, so the comparison of the two curves should read shared_path (the model's own limit).
-- seed002 (tool calls): the decode runs with SGLANG_DSV4_BF16_INDEX_K=1 and the simulator's corruption at
-  the seeds' PD rate; the combined twin gets the same environment (it corrupts at 2/18 of that rate), and
-  both sides run dsv4_isolate_soak_sessions (150) soak sessions of 2 turns, compared by Fisher's test.
+- seed000 (recall): PD at index_topk 512, the needle grid to 8K at three depths, required 5500: both sides
+  collapse beyond about 4K, so the experiment should read shared_path (docs/evidence.md: P >= 0.95).
+  seed000-2000: the same with the requirement at 2000: both pass it, clean, the limit at 4000 named.
+- seed002 (tool calls): the decode runs with SGLANG_DSV4_BF16_INDEX_K=1 and tool_call_corruption 0.095 a
+  call (two turns a session: 18 % of sessions at full batch, the seeds' PD rate); the combined twin
+  inherits the decode's environment, so it corrupts at 2/18 of that rate per call (about 2 % of sessions;
+  dsv4deploy.sim.serving.NON_PD_SHARE, same CUDA-graph and batch conditions). Expected pd_amplified.
+- truncation: the PD transfer keeps only the window (pd_transfer_truncate), index_topk 1024, the default
+  grid: pd_specific, with the model's limit at 12000 named.
+- clean: index_topk 1024, the default grid, no fault: clean (a false alarm otherwise), the limit at 12000 named.
 """
 
 from __future__ import annotations
@@ -50,34 +55,44 @@ def experiment(host: SimHost, deploy: list[str], isolate: list[str]) -> dict:
     return report
 
 
+def cases(sessions: int) -> dict[str, tuple[list[str] | None, list[str]]]:
+    """Each scenario: (deploy -e, isolate -e); None: the seed002 decode environment (needs the host's ports)."""
+    seed000 = ["-e", '{"needle_lengths": [1000, 2000, 4000, 5500, 8000], "needle_depths": [0.1, 0.5, 0.9]}']
+    return {
+        "seed000": (["-e", "index_topk=512"], ["-e", "suite=needle", "-e", "needle_required_tokens=5500", *seed000]),
+        "seed000-2000": (["-e", "index_topk=512"], ["-e", "suite=needle", "-e", "needle_required_tokens=2000",
+                                                     *seed000]),
+        "seed002": (None, ["-e", "suite=soak", "-e", "soak_turns=2", "-e", f"dsv4_isolate_soak_sessions={sessions}"]),
+        "truncation": (["-e", "index_topk=1024", "-e", "sim_faults=pd_transfer_truncate"], ["-e", "suite=needle"]),
+        "clean": (["-e", "index_topk=1024"], ["-e", "suite=needle"]),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["seed000", "seed002"])
+    parser.add_argument("--only", choices=["seed000", "seed000-2000", "seed002", "truncation", "clean"])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--sessions", type=int, default=600, help="soak sessions a side (seed002)")
     opts = parser.parse_args()
-    cases = {
-        "seed000": (["-e", "index_topk=512"],
-                    ["-e", "suite=needle", "-e", "needle_required_tokens=2000",
-                     "-e", '{"needle_lengths": [1000, 2000, 4000, 5500, 8000], "needle_depths": [0.1, 0.5, 0.9]}']),
-        "seed002": (None, ["-e", "suite=soak", "-e", "soak_turns=2"]),
-    }
-    for name, (deploy, isolate) in cases.items():
+    for name, (deploy, isolate) in cases(opts.sessions).items():
         if opts.only and name != opts.only:
             continue
-        root = Path(tempfile.mkdtemp(prefix=f"dsv4-{name}-"))
-        host = make_sim_host(root)
-        try:
-            if deploy is None:
-                deploy = ["-e", "index_topk=1024", *decode_env(host, SGLANG_DSV4_BF16_INDEX_K="1",
-                                                               DSV4_SIM_FAULTS="tool_call_corruption=0.15")]
-            report = experiment(host, deploy, isolate)
-            print(f"{name}: {report['verdict'].upper()} in {report['seconds']} s: {report['why']}", flush=True)
-            for side in ("pd", "combined"):
-                for gate in report["sides"][side]["gates"]:
-                    if gate["name"] in ("soak", "needle"):
-                        print(f"  {side} {gate['name']}: {gate['status']}: {gate['summary'][:300]}")
-        finally:
-            host.teardown()
-            shutil.rmtree(root, ignore_errors=True)
+        verdicts: list[str] = []
+        for _ in range(opts.repeat):
+            root = Path(tempfile.mkdtemp(prefix=f"dsv4-{name}-"))
+            host = make_sim_host(root)
+            try:
+                setup = deploy if deploy is not None else [
+                    "-e", "index_topk=1024", *decode_env(host, SGLANG_DSV4_BF16_INDEX_K="1",
+                                                         DSV4_SIM_FAULTS="tool_call_corruption=0.095")]
+                report = experiment(host, setup, isolate)
+                verdicts.append(report["verdict"])
+                print(f"{name}: {report['verdict'].upper()} in {report['seconds']} s: {report['why']}", flush=True)
+            finally:
+                host.teardown()
+                shutil.rmtree(root, ignore_errors=True)
+        print(f"{name}: {', '.join(f'{v} {verdicts.count(v)}' for v in sorted(set(verdicts)))} of {len(verdicts)}",
+              flush=True)
     return 0
 
 

@@ -25,6 +25,8 @@ def scale_host(root: Path, hosts: int, load_s: float) -> SimHost:
     src = REPO / "inventory" / "local" / "group_vars" / "all"
     group = inv / "group_vars" / "all"
     group.mkdir(parents=True)
+    # deployment.yml's model path and chat template are the stand-in checkpoint beside the inventory.
+    shutil.copytree(REPO / "inventory" / "local" / ".model", inv / ".model")
     for path in src.glob("*.yml"):
         if path.name != "deployment.yml":
             shutil.copy(path, group / path.name)

@@ -170,6 +170,7 @@ def summary(decision: Decision, figures: Mapping[str, Any], plan: AccuracyPlan) 
     if not figures.get("n"):
         return f"{decision.outcome}: {decision.reason}"
     low, high = figures["interval_95"]
-    return (f"{decision.outcome}: score {figures['score']:.1%} ± {figures['standard_error']:.1%} "
+    # The exact interval, not score ± standard error: the normal approximation says "± 0.0%" at 44 of 44.
+    return (f"{decision.outcome}: score {figures['score']:.1%} "
             f"(95% interval {low:.1%}-{high:.1%}, n={figures['n']}) against the expected {plan.expected:.1%} "
             f"minus a margin of {plan.margin:.1%} ({plan.questions}); {decision.reason}")

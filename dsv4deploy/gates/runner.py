@@ -37,6 +37,7 @@ from dsv4deploy.gates import (
 )
 from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.canary import canary_analyses
+from dsv4deploy.gates.occupancy import OccupancySampler
 from dsv4deploy.gates.perf import PerfLoad, run_perf
 from dsv4deploy.gates.quality_runner import accuracy_gate, bake_canary, parity_gate
 from dsv4deploy.gates.readiness import deadline_reason, whole_wait
@@ -492,16 +493,19 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                         api_key=api_key, progress=progress, notes=canary.notes(),
                         canaries=(lambda i: canary_analyses(endpoint, model, canary, i, api_key))
                         if canary.runs() else None)
-    return run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
-                    concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
-                    design=settings.soak_design(), sequential=settings.soak_sequential,
-                    deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, api_key=api_key, progress=progress)
+    with OccupancySampler(_metrics_workers(plan, probes)) as occupancy:  # the corruption depends on the batch
+        result = run_soak(endpoint, model, sessions=settings.soak_sessions, turns=settings.soak_turns,
+                          concurrency=settings.soak_concurrency, max_corruption_rate=settings.soak_max_corruption_rate,
+                          design=settings.soak_design(), sequential=settings.soak_sequential, api_key=api_key,
+                          deadline_s=settings.soak_deadline_s, seed=settings.soak_seed, progress=progress)
+    result.evidence["occupancy"] = occupancy.summary()
+    return result
 
 
 def _metrics_workers(plan: Mapping[str, Any], probes: Mapping[str, Any]) -> list[dict[str, str]]:
     """The workers whose /metrics the controller reads: one bound to an address only its own host reaches
     is left out (the client-side figures and the probes still judge the release)."""
-    return [{"name": w["name"], "url": w["url"]} for w in plan["workers"]
+    return [{"name": w["name"], "url": w["url"], "role": w["role"]} for w in plan["workers"]
             if not reach.checked_on_host(w["url"], w.get("host_address", ""),
                                          bool((probes.get(w["host"]) or {}).get("local", True)))]
 

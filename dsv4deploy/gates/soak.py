@@ -490,9 +490,12 @@ def _judge_sequential(results: list[SoakSession], referee: _Referee, samples: li
         which = corruption if corruption.outcome is Outcome.FAILED else mistakes
         limit = ("soak_max_corruption_rate" if which is corruption else "soak_max_mistake_rate")
         first = samples[0]["what"] if samples else "?"
-        summary = (f"{stats}: {'corruption' if which is corruption else 'model mistakes'} above the acceptable "
+        # After sequential stopping a fixed-sample p-value is not valid and the observed rate is biased upward:
+        # the statement is the sequential test's own (its bound crossed, at its risks), the rate labelled.
+        summary = (f"{stats} (stopped early: the observed rate overstates the true one): "
+                   f"{'corruption' if which is corruption else 'model mistakes'} above the acceptable "
                    f"rate ({limit} {design.max_rate if which is corruption else design.max_mistake_rate:g}, "
-                   f"p={which.p_value:.2g}); {risks}; first: {first}")
+                   f"Wald's sequential test crossed its rejection bound); {risks}; first: {first}")
         return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
     if outcome is Outcome.PASSED:
         summary = (f"{stats}; passed after {len(counted)} sessions ({extra['turns']} turns each, "

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsv4deploy.gates.runner import GATES
-from dsv4deploy.isolate.compare import combine_suites, compare_needle, compare_soak
+from dsv4deploy.isolate.compare import combine_suites, compare_soak
+from dsv4deploy.isolate.needle_compare import compare_needle
 from dsv4deploy.plan import gate_targets, host_layouts, make_plan
 from dsv4deploy.sglang import flags
 from dsv4deploy.spec import CombinedSpec, Deployment, Problem, SpecError, check_deployment
@@ -246,7 +247,13 @@ def decide(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str
     # says nothing about where a bug is.
     ran = [name for name in SUITES if name != PARITY and name in _ran(pd) and name in _ran(combined)]
     if ran:
-        return combine_suites([_suite_verdict(name, pd, combined) for name in ran])
+        judged = [_suite_verdict(name, pd, combined) for name in ran]
+        # A suite that could not measure on a side leaves the whole experiment undecided: whatever the
+        # other suites say could be the half that was measured.
+        blind = [why for verdict, why, measured in judged if not measured]
+        if blind:
+            return "inconclusive", "; ".join(blind)
+        return combine_suites([(verdict, why) for verdict, why, _ in judged])
     if PARITY in _ran(pd) and PARITY in _ran(combined):
         return "clean", "no suite but parity ran"
     return _flags_verdict(pd, combined)
@@ -256,21 +263,23 @@ def _ran(side: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {g["name"]: g for g in side["gates"] if g["name"] in SUITES}
 
 
-def _suite_verdict(name: str, pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str]:
-    """One suite's verdict: soak and needle by an exact test of the two sides (dsv4deploy.isolate.compare),
-    smoke by its two results."""
+def _suite_verdict(name: str, pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """One suite's (verdict, why, measured): soak and needle by the procedures of dsv4deploy.isolate.compare
+    and .needle_compare, smoke (one request, nothing to count) by its two results."""
     mine, theirs = _ran(pd)[name], _ran(combined)[name]
-    if name == "soak" and "finished" in mine["evidence"] and "finished" in theirs["evidence"]:
-        verdict, why, _ = compare_soak(mine["evidence"], theirs["evidence"])
-        return verdict, why
-    if name == "needle" and mine["evidence"].get("cells") and theirs["evidence"].get("cells"):
-        verdict, why, _ = compare_needle(mine["evidence"], theirs["evidence"], pd["recall_breaks_at"],
-                                         combined["recall_breaks_at"])
-        return verdict, why
+    for side, gate in (("PD", mine), ("combined", theirs)):
+        if gate["status"] == "error" or (name in ("soak", "needle") and not gate.get("evidence")):
+            return "inconclusive", f"{name}: the {side} side could not measure: {gate['summary']}", False
+    if name == "soak":
+        verdict, why, evidence = compare_soak(mine["evidence"], theirs["evidence"])
+        return verdict, why, bool(evidence.get("pd_worse_p") is not None)
+    if name == "needle":
+        verdict, why, evidence = compare_needle(mine, theirs)
+        return verdict, why, bool(evidence)
     one = {**pd, "failed_suites": [name] if mine["status"] == "failed" else [], "passed": mine["status"] == "passed"}
     other = {**combined, "failed_suites": [name] if theirs["status"] == "failed" else [],
              "passed": theirs["status"] == "passed"}
-    return _flags_verdict(one, other)
+    return (*_flags_verdict(one, other), True)
 
 
 def _flags_verdict(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str]:

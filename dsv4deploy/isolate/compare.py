@@ -1,40 +1,41 @@
-"""The two sides of the isolation experiment compared by exact tests, suite by suite.
+"""The soak side of the isolation experiment: a decision procedure with stated hypotheses.
 
-The seeds' questions are comparisons: does PD corrupt tool calls more than one combined server with the
-same settings (about 15-18 % of sessions against about 2 %), and does PD lose more long-context recall than
-the combined server. So each suite is judged by a test of the two sides, never by two pass/fail flags:
+The seeds' question (``002``): does PD corrupt tool calls more than one combined server with the same
+settings, and does the combined server corrupt at all? Each side gives ``k`` corrupted sessions of ``n``
+finished ones; ``a`` is the acceptable corrupted-session rate (the soak's ``soak_acceptable_rate``). Every
+statement is a test that rejected at :data:`SIGNIFICANCE`, never a test that did not:
 
-- soak: corrupted sessions of finished ones on each side, each with its exact 95 % interval; a side is
-  bad when its rate is significantly above the acceptable rate (exact binomial, p < 0.05); PD against
-  combined by Fisher's exact test (one-sided: PD worse). ``pd_specific`` needs the combined side shown
-  below :data:`CLEAN_BOUND` (2 %, the seeds' non-PD rate) by an exact one-sided test: 0 of 150 does it
-  (0.98^150 = 0.048), 0 of 50 cannot (its interval reaches 7 %), and the verdict then says how many more
-  clean sessions would.
-- needle: the trials of both sides are the same prompts (same seed, grid, trial number and needle), so they
-  are paired trial by trial: McNemar's exact test on the prompts one side recalled and the other missed. A
-  cell's trials stop at its verdict, so only the trials asked on both sides are paired. Both curves are compared
-  whatever the requirement: both missing alike (index_topk 512 collapsing at 4K on both sides) is
-  ``shared_path``, the model's own limit, even when both pass the requirement.
+- *PD shown worse*: Fisher's exact test, one-sided (H0: PD's rate <= the combined server's), rejects.
+- *a side shown clean*: its exact one-sided upper bound is below ``a`` (H0: rate >= a rejected).
+- *a side shown failing*: its exact one-sided lower bound is above ``a`` (H0: rate <= a rejected).
+- *rates shown alike*: the exact conditional interval of the rate ratio PD/combined (Clopper-Pearson on
+  ``k_pd`` of ``k_pd + k_combined``, scaled by the sessions: exact for Poisson counts and conservative for
+  binomial ones) has its upper bound below :data:`RATIO_MARGIN`.
 
-Verdicts: ``pd_specific`` (PD fails, combined shown clean), ``pd_amplified`` (both fail, PD significantly
-worse), ``shared_path`` (both fail, no significant difference), ``clean``, ``inconclusive`` (naming what
-more evidence would decide). Each carries its p-value or interval.
+Verdicts: ``pd_specific`` = PD shown worse and combined shown clean; ``pd_amplified`` = PD shown worse and
+combined shown failing; ``shared_path`` = both shown failing and rates shown alike; ``clean`` = both shown
+clean; otherwise ``inconclusive``, naming what would decide. A side with no finished session is
+``inconclusive`` before any test. The operating characteristics of this procedure at the seeds' rates are
+in docs/evidence.md (``bench/isolation_oc.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from dsv4deploy.gates.evidence import exact_interval, fisher_greater, mcnemar_p_value, rate_above_p_value
+from dsv4deploy.gates.evidence import exact_interval, rate_above_p_value
 
-#: The significance of every comparison.
+#: The significance of every test.
 SIGNIFICANCE = 0.05
-#: The rate below which the combined side must be shown for a PD-specific verdict: the seeds' non-PD rate.
-CLEAN_BOUND = 0.02
 #: A side's acceptable corrupted-session rate when its soak evidence does not say (the soak's default).
 ACCEPTABLE = 0.005
+#: "Alike": the PD/combined rate ratio shown below this. The seeds' amplification is 9x; 3x (6 % against
+#: 2 %) is still an amplification worth finding, so the margin sits below it.
+RATIO_MARGIN = 2.0
 
 
 def rate_below_p_value(events: int, trials: int, rate: float) -> float:
@@ -46,9 +47,90 @@ def rate_below_p_value(events: int, trials: int, rate: float) -> float:
     return float(binomtest(events, trials, rate, alternative="less").pvalue)
 
 
-def sessions_to_show_clean(bound: float = CLEAN_BOUND, significance: float = SIGNIFICANCE) -> int:
-    """The fewest sessions, all clean, that show a rate below ``bound``: 149 for 2 % at 0.05."""
+def sessions_to_show_clean(bound: float = ACCEPTABLE, significance: float = SIGNIFICANCE) -> int:
+    """The fewest sessions, all clean, that show a rate below ``bound``: 598 for 0.5 % at 0.05."""
     return math.ceil(math.log(significance) / math.log(1.0 - bound))
+
+
+def fisher_greater(a_events: int, a_trials: int, b_events: int, b_trials: int) -> float:
+    """Fisher's exact one-sided p-value that side A's rate exceeds side B's: the hypergeometric tail that
+    scipy's ``fisher_exact(alternative="greater")`` sums, taken directly (a hundred times faster, which
+    the operating characteristics' enumeration needs)."""
+    from scipy.stats import hypergeom
+
+    events = a_events + b_events
+    return float(min(1.0, hypergeom.sf(a_events - 1, a_trials + b_trials, events, a_trials)))
+
+
+@functools.lru_cache(maxsize=65536)
+def ratio_interval(k_a: int, n_a: int, k_b: int, n_b: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact conditional interval of the rate ratio (k_a/n_a)/(k_b/n_b): the Clopper-Pearson interval of
+    k_a of k_a + k_b (its beta quantiles), scaled by n_b/n_a ((0, inf) when neither side has an event)."""
+    total = k_a + k_b
+    if total == 0 or n_a == 0 or n_b == 0:
+        return 0.0, math.inf
+    from scipy.stats import beta
+
+    tail = (1 - confidence) / 2
+    low = float(beta.ppf(tail, k_a, total - k_a + 1)) if k_a > 0 else 0.0
+    high = float(beta.ppf(1 - tail, k_a + 1, total - k_a)) if k_a < total else 1.0
+    scale = n_b / n_a
+    return low / (1 - low) * scale, (high / (1 - high) * scale if high < 1 else math.inf)
+
+
+@dataclass(frozen=True)
+class RateComparison:
+    """Every test of one comparison of two sides' event counts, and the verdict they give."""
+
+    verdict: str
+    pd: tuple[int, int]
+    combined: tuple[int, int]
+    acceptable: float
+    pd_worse_p: float  # Fisher one-sided, PD worse
+    combined_worse_p: float  # Fisher one-sided, combined worse
+    pd_above_p: float
+    pd_below_p: float
+    combined_above_p: float
+    combined_below_p: float
+    ratio_95: tuple[float, float] | None  # computed where it decides (both sides shown failing)
+
+    def evidence(self) -> dict[str, Any]:
+        """JSON-able: the counts, every p-value and the ratio interval."""
+        out = asdict(self)
+        ratio = self.ratio_95 or ratio_interval(*self.pd, *self.combined)
+        out["ratio_95"] = [x if math.isfinite(x) else None for x in ratio]
+        return out
+
+
+@functools.lru_cache(maxsize=65536)
+def _side_p_values(k: int, n: int, rate: float) -> tuple[float, float]:
+    """(above, below): the exact one-sided p-values of one side's count against ``rate`` (cached: the
+    operating characteristics judge each count against many of the other side's)."""
+    return rate_above_p_value(k, n, rate), rate_below_p_value(k, n, rate)
+
+
+def decide_rates(kp: int, np_: int, kc: int, nc: int, acceptable: float,
+                 significance: float = SIGNIFICANCE, margin: float = RATIO_MARGIN) -> RateComparison:
+    """The procedure of the module docstring on raw counts (also what bench/isolation_oc.py enumerates)."""
+    pd_worse = fisher_greater(kp, np_, kc, nc) if np_ and nc else 1.0
+    combined_worse = fisher_greater(kc, nc, kp, np_) if np_ and nc else 1.0
+    ps = (*_side_p_values(kp, np_, acceptable), *_side_p_values(kc, nc, acceptable))
+    shown = [p < significance for p in ps]
+    pd_bad, pd_clean, combined_bad, combined_clean = shown
+    ratio = ratio_interval(kp, np_, kc, nc) if pd_bad and combined_bad else None
+    if not np_ or not nc:
+        verdict = "inconclusive"
+    elif pd_worse < significance and combined_clean:
+        verdict = "pd_specific"
+    elif pd_worse < significance and combined_bad:
+        verdict = "pd_amplified"
+    elif ratio is not None and ratio[1] < margin and combined_worse >= significance:
+        verdict = "shared_path"
+    elif pd_clean and combined_clean:
+        verdict = "clean"
+    else:
+        verdict = "inconclusive"
+    return RateComparison(verdict, (kp, np_), (kc, nc), acceptable, pd_worse, combined_worse, *ps, ratio)
 
 
 def _side_rate(ev: Mapping[str, Any]) -> tuple[int, int, float]:
@@ -57,97 +139,81 @@ def _side_rate(ev: Mapping[str, Any]) -> tuple[int, int, float]:
     return k, n, acceptable
 
 
-def _shown(label: str, k: int, n: int) -> str:
+def shown(label: str, k: int, n: int, unit: str = "sessions corrupted") -> str:
+    """``PD 3 of 150 sessions corrupted (95% interval 0.4%-5.7%)``."""
     low, high = exact_interval(k, n)
-    return f"{label} {k} of {n} sessions corrupted (95% interval {low:.1%}-{high:.1%})"
+    return f"{label} {k} of {n} {unit} (95% interval {low:.1%}-{high:.1%})"
+
+
+def _ratio_text(ratio: tuple[float, float]) -> str:
+    low, high = ratio
+    return f"rate ratio PD/combined 95% interval {low:.2g}-{'inf' if not math.isfinite(high) else f'{high:.2g}'}"
 
 
 def compare_soak(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(verdict, why, evidence) from the two sides' soak evidence."""
     kp, np_, acceptable = _side_rate(pd)
     kc, nc, _ = _side_rate(combined)
-    fisher = fisher_greater(kp, np_, kc, nc)
-    pd_bad = rate_above_p_value(kp, np_, acceptable) < SIGNIFICANCE
-    combined_bad = rate_above_p_value(kc, nc, acceptable) < SIGNIFICANCE
-    below = rate_below_p_value(kc, nc, CLEAN_BOUND)
-    shown = f"{_shown('PD', kp, np_)}; {_shown('combined', kc, nc)}"
-    evidence = {"pd": [kp, np_], "combined": [kc, nc], "fisher_p": fisher, "combined_below_2pct_p": below,
-                "pd_interval_95": list(exact_interval(kp, np_)), "combined_interval_95": list(exact_interval(kc, nc))}
-    if pd_bad and combined_bad:
-        if fisher < SIGNIFICANCE:
-            return "pd_amplified", (f"soak: both sides corrupt, PD significantly more ({shown}; Fisher "
-                                    f"p={fisher:.2g}): the bug is in the shared code, and PD amplifies it"), evidence
-        return "shared_path", (f"soak: both sides corrupt alike ({shown}; Fisher p={fisher:.2g}): the bug is in the "
-                               "code both share, not in the PD transfer"), evidence
-    if pd_bad and below < SIGNIFICANCE:
-        return "pd_specific", (f"soak: PD corrupts and the combined server is shown below {CLEAN_BOUND:.0%} ({shown}; "
-                               f"Fisher p={fisher:.2g}; combined below {CLEAN_BOUND:.0%}: p={below:.2g}): the bug is "
-                               "in the PD path (KV transfer)"), evidence
-    if pd_bad:
-        more = max(1, sessions_to_show_clean() - nc) if kc == 0 else None
-        need = (f"{more} more clean sessions on the combined side would show it below {CLEAN_BOUND:.0%}" if more
-                else f"more combined sessions (soak_sessions; {sessions_to_show_clean()} clean ones show "
-                     f"{CLEAN_BOUND:.0%})")
-        return "inconclusive", (f"soak: PD corrupts ({shown}; Fisher p={fisher:.2g}) but the combined side is not "
-                                f"shown clean to {CLEAN_BOUND:.0%}: {need}"), evidence
-    if combined_bad:
-        return "inconclusive", (f"soak: the combined server corrupts and PD does not ({shown}): the combined server "
-                                "differs in more than the PD path; look at its notes"), evidence
-    return "clean", f"soak: neither side corrupts beyond {acceptable:.1%} ({shown})", evidence
+    if not np_ or not nc:
+        side = "PD" if not np_ else "combined"
+        return "inconclusive", (f"soak: no session finished on the {side} side, so it measured nothing "
+                                f"({shown('PD', kp, np_)}; {shown('combined', kc, nc)})"), {"pd": [kp, np_],
+                                                                                           "combined": [kc, nc]}
+    r = decide_rates(kp, np_, kc, nc, acceptable)
+    counts = f"{shown('PD', kp, np_)}; {shown('combined', kc, nc)}"
+    tests = (f"Fisher p={r.pd_worse_p:.2g} (PD worse); combined above {acceptable:.1%}: p={r.combined_above_p:.2g}, "
+             f"below: p={r.combined_below_p:.2g}; {_ratio_text(r.ratio_95 or ratio_interval(kp, np_, kc, nc))}")
+    why = {
+        "pd_specific": f"PD corrupts more and the combined server is shown below {acceptable:.1%}: the bug is in "
+                       "the PD path (KV transfer)",
+        "pd_amplified": f"PD corrupts more, and the combined server too is shown above {acceptable:.1%}: the bug "
+                        "is in the code both share, and PD amplifies it",
+        "shared_path": f"both sides are shown above {acceptable:.1%} and their rates within {RATIO_MARGIN:g}x of "
+                       "each other: the bug is in the code both share, not in the PD transfer",
+        "clean": f"both sides are shown below {acceptable:.1%}",
+    }.get(r.verdict) or _soak_undecided(r)
+    load, load_evidence = compare_load(pd, combined)
+    return r.verdict, f"soak: {why} ({counts}; {tests}){load}", {**r.evidence(), **load_evidence}
 
 
-def _cells(ev: Mapping[str, Any]) -> dict[tuple[Any, ...], bool]:
-    """Recalled or not per prompt: each answered trial of each cell (its needle is the key: the same seed,
-    cell and trial ask the same prompt on both sides), or per cell for evidence without trials."""
-    out: dict[tuple[Any, ...], bool] = {}
-    for c in ev.get("cells") or []:
-        trials = c.get("trials")
-        if trials is None:
-            out[(c.get("context_tokens"), c.get("depth"), c.get("code"))] = bool(c.get("recalled"))
-            continue
-        for t in trials:
-            if t.get("error") is None:
-                out[(c.get("context_tokens"), c.get("depth"), t.get("trial"), t.get("code"))] = bool(t.get("recalled"))
-    return out
+#: The sides ran comparable batches when their decode occupancy is within this factor of each other.
+LOAD_FACTOR = 1.5
 
 
-def compare_needle(pd: Mapping[str, Any], combined: Mapping[str, Any],
-                   pd_breaks: int | None, combined_breaks: int | None) -> tuple[str, str, dict[str, Any]]:
-    """(verdict, why, evidence) from the two sides' needle evidence, cells paired on identical prompts."""
-    mine, theirs = _cells(pd), _cells(combined)
-    paired = sorted(set(mine) & set(theirs), key=str)
-    only_pd = sum(theirs[k] and not mine[k] for k in paired)  # missed in PD alone
-    only_combined = sum(mine[k] and not theirs[k] for k in paired)
-    pd_missed = sum(not mine[k] for k in paired)
-    combined_missed = sum(not theirs[k] for k in paired)
-    p = mcnemar_p_value(only_pd, only_combined)
-    curves = (f"{len(paired)} paired prompts; missed: PD {pd_missed}, combined {combined_missed}; missed in PD alone "
-              f"{only_pd}, on the combined server alone {only_combined} (McNemar p={p:.2g}); recall breaks at "
-              f"{pd_breaks or 'none'} (PD) and {combined_breaks or 'none'} (combined) tokens")
-    evidence = {"paired_prompts": len(paired), "pd_missed": pd_missed, "combined_missed": combined_missed,
-                "only_pd": only_pd, "only_combined": only_combined, "mcnemar_p": p}
-    if not paired:
-        return "inconclusive", "needle: no prompt was asked on both sides (the grids differ)", evidence
-    if pd_missed == 0 and combined_missed == 0:
-        return "clean", f"needle: both sides recall every cell ({curves})", evidence
-    if pd_missed and combined_missed:
-        if p < SIGNIFICANCE and only_pd > only_combined:
-            return "pd_amplified", (f"needle: both sides lose recall, PD significantly more ({curves})"), evidence
-        if p < SIGNIFICANCE:
-            return "inconclusive", (f"needle: the combined server loses more than PD ({curves}): it differs in more "
-                                    "than the PD path"), evidence
-        return "shared_path", (f"needle: both curves break alike ({curves}): the model's own limit or the code both "
-                               "share, not the PD transfer"), evidence
-    if pd_missed:
-        if p < SIGNIFICANCE:
-            return "pd_specific", ("needle: PD loses cells the combined server recalls on identical prompts "
-                                   f"({curves}): the bug is in the PD path (KV transfer)"), evidence
-        need = next(k for k in range(1, 64) if mcnemar_p_value(k, 0) < SIGNIFICANCE)
-        return "inconclusive", (f"needle: PD alone misses {only_pd} prompts ({curves}); at least {need} such prompts "
-                                "would decide: widen the grid (needle_lengths, needle_depths) or ask more "
-                                "trials (needle_trials)"), evidence
-    return "inconclusive", (f"needle: the combined server misses cells PD recalls ({curves}): it differs in more than "
-                            "the PD path"), evidence
+def compare_load(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(the why's load clause, evidence): each side's realised decode occupancy (mean running requests from
+    sglang's own /metrics while the soak ran) and whether they differ by more than :data:`LOAD_FACTOR`."""
+    from dsv4deploy.gates.occupancy import decode_occupancy
+
+    mine, theirs = decode_occupancy(pd.get("occupancy") or []), decode_occupancy(combined.get("occupancy") or [])
+    evidence = {"pd_occupancy": mine, "combined_occupancy": theirs, "load_factor": LOAD_FACTOR}
+    if mine is None or theirs is None:
+        evidence["confounded_by_load"] = None
+        return "; realised occupancy not measured on both sides (servers' /metrics)", evidence
+    apart = max(mine, theirs) / max(min(mine, theirs), 1e-9) > LOAD_FACTOR
+    evidence["confounded_by_load"] = apart
+    figures = f"PD's decode ran {mine:g} requests at once on average, the combined server {theirs:g}"
+    if apart:
+        return (f"; CONFOUNDED BY LOAD: {figures}, more than {LOAD_FACTOR:g}x apart: the corruption depends on the "
+                "batch, so the rates are not comparable (match soak_concurrency or the servers' limits)"), evidence
+    return f"; load comparable: {figures}", evidence
+
+
+def _soak_undecided(r: RateComparison) -> str:
+    """What the counts could not show, and what more evidence would decide."""
+    kc, nc = r.combined
+    clean_n = sessions_to_show_clean(r.acceptable)
+    if r.combined_worse_p < SIGNIFICANCE:
+        return "the combined server corrupts more than PD: it differs in more than the PD path; look at its notes"
+    if r.pd_worse_p < SIGNIFICANCE:
+        more = f"{clean_n - nc} more clean sessions" if kc == 0 else "more sessions (dsv4_isolate_soak_sessions)"
+        return (f"PD corrupts more, but the combined server is neither shown below nor above {r.acceptable:.1%}: "
+                f"{more} on the combined side would decide")
+    if r.pd_above_p < SIGNIFICANCE and r.combined_above_p < SIGNIFICANCE:
+        return (f"both sides corrupt, but neither PD shown worse nor the rates shown within {RATIO_MARGIN:g}x: "
+                "more sessions a side (dsv4_isolate_soak_sessions) would decide")
+    return (f"the counts show neither side clean nor a difference ({clean_n} clean sessions a side show "
+            f"{r.acceptable:.1%}): more sessions a side (dsv4_isolate_soak_sessions) would decide")
 
 
 #: Which verdict wins when suites disagree: a PD finding first, then a shared one, then doubt, then clean.

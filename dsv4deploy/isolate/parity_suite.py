@@ -38,14 +38,15 @@ def comparison(sides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
 def with_parity(verdict: tuple[str, str], parity: Mapping[str, Any] | None) -> tuple[str, str]:
     """The experiment's verdict once the parity comparison is counted."""
     name, why = verdict
-    if parity is None or name == "shared_path":
+    if parity is None:
         return verdict
-    if parity["outcome"] == "failed":
+    if parity["outcome"] == "failed" and name != "shared_path":
         return "pd_specific", (f"PD and the combined server with the same settings compute differently: "
                                f"{parity['reason']}; the difference is in the PD path (KV transfer)"
                                + ("" if name == "clean" else f". The other suites: {why}"))
-    if parity["outcome"] == "error" and name == "clean":
-        return "inconclusive", f"the other suites pass on both sides, but {parity['reason']}"
+    if parity["outcome"] == "error":
+        # A side that could not measure decides nothing, whatever the other suites say.
+        return "inconclusive", f"{parity['reason']}: the parity suite could not compare the sides. Other suites: {why}"
     return verdict
 
 

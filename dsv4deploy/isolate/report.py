@@ -150,6 +150,7 @@ def render_isolate_markdown(data: Mapping[str, Any], needles: Mapping[str, dict[
         *[(f"suite: {name}", _suite_cell(name)) for name in data["suite"]],
         ("recall breaks at", lambda s: f"{s['recall_breaks_at']} tokens" if s["recall_breaks_at"] else
          ("never (within the grid)" if s["recall_curve"] else "-")),
+        ("realised occupancy (soak)", _occupancy_cell),
         ("stopped early", lambda s: s["error"] or "-"),
     ]
     for label, cell in rows:
@@ -183,6 +184,15 @@ def render_isolate_markdown(data: Mapping[str, Any], needles: Mapping[str, dict[
         if failures:
             lines += ["", f"## Failures on {_label(side)} (raw answers)", *failures]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _occupancy_cell(side: Mapping[str, Any]) -> str:
+    """Each server's mean and peak running requests (sglang's /metrics) while the soak ran."""
+    soak = next((g for g in side["gates"] if g["name"] == "soak"), None)
+    rows = ((soak or {}).get("evidence") or {}).get("occupancy") or []
+    return "; ".join(f"{r['name']} ({r['role']}): " + (f"{r['mean_running']:g} running on average, peak "
+                                                      f"{r['peak_running']:g}" if r["mean_running"] is not None
+                                                      else f"not read ({r['error']})") for r in rows) or "-"
 
 
 def _label(side: str) -> str:

@@ -201,7 +201,7 @@ def _serve(sim: SimServer, prompt: Prompt, salt: str, body: dict[str, Any], room
             answer = mistaken_tool_call(answer.tool_calls[0])
         if s.mode == "decode":
             answer = _decode_side_effects(sim, kv, answer, room)
-        elif s.mode == "combined":
+        elif not s.pd:  # one combined server (sglang's disaggregation_mode "null")
             answer = _corrupt_tool_calls(sim, answer, f"{room}|{uuid.uuid4().hex}", NON_PD_SHARE)
         if sim.degraded(number):
             # degrade_after: fluent but wrong from then on (the upstream "gibberish after ~100 requests").

@@ -25,7 +25,14 @@ FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "nee
 WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
 # Far beyond the window and well within what index_topk 1024 recalls (6144 tokens for certain).
 NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.5]}']
-NEEDLE_5K = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
+# Truncation at index_topk 1024: two depths a length give each length 8 prompts PD alone misses (its cells stop at
+# four misses), enough for McNemar after Holm's correction; at 12000 both sides lose the needle (the model's limit).
+NEEDLE_TRUNCATION = ["-e", "needle_required_tokens=2200",
+                     "-e", '{"needle_lengths": [2000, 2200, 12000], "needle_depths": [0.3, 0.6]}']
+# Recall at index_topk 512 with a requirement past its reach (4K): two dead cells a side, 8 misses each, bound
+# the PD/combined miss ratio within 2x (0.63-1.6).
+NEEDLE_512 = ["-e", "needle_required_tokens=5500",
+              "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
 
 
@@ -102,34 +109,52 @@ def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_sec
         "the secret is in no report"
 
 
-def experiment(host: SimHost, faults: str, needle: list[str]) -> tuple[str, dict]:
-    """Deploy PD with `faults`, run the needle experiment; (release, report). The deploy's gates are
+def experiment(host: SimHost, setup: list[str], suite: list[str]) -> tuple[str, dict]:
+    """Deploy PD with `setup`, run the experiment with it; (release, report). The deploy's gates are
     readiness alone: the experiment's own suite is the subject (gate names are not part of a release)."""
-    release = deploy(host, "-e", f"sim_faults={faults}", *READINESS)
-    proc = host.playbook("isolate.yml", "-e", "suite=needle", *needle, *FAST)
+    release = deploy(host, *setup, *READINESS)
+    proc = host.playbook("isolate.yml", *suite, *FAST, *setup)
     assert proc.returncode == 0, proc.stdout[-6000:]
     return release, isolate_report(host)
 
 
-def test_pd_transfer_truncation_gives_pd_specific_and_the_release_is_restored(sim_host: SimHost) -> None:
+def test_pd_transfer_truncation_gives_pd_specific_with_the_models_limit_named(sim_host: SimHost) -> None:
     # A production whose PD transfer loses every fact beyond the window (a weak needle check would pass it).
-    # Two cells suffice: each is asked independent trials, paired with the combined side's trial by trial on
-    # identical prompts. PD's cells stop at four misses each, so 8 prompts missed in PD alone: p = 2/2^8
-    # (one trial a cell needed eight cells for it; 6 discordant prompts decide at 0.05).
-    release, report = experiment(sim_host, "pd_transfer_truncate", NEEDLE_2K)
+    # Judged per length where the combined server recalls (2000, 2200), Holm-corrected; at 12000 both sides
+    # miss alike: the model's limit at index_topk 1024, named apart from the verdict.
+    release, report = experiment(sim_host, ["-e", "sim_faults=pd_transfer_truncate"],
+                                 ["-e", "suite=needle", *NEEDLE_TRUNCATION])
     assert report["verdict"] == "pd_specific", report["why"]
-    assert "8 paired prompts" in report["why"] and "McNemar p=0.0078" in report["why"], report["why"]
+    assert "at 2000, 2200 tokens" in report["why"] and "the model's limit at 12000 tokens" in report["why"]
     pd, combined = report["sides"]["pd"], report["sides"]["combined"]
     assert pd["passed"] is False and pd["failed_suites"] == ["needle"] and pd["recall_breaks_at"] == 2000
-    assert combined["passed"] is True and combined["recall_breaks_at"] is None
+    assert combined["passed"] is True and combined["recall_breaks_at"] == 12000
     assert_restored(sim_host, release, report)
 
 
-def test_the_same_corruption_on_both_sides_gives_shared_path(sim_host: SimHost) -> None:
-    # Every server logs index_topk 1024 but computes with 512: it loses 5K-token needles in PD and alone.
-    release, report = experiment(sim_host, "ignore_override", NEEDLE_5K)
+def test_recall_at_index_topk_512_past_its_reach_gives_shared_path(sim_host: SimHost) -> None:
+    # The seed 000 case: recall collapses beyond about 4K tokens in PD and on one combined server alike.
+    release, report = experiment(sim_host, ["-e", "index_topk=512"], ["-e", "suite=needle", *NEEDLE_512])
     assert report["verdict"] == "shared_path", report["why"]
+    assert "8 and 8 of 8 prompts missed" in report["why"] and "within 2x" in report["why"], report["why"]
+    assert "the model's limit at 5000, 5500 tokens" in report["why"]
     assert report["sides"]["pd"]["failed_suites"] == report["sides"]["combined"]["failed_suites"] == ["needle"]
+    assert_restored(sim_host, release, report)
+
+
+def test_tool_call_corruption_at_the_seeds_non_pd_share_gives_pd_amplified(sim_host: SimHost) -> None:
+    # The seed 002 case: the bf16 switch and CUDA graphs corrupt on the decode and, at 2/18 of that rate, on one
+    # combined server with the same environment: the bug is shared, and PD amplifies it.
+    setup = ["-e", json.dumps({"server_env_extra": {"SGLANG_DSV4_BF16_INDEX_K": "1"},
+                               "sim_faults_by_role": {"decode": "tool_call_corruption=0.9"}})]
+    release, report = experiment(sim_host, setup, ["-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=64"])
+    assert report["verdict"] == "pd_amplified", report["why"]
+    assert "PD corrupts more, and the combined server too is shown above 1.0%" in report["why"], report["why"]
+    # Each side's realised occupancy, read from the servers' /metrics while the soak ran, is in the report.
+    for side, role in (("pd", "decode"), ("combined", "combined")):
+        soak = next(g for g in report["sides"][side]["gates"] if g["name"] == "soak")
+        assert any(o["role"] == role and o["mean_running"] for o in soak["evidence"]["occupancy"]), soak["evidence"]
+    assert "load comparable" in report["why"] or "CONFOUNDED BY LOAD" in report["why"]
     assert_restored(sim_host, release, report)
 
 

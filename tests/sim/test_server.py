@@ -256,3 +256,35 @@ def test_ready_exists_only_from_0523(launcher: Launcher, state_dir: Path, versio
     launcher.sim(_args(port), sim_env(state_dir, DSV4_SIM_SGLANG_VERSION=version))
     wait_status(f"http://127.0.0.1:{port}/health", 200)
     assert http("GET", f"http://127.0.0.1:{port}/ready")[0] == ready_status
+
+
+def test_a_combined_server_corrupts_at_the_seeds_non_pd_share(launcher: Launcher, state_dir: Path) -> None:
+    # The seeds' decisive experiment: the same bf16 switch and CUDA graphs on one combined server (sglang's
+    # disaggregation_mode "null") corrupt too, at 2/18 of the PD rate, once the batch is full (>= 16 running).
+    from dsv4deploy.gates.evidence import exact_interval
+    from dsv4deploy.sim.serving import NON_PD_SHARE
+
+    port = free_port()
+    launcher.sim(_args(port, "--tool-call-parser", "deepseekv4"),
+                 sim_env(state_dir, "tool_call_corruption=0.9", SGLANG_DSV4_BF16_INDEX_K="1"))
+    url = f"http://127.0.0.1:{port}"
+    wait_status(f"{url}/health", 200)
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
+    req = {"messages": [{"role": "user", "content": "search for 'tides'"}], "tools": tools}
+    results: list[dict] = []
+
+    def worker() -> None:  # 32 clients at once, 12 calls each: the batch stays above 16
+        for _ in range(12):
+            results.append(json.loads(http("POST", f"{url}/v1/chat/completions", req)[1]))
+
+    threads = [threading.Thread(target=worker) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    k, n = sum(map(_corrupted, results)), len(results)
+    low, high = exact_interval(k, n)
+    print(f"combined server: {k} of {n} tool calls corrupted (95% interval {low:.1%}-{high:.1%}), "
+          f"expected {0.9 * NON_PD_SHARE:.1%}")
+    assert n == 384 and low <= 0.9 * NON_PD_SHARE <= high, (k, n)

@@ -38,3 +38,11 @@ def test_the_score_comes_with_its_standard_error_and_exact_interval() -> None:
 def test_the_reference_score_comes_from_the_profile() -> None:
     refs = {"gsm8k": {"score": 0.9613, "source": "cookbook"}}
     assert reference_score(refs, "gsm8k") == (0.9613, "cookbook") and reference_score(refs, "gpqa") is None
+
+
+def test_a_perfect_score_is_shown_with_its_exact_interval_not_plus_or_minus_zero() -> None:
+    from dsv4deploy.gates.accuracy import summary
+
+    figures = score_figures(44, 44)
+    line = summary(judge([True] * 44, GSM8K), figures, GSM8K)
+    assert "score 100.0% (95% interval 92.0%-100.0%, n=44)" in line and "±" not in line

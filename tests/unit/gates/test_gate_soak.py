@@ -307,6 +307,9 @@ def test_the_seeds_corruption_rate_fails_within_a_few_sessions(stub):
     assert result.evidence["finished"] <= 10 and result.evidence["corrupted_sessions"] >= 2
     assert "corruption above the acceptable rate (soak_max_corruption_rate 0.05" in result.summary
     assert result.evidence["corruption"]["p_value"] < 0.01
+    # no fixed-sample p-value after sequential stopping: the test's own statement, and the rate labelled
+    assert "p=" not in result.summary and "crossed its rejection bound" in result.summary
+    assert "stopped early: the observed rate overstates the true one" in result.summary
 
 
 def test_model_mistakes_are_counted_apart_with_their_own_limit(stub):

@@ -145,6 +145,32 @@ def test_verdict_from_both_sides(pd_ok, combined_ok, verdict):
     assert why
 
 
+def test_both_failing_alike_is_shared_path_only_with_enough_misses_to_bound_the_ratio():
+    # 8 cells missed a side bound the miss ratio within 2x (0.63-1.6); 2 a side only to 0.16-6.3: inconclusive
+    lost = {2000: 0.0}
+    verdict, why = decide(side(READY, needle("failed", "pd", lost)), side(READY, needle("failed", "combined", lost)))
+    assert verdict == "shared_path" and "within 2x" in why, why
+    few = [dict(c, depth=0.5) for c in needle("failed", "pd", lost)["evidence"]["cells"][:2]]
+    one = {**needle("failed", "pd", lost), "evidence": {"cells": few}}
+    verdict, why = decide(side(READY, one), side(READY, {**one, "phase": "combined"}))
+    assert verdict == "inconclusive" and "more required cells" in why, why
+
+
+def test_a_needle_that_failed_before_asking_or_a_soak_with_nothing_finished_is_inconclusive():
+    # Once read shared_path (both sides) or pd_specific (PD only): a side that measured nothing decides nothing.
+    empty = gate("needle", "failed", "pd", "the server answered 500 before any cell")
+    fine = needle("passed", "combined", {2000: 1.0})
+    verdict, why = decide(side(READY, empty), side(READY, fine))
+    assert verdict == "inconclusive" and "PD side could not measure" in why and "500" in why
+    verdict, _ = decide(side(READY, {**empty, "phase": "pd"}), side(READY, {**empty, "phase": "combined"}))
+    assert verdict == "inconclusive"
+    design = {"acceptable_rate": 0.005}
+    none = gate("soak", "inconclusive", "pd", "no session finished", finished=0, corrupted_sessions=0, design=design)
+    clean = gate("soak", "passed", "combined", "fine", finished=600, corrupted_sessions=0, design=design)
+    verdict, why = decide(side_summary([READY, none], ["soak"]), side_summary([READY, clean], ["soak"]))
+    assert verdict == "inconclusive" and "no session finished on the PD side" in why
+
+
 def test_a_combined_side_that_never_started_is_inconclusive_saying_why():
     pd = side(READY, needle("failed", "pd", {2000: 0.0}))
     combined = side(error="combined start: sglang-dsv4 did not start: Traceback ...")
@@ -212,6 +238,25 @@ def test_report_json_has_the_contract_fields(tmp_path):
     assert "| 2000 | 0/8 (0%) | 8/8 (100%) |" in md
     assert "Needle grid: PD" in md and "Needle grid: the combined server" in md
     assert "env A set on purpose" in md
+
+
+def test_the_report_shows_each_sides_realised_occupancy_and_a_confounded_load(tmp_path):
+    design = {"acceptable_rate": 0.005}
+
+    def soak(phase, corrupted, role, running):
+        occupancy = [{"name": f"sglang-dsv4-{role}", "role": role, "samples": 9, "mean_running": running,
+                      "peak_running": running + 2, "error": None}]
+        return gate("soak", "failed", phase, "soak", finished=600, corrupted_sessions=corrupted, design=design,
+                    occupancy=occupancy)
+
+    gates = [gate("readiness", "passed", "original"), soak("pd", 108, "decode", 30.0),
+             gate("readiness", "passed", "combined"), soak("combined", 12, "combined", 8.5)]
+    data = build_isolate_report(suite=["soak"], original={"release_id": "R1"}, combined={"release_id": "C1"},
+                                gates=gates, restored=True)
+    assert data["verdict"] == "pd_amplified" and "CONFOUNDED BY LOAD" in data["why"]
+    md = write_isolate_report(tmp_path, data)["md"].read_text()
+    assert ("| realised occupancy (soak) | sglang-dsv4-decode (decode): 30 running on average, peak 32 | "
+            "sglang-dsv4-combined (combined): 8.5 running on average, peak 10.5 |") in md
 
 
 def test_a_failed_restore_is_a_failed_report_with_the_manual_steps(tmp_path):

@@ -31,3 +31,7 @@ def test_no_parity_suite_changes_nothing_and_a_missing_side_is_inconclusive() ->
     assert parity_suite.comparison({"pd": _side(None), "combined": _side(None)}) is None
     half = parity_suite.comparison({"pd": _side([1]), "combined": _side(None)})
     assert parity_suite.with_parity(("clean", "x"), half)[0] == "inconclusive"
+    # a side without a record decides nothing, whatever another suite found
+    for found in ("pd_specific", "shared_path"):
+        verdict, why = parity_suite.with_parity((found, "needle: x"), half)
+        assert verdict == "inconclusive" and "no record from the combined side" in why and "needle: x" in why
