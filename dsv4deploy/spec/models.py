@@ -124,7 +124,8 @@ class WorkerSpec(ModelSettings):
     gpus: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
     tp_size: Annotated[int, Field(ge=1)]
     port: Port
-    mem_fraction_static: Fraction
+    # Unset: sglang's own default for this GPU and server (resolved at start; the plan shows it).
+    mem_fraction_static: Fraction | None = None
     cuda_graph: CudaGraphSpec = CudaGraphSpec()
     env: EnvMap = {}
     extra_args: list[str] = []
@@ -149,7 +150,7 @@ class WorkerSpec(ModelSettings):
 
 # Worker keys left out of spec.json while unset, so a spec without them keeps its release identity.
 RECIPE_WORKER_KEYS = ("attn_dp_size", "moe", "speculative", "max_running_requests", "nodes", "dist_init_port",
-                      "transport", "kv_cache_recipe")
+                      "transport", "kv_cache_recipe", "mem_fraction_static")
 
 
 class PrefillSpec(WorkerSpec):
