@@ -4,11 +4,10 @@ For each server of each starter, its rendered line is resolved by the real sglan
 venv: the contract venv has no transformers) with a GPU of the host's `gpu_memory_gib` faked and the
 published DeepSeek-V4-Flash config.json as the model (fixtures/deepseek-v4-flash-config.json, from the
 Hugging Face card of deepseek-ai/DeepSeek-V4-Flash as quoted in public code: the Flash-Base fields
-with `expert_dtype` fp4 and the FP8 `quantization_config`). Two figures are compared within 5 %:
-
-- `mem_fraction_static` sglang picks when the line sets none, against the plan's `sglang_default_fraction`;
-- the KV pool's token count (`max_total_num_tokens`, per attention-DP rank) at the fraction in use,
-  against the plan's `kv_tokens_per_rank`. sglang is given the plan's weights per GPU (it measures
+with `expert_dtype` fp4 and the FP8 `quantization_config`). Each server is resolved twice, as the
+starter sets it and with no `mem_fraction_static` (sglang picks its own), and two figures are compared
+within 5 %: the fraction in use, and the KV pool's token count (`max_total_num_tokens`, per
+attention-DP rank) against the plan's `kv_tokens_per_rank`. sglang is given the plan's weights per GPU (it measures
   them after loading, which no CPU can), so this holds the plan's pool layout, fixed costs and
   fraction to sglang's.
 
@@ -28,6 +27,7 @@ from dsv4deploy.inventory import spec_from_inventory
 from dsv4deploy.inventory.starter import EXAMPLES, examples_dir
 from dsv4deploy.plan.memory import check_memory
 from dsv4deploy.plan.services import server_argv, server_env
+from dsv4deploy.spec import Deployment, WorkerSpec
 from tests.real_engine.enginehost import engine_python
 
 pytestmark = pytest.mark.contract
@@ -56,11 +56,22 @@ def _line(argv: list[str], drop_fraction: bool) -> list[str]:
     return out
 
 
+def _unset(spec: Deployment) -> Deployment:
+    """`spec` with no server setting mem_fraction_static (each takes sglang's default)."""
+    def clear(worker: WorkerSpec) -> WorkerSpec:
+        return worker.model_copy(update={"mem_fraction_static": None})
+
+    return spec.model_copy(update={
+        "prefill": [clear(w) for w in spec.prefill], "decode": [clear(w) for w in spec.decode],
+        "combined": clear(spec.combined) if spec.combined else None})
+
+
 def _cases() -> list[dict]:
     cases = []
     for starter in STARTERS:
         spec = spec_from_inventory([str(examples_dir() / starter)], [json.dumps({"server_launcher": LAUNCHER})])
         plans = {r.field: r for r in check_memory(spec)}
+        defaults = {r.field: r for r in check_memory(_unset(spec))}
         for path, worker in spec.workers():
             role = path.split("[")[0]
             argv = server_argv(spec, role, worker)
@@ -69,7 +80,7 @@ def _cases() -> list[dict]:
             common = {"starter": starter, "server": path, "env": env, "gpu_mib": plan.gpu_memory_gib * 1024,
                       "weights_gib": plan.weights_gib, "plan": plan}
             cases.append({**common, "argv": _line(argv, drop_fraction=False)})
-            cases.append({**common, "argv": _line(argv, drop_fraction=True), "default": True})
+            cases.append({**common, "argv": _line(argv, drop_fraction=True), "plan": defaults[path], "default": True})
     return cases
 
 
@@ -88,13 +99,13 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     assert done.returncode == 0, done.stderr[-3000:]
     answers = json.loads(done.stdout)
     rows = [{**case, "sglang": answer} for case, answer in zip(cases, answers, strict=True)]
-    print("\nstarter | server | fraction: plan / sglang (default: plan / sglang) | KV tokens per rank: plan / sglang")
+    print("\nstarter | server | fraction set: KV tokens per rank plan / sglang | sglang's default fraction "
+          "plan / sglang: KV tokens per rank plan / sglang")
     for used, default in zip(rows[::2], rows[1::2], strict=True):
-        plan = used["plan"]
-        print(f"{used['starter']} | {used['server']} | {plan.mem_fraction_static:g} / "
-              f"{used['sglang'].get('mem_fraction_static')} ({plan.sglang_default_fraction:g} / "
-              f"{default['sglang'].get('mem_fraction_static')}) | {plan.kv_tokens_per_rank} / "
-              f"{used['sglang'].get('max_total_num_tokens')}")
+        print(f"{used['starter']} | {used['server']} | {used['plan'].mem_fraction_static:g}: "
+              f"{used['plan'].kv_tokens_per_rank} / {used['sglang'].get('max_total_num_tokens')} | "
+              f"{default['plan'].mem_fraction_static:g} / {default['sglang'].get('mem_fraction_static')}: "
+              f"{default['plan'].kv_tokens_per_rank} / {default['sglang'].get('max_total_num_tokens')}")
     return rows
 
 
@@ -105,8 +116,6 @@ def test_the_plan_matches_sglangs_own_fraction_and_kv_pool(figures: list[dict], 
     for row in rows:
         answer, plan = row["sglang"], row["plan"]
         assert not answer["error"], f"{starter} {row['server']}: sglang refused the line: {answer['error']}"
-        if row.get("default"):
-            assert plan.sglang_default_fraction == pytest.approx(answer["mem_fraction_static"], rel=0.05), row
-        else:
-            assert plan.mem_fraction_static == pytest.approx(answer["mem_fraction_static"], rel=0.05), row
-            assert plan.kv_tokens_per_rank == pytest.approx(answer["max_total_num_tokens"], rel=0.05), row
+        assert plan.fraction_source == ("sglang default" if row.get("default") else "set")
+        assert plan.mem_fraction_static == pytest.approx(answer["mem_fraction_static"], rel=0.05), row
+        assert plan.kv_tokens_per_rank == pytest.approx(answer["max_total_num_tokens"], rel=0.05), row
