@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
 from dsv4deploy.sglang import routers, versions
 
@@ -254,6 +254,14 @@ class HostSpec(StrictModel):
     service_user_root_ok: bool = Field(default=False, exclude=True)
     # Where a server listens: 0.0.0.0 when other hosts (router, decode) must reach it.
     listen: str = "127.0.0.1"
+    # Whether the inventory gives `address` (ansible_host, or a name that is an IP) rather than the
+    # loopback guess; not a variable (load_spec sets it), and no part of any release.
+    _addressed: bool = PrivateAttr(default=True)
+
+    @property
+    def addressed(self) -> bool:
+        """Whether the inventory gives this host's address (else `address` is a guess)."""
+        return self._addressed
 
 
 class Deployment(ModelSettings):
