@@ -104,3 +104,19 @@ def test_hosts_of_one_machine_reach_each_other_on_loopback() -> None:
     spec = load_spec(pd(api_key=None, router={"host": "router1", "port": 30000}),
                      {"prefill1": local, "decode1": local, "router1": local})
     assert len(cross_host_paths(spec)) == 3
+
+
+def test_the_plan_hands_each_host_the_ports_it_listens_on_and_the_paths_it_connects_along() -> None:
+    from dsv4deploy.plan import reach_plan
+
+    spec = load_spec(pd(), three_hosts())
+    plans = {h: reach_plan(spec, h, ["prefill1", "decode1", "router1"]) for h in ("prefill1", "decode1", "router1")}
+    assert plans["prefill1"] == {"connect": [], "listen": [{"address": "0.0.0.0", "port": 8998},
+                                                           {"address": "0.0.0.0", "port": 30001}]}
+    assert plans["decode1"]["listen"] == [{"address": "0.0.0.0", "port": 30002}]
+    assert [(p["target"], p["address"], p["port"]) for p in plans["decode1"]["connect"]] == [
+        ("prefill1", "10.0.0.21", 8998)]
+    assert [(p["target"], p["port"]) for p in plans["router1"]["connect"]] == [("prefill1", 30001), ("decode1", 30002)]
+    # A host outside the play (--limit) is neither listened for nor connected to.
+    assert reach_plan(spec, "router1", ["router1", "decode1"])["connect"] == [
+        {**plans["router1"]["connect"][1]}]
