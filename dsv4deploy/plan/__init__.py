@@ -31,9 +31,11 @@ def reach_plan(spec: Deployment, host: str, play_hosts: list[str]) -> dict[str, 
     """What preflight proves from and to `host`: the ports it listens on for other hosts (at its servers'
     bind address) and the paths it connects along; paths to or from a host outside the play are left out."""
     paths = [p for p in cross_host_paths(spec) if p.source in play_hosts and p.target in play_hosts]
-    # A server bound to one address listens there; one on every address (and the rendezvous) on 0.0.0.0.
-    binds = {(p.address if p.field == "listen" else "0.0.0.0", p.port) for p in paths if p.target == host}
-    return {"listen": [{"address": address, "port": port} for address, port in sorted(binds, key=lambda b: b[1])],
+    # A server bound to one address listens there; one on every address (and the rendezvous) on 0.0.0.0, or at
+    # the address the others connect to when a serving release holds the port on another (`reach`).
+    binds = {(p.address if p.field == "listen" else "0.0.0.0", p.port, p.address) for p in paths if p.target == host}
+    return {"listen": [{"address": address, "port": port, "reach": reach}
+                       for address, port, reach in sorted(binds, key=lambda b: b[1])],
             "connect": [dataclasses.asdict(p) for p in paths if p.source == host]}
 
 

@@ -111,9 +111,9 @@ def test_the_plan_hands_each_host_the_ports_it_listens_on_and_the_paths_it_conne
 
     spec = load_spec(pd(), three_hosts())
     plans = {h: reach_plan(spec, h, ["prefill1", "decode1", "router1"]) for h in ("prefill1", "decode1", "router1")}
-    assert plans["prefill1"] == {"connect": [], "listen": [{"address": "0.0.0.0", "port": 8998},
-                                                           {"address": "0.0.0.0", "port": 30001}]}
-    assert plans["decode1"]["listen"] == [{"address": "0.0.0.0", "port": 30002}]
+    assert plans["prefill1"] == {"connect": [], "listen": [{"address": "0.0.0.0", "port": 8998, "reach": "10.0.0.21"},
+                                                           {"address": "0.0.0.0", "port": 30001, "reach": "10.0.0.21"}]}
+    assert plans["decode1"]["listen"] == [{"address": "0.0.0.0", "port": 30002, "reach": "10.0.0.22"}]
     assert [(p["target"], p["address"], p["port"]) for p in plans["decode1"]["connect"]] == [
         ("prefill1", "10.0.0.21", 8998)]
     assert [(p["target"], p["port"]) for p in plans["router1"]["connect"]] == [("prefill1", 30001), ("decode1", 30002)]

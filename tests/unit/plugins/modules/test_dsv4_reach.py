@@ -118,3 +118,17 @@ def test_a_port_the_serving_release_holds_is_left_to_it(hosts: dict[str, str], t
     # What connects reaches the listener that holds the port.
     assert reach(hosts["rt"], tmp_path, state="connect", paths=[PATH], timeout_s=3)["proven"] == ["db:30002"]
     assert reach(hosts["db"], tmp_path, state="stop", pid=serving["pid"])["stopped"] is True
+
+
+def test_a_port_held_on_loopback_is_proven_at_the_address_the_others_connect_to(
+        hosts: dict[str, str], tmp_path: Path, listeners: list[int]) -> None:
+    # The serving release listens on loopback; the new one will listen on every address.
+    old = reach(hosts["db"], tmp_path, state="listen", ports=[{"address": "127.0.0.1", "port": 30002}], ttl_s=60)
+    listeners.append(old["pid"])
+    new = reach(hosts["db"], tmp_path, state="listen", ttl_s=60,
+                ports=[{"address": "0.0.0.0", "port": 30002, "reach": TARGET}])
+    listeners.append(new["pid"])
+    assert (new["bound"], new["busy"]) == ([30002], [])
+    assert reach(hosts["rt"], tmp_path, state="connect", paths=[PATH], timeout_s=3)["proven"] == ["db:30002"]
+    for pid in (new["pid"], old["pid"]):
+        assert reach(hosts["db"], tmp_path, state="stop", pid=pid)["stopped"] is True
