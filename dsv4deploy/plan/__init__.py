@@ -6,6 +6,7 @@ services. The result is plain JSON-able data so Ansible can carry it between tas
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -16,6 +17,7 @@ from dsv4deploy.plan import access, host_parsers, memory, model_needs, render, s
 from dsv4deploy.plan.models import GateTargets, Plan
 from dsv4deploy.sglang import routers
 from dsv4deploy.spec import Deployment, Problem, SpecError, secret_env
+from dsv4deploy.spec.reachability import cross_host_paths
 
 
 def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
@@ -23,6 +25,18 @@ def release_id(host_hashes: dict[str, str], now: float | None = None) -> str:
     digest = hashlib.sha256("".join(f"{h}={c}\n" for h, c in sorted(host_hashes.items())).encode()).hexdigest()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
     return f"{stamp}-{digest[:10]}"
+
+
+def reach_plan(spec: Deployment, host: str, play_hosts: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """What preflight proves from and to `host`: the ports it listens on for other hosts (at its servers'
+    bind address) and the paths it connects along; paths to or from a host outside the play are left out."""
+    paths = [p for p in cross_host_paths(spec) if p.source in play_hosts and p.target in play_hosts]
+    # A server bound to one address listens there; one on every address (and the rendezvous) on 0.0.0.0, or at
+    # the address the others connect to when a serving release holds the port on another (`reach`).
+    binds = {(p.address if p.field == "listen" else "0.0.0.0", p.port, p.address) for p in paths if p.target == host}
+    return {"listen": [{"address": address, "port": port, "reach": reach}
+                       for address, port, reach in sorted(binds, key=lambda b: b[1])],
+            "connect": [dataclasses.asdict(p) for p in paths if p.source == host]}
 
 
 def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
@@ -56,6 +70,8 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
             + access.ib_device_needs(spec, name),
             # Preflight (dsv4_host parsers): the command lines for the host's own sglang and router parsers.
             "parsers": host_parsers.host_checks(spec, host_defs),
+            # Preflight (dsv4_reach): the cross-host paths this host listens for and connects along.
+            "reach": reach_plan(spec, name, play_hosts),
         }
     plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),

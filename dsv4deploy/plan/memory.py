@@ -21,16 +21,40 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dsv4deploy.plan.sglang_memory import (
+    Dsv4Layout,
+    ServerShape,
+    bytes_per_token,
+    default_fraction,
+    fixed_bytes,
+    pool_tokens,
+    reserve_parts_mib,
+)
 from dsv4deploy.spec import CombinedSpec, Deployment, PrefillSpec, Problem, SpecError, WorkerSpec
 
 GIB = 2**30
 Role = Literal["prefill", "decode", "combined"]
+LayerType = Literal["experts", "attention", "shared_experts", "embedding", "lm_head"]
+BitsKind = Literal["experts", "dense", "embedding"]
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KvPoolProfile(_Strict):
+    """DeepSeek-V4's KV layout from the checkpoint's config.json (see sglang_memory.Dsv4Layout)."""
+
+    layers: Annotated[int, Field(ge=1)]
+    c4_layers: Annotated[int, Field(ge=0)]
+    c128_layers: Annotated[int, Field(ge=0)]
+    head_dim: Annotated[int, Field(ge=1)] = 512
+    index_head_dim: Annotated[int, Field(ge=1)] = 128
+    page_size: Annotated[int, Field(ge=128)] = 256
+    swa_full_tokens_ratio: Annotated[float, Field(ge=0)] = 0.1
+    default_max_running_requests: Annotated[int, Field(ge=1)] = 256
 
 
 class ModelProfile(_Strict):
@@ -42,7 +66,7 @@ class ModelProfile(_Strict):
     bits_per_param: Positive
     default_index_topk: Annotated[int, Field(ge=1)] = 512
     # Whether the smoke gate also wants the answer to "Say OK" to contain OK (an instruction-following
-    # model); the gate setting smoke_expect_ok overrides it.
+    # model); the gate setting smoke_expects_ok overrides it.
     smoke_expects_ok: bool = True
     # Reference task scores ({task: {score: fraction, source}}) the accuracy gate judges a release by.
     reference_scores: dict[str, dict[str, Any]] = {}
@@ -52,9 +76,17 @@ class ModelProfile(_Strict):
     # The recipes' settings (see profiles.yml for where each number comes from).
     precision_bits: dict[str, Positive] = {}
     mtp_params_billion: NonNegative = 0.0
-    mtp_gib_per_draft_token: NonNegative = 0.0
     kv_layers: Annotated[int, Field(ge=0)] = 0
     kv_bytes_per_token_layer: dict[str, Positive] = {}
+    # Weights by layer type (billions of parameters: experts, attention, shared_experts, embedding,
+    # lm_head) and each checkpoint precision's bits by kind (experts, dense, embedding); empty: the
+    # whole model at bits(precision), split over tp_size.
+    layer_params_billion: dict[LayerType, NonNegative] = {}
+    layer_bits: dict[str, dict[BitsKind, Positive]] = {}
+    # The checkpoint precision when model.precision is unset.
+    default_precision: str | None = None
+    # DeepSeek-V4's KV pool as sglang sizes it; unset: kv_layers x kv_bytes_per_token_layer.
+    kv_pool: KvPoolProfile | None = None
     # Start-up: the readiness gate's default deadline, and log lines that fail readiness at once.
     readiness_deadline_s: Positive | None = None
     fatal_log_patterns: list[str] = []
@@ -67,7 +99,7 @@ class ModelProfile(_Strict):
 
     def bits(self, precision: str | None) -> float:
         """Bits per parameter of the checkpoint's `precision` (None or unknown: bits_per_param)."""
-        return self.precision_bits.get(precision or "", self.bits_per_param)
+        return self.precision_bits.get(precision or self.default_precision or "", self.bits_per_param)
 
     def weights_gib(self, precision: str | None = None) -> float:
         """All weights, in GiB."""
@@ -80,12 +112,14 @@ class ModelProfile(_Strict):
 
 
 class HeadroomProfile(_Strict):
-    """What a GPU needs outside the static pool, and the smallest useful KV pool (see profiles.yml)."""
+    """What a GPU needs outside the static pool beyond sglang's own reserve, and the smallest useful KV
+    pool (see profiles.yml)."""
 
-    base_gib: NonNegative
-    cuda_graph_gib: NonNegative
-    cuda_graph_reference_bs: Annotated[int, Field(ge=1)]
+    # Sparse-attention top-k buffers per 512 of index_topk above the model's default (sglang's reserve
+    # is sized for the default).
     topk_gib_per_512: dict[Role, NonNegative]
+    # GiB this site keeps free beyond sglang's reserve (other processes on the GPU, a safety margin).
+    extra_gib: NonNegative = 0.0
     min_kv_pool_gib: NonNegative
 
 
@@ -105,19 +139,22 @@ class WorkerMemory(_Strict):
     tp_size: int
     index_topk: int
     gpu_memory_gib: float
-    mem_fraction_static: float
-    weights_gib: float  # weight shard per GPU at tp_size
+    mem_fraction_static: float  # the one in use: the worker's, or sglang's default when unset
+    fraction_source: Literal["set", "sglang default"] = "set"
+    sglang_default_fraction: float
+    weights_gib: float  # weight shard per GPU (target model; replicated layers whole)
     static_pool_gib: float  # mem_fraction_static x GPU memory
     kv_pool_gib: float  # static pool minus weights
     min_kv_pool_gib: float
     headroom_available_gib: float  # GPU memory outside the static pool
     headroom_needed_gib: float
-    headroom_parts: dict[str, float]  # base, cuda_graphs, topk_buffers (, mtp_buffers)
-    draft_weights_gib: float = 0.0  # the MTP draft layer's shard per GPU, inside the static pool
+    headroom_parts: dict[str, float]  # sglang's reserve by part, top-k buffers, extra
+    draft_weights_gib: float = 0.0  # the MTP draft layer's shard per GPU, loaded after the KV pool
     attn_dp_size: int = 1
     # Tokens the KV pool holds per attention-DP rank, and in all (None when the profile has no KV size).
     kv_tokens_per_rank: int | None = None
     kv_tokens_total: int | None = None
+    kv_bytes_per_token: float | None = None
     feasible: bool
     # The feasible range of mem_fraction_static, in steps of 0.01 (None when nothing fits).
     min_feasible_fraction: float | None
@@ -228,59 +265,101 @@ def _role(worker: WorkerSpec) -> Role:
     return "combined" if isinstance(worker, CombinedSpec) else "decode"
 
 
+def weights_per_gpu(model: ModelProfile, precision: str | None, tp_size: int, attn_dp_size: int = 1) -> float:
+    """The target model's weights on one GPU, in GiB.
+
+    Experts and the LM head are split over all tp_size ranks; attention is split over the attention-TP
+    group (tp_size / attn_dp_size), so under attention DP every GPU holds it whole, and with it the
+    embedding and the shared experts.
+    """
+    if not model.layer_params_billion:
+        return model.weights_gib(precision) / tp_size
+    bits = model.layer_bits.get(precision or model.default_precision or "")
+    attn_tp = max(tp_size // max(attn_dp_size, 1), 1)
+    replicated = attn_dp_size > 1
+    total = 0.0
+    for layer, params in model.layer_params_billion.items():
+        kind = "experts" if layer == "experts" else "embedding" if layer in ("embedding", "lm_head") else "dense"
+        layer_bits = bits[kind] if bits and kind in bits else model.bits(precision)
+        split = {"experts": tp_size, "lm_head": tp_size, "attention": attn_tp,
+                 "embedding": 1 if replicated else tp_size, "shared_experts": 1 if replicated else tp_size}[layer]
+        total += params * 1e9 * layer_bits / 8 / split
+    return total / GIB
+
+
+def server_shape(worker: WorkerSpec, role: Role, gpu_memory_gib: float) -> ServerShape:
+    """The settings of one server that sglang's memory rules read."""
+    moe = worker.moe
+    return ServerShape(
+        gpu_mib=gpu_memory_gib * 1024, tp_size=worker.tp_size,
+        mode="null" if role == "combined" else role, attn_dp_size=worker.attn_dp_size or 1,
+        max_running_requests=worker.max_running_requests, cuda_graph=worker.cuda_graph.enabled,
+        cuda_graph_max_bs=worker.cuda_graph.max_bs,
+        draft_tokens=worker.speculative.num_draft_tokens if worker.speculative else None,
+        deepep=bool(moe and moe.a2a_backend == "deepep"))
+
+
 def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: float, index_topk: int,
                   model: ModelProfile, headroom: HeadroomProfile, precision: str | None = None,
                   kv_cache_dtype: str | None = None) -> WorkerMemory:
     """The budget of one server on GPUs of `gpu_memory_gib`, explained."""
     total = gpu_memory_gib
-    fraction = worker.mem_fraction_static
-    bits = model.bits(precision)
-    mtp = worker.speculative
-    # MTP's draft layer is resident beside the model, split over the same ranks.
-    draft = model.mtp_params_billion * 1e9 * bits / 8 / GIB / worker.tp_size if mtp else 0.0
-    weights = model.weights_gib(precision) / worker.tp_size + draft
+    shape = server_shape(worker, role, total)
+    default = default_fraction(shape)
+    fraction = worker.mem_fraction_static if worker.mem_fraction_static is not None else default
+    source: Literal["set", "sglang default"] = "set" if worker.mem_fraction_static is not None else "sglang default"
+    dp = worker.attn_dp_size or 1
+    weights = weights_per_gpu(model, precision, worker.tp_size, dp)
+    # MTP's draft layer loads after the KV pool is sized, out of what is left outside the static pool.
+    draft = model.mtp_params_billion * 1e9 * model.bits(precision) / 8 / GIB / worker.tp_size \
+        if worker.speculative else 0.0
     static_pool = fraction * total
     kv_pool = static_pool - weights
     outside = total - static_pool
 
-    graphs = 0.0
-    if worker.cuda_graph.enabled:
-        scale = (worker.cuda_graph.max_bs or headroom.cuda_graph_reference_bs) / headroom.cuda_graph_reference_bs
-        graphs = headroom.cuda_graph_gib * scale
-    topk = headroom.topk_gib_per_512.get(role, 0.0) * index_topk / 512
-    parts = {"base": headroom.base_gib, "cuda_graphs": graphs, "topk_buffers": topk}
-    if mtp:
-        parts["mtp_buffers"] = model.mtp_gib_per_draft_token * mtp.num_draft_tokens
+    parts = {k: v / 1024 for k, v in reserve_parts_mib(shape).items()}
+    above_default = max(index_topk - model.default_index_topk, 0)
+    parts["topk_buffers"] = headroom.topk_gib_per_512.get(role, 0.0) * above_default / 512
+    parts["extra"] = headroom.extra_gib
     needed = sum(parts.values())
-    # DeepSeek-V4's KV row is not split over TP ranks: each GPU holds whole rows for its requests, so
-    # attention DP (each rank its own requests) multiplies the server's capacity by attn_dp_size.
-    dp = worker.attn_dp_size or 1
-    per_token = model.kv_bytes_per_token(kv_cache_dtype)
-    kv_tokens = int(max(kv_pool, 0) * GIB / per_token) if per_token else None
 
-    # The feasible fractions: pool >= weights + min KV, and outside >= headroom; 0 < f < 1.
-    low = max(_ceil_01((weights + headroom.min_kv_pool_gib) / total), 0.01)
-    high = min(_floor_01((total - needed) / total), 0.99)
+    if model.kv_pool is not None:
+        layout = Dsv4Layout(**model.kv_pool.model_dump())
+        per_token: float | None = bytes_per_token(layout, shape)
+        fixed = fixed_bytes(layout, shape) / GIB
+        kv_tokens: int | None = pool_tokens(layout, shape, max(kv_pool, 0) * GIB)
+    else:
+        per_token = model.kv_bytes_per_token(kv_cache_dtype)
+        fixed = 0.0
+        kv_tokens = int(max(kv_pool, 0) * GIB / per_token) if per_token else None
+
+    # The feasible fractions: the pool holds the weights, the fixed KV state and a minimal KV pool; what
+    # is outside covers sglang's own reserve (a fraction rounded to two places, as the cookbook writes
+    # sglang's three-place defaults) plus what sglang does not reserve.
+    low = max(_ceil_01((weights + fixed + headroom.min_kv_pool_gib) / total), 0.01)
+    high = min(round((total - needed) / total + 1e-9, 2), 0.99)
     feasible_range = (low, high) if low <= high else (None, None)
-    feasible = kv_pool >= headroom.min_kv_pool_gib and outside >= needed
+    # sglang's own default is its own reserve: refused only for what sglang does not reserve.
+    own = source == "sglang default" and not (parts["topk_buffers"] or parts["extra"])
+    fits_headroom = own or fraction <= high + 1e-9
+    feasible = kv_pool - fixed >= headroom.min_kv_pool_gib and fits_headroom
 
-    graphs_text = (f"CUDA graphs {graphs:.1f}" if worker.cuda_graph.enabled else "CUDA graphs off 0.0")
-    draft_text = f" + MTP draft layer {draft:.1f} GiB" if mtp else ""
+    state_text = f", {fixed:.1f} of it compress state per request slot" if fixed else ""
     explanation = [
-        f"weights: {model.params_billion:g}B params x {bits:g} bits{f' ({precision})' if precision else ''} = "
-        f"{model.weights_gib(precision):.1f} GiB, / tp_size {worker.tp_size}{draft_text} = {weights:.1f} GiB "
+        f"weights: {_weights_text(model, precision, worker.tp_size, dp)} = {weights:.1f} GiB "
         f"({weights * GIB / 1e9:.1f} GB) per GPU",
-        f"static pool: mem_fraction_static {fraction:.2f} x {total:g} GiB = {static_pool:.1f} GiB, "
-        f"leaving {kv_pool:.1f} GiB of KV cache after the weights (at least "
-        f"{headroom.min_kv_pool_gib:.1f} GiB needed)",
-        f"headroom: {outside:.1f} GiB outside the static pool, {needed:.1f} GiB needed = base "
-        f"{headroom.base_gib:.1f} + {graphs_text} + top-k buffers {topk:.1f} (index_topk {index_topk}, {role})",
+        f"static pool: mem_fraction_static {fraction:g} ({source}; sglang's own {default:g}) x {total:g} GiB = "
+        f"{static_pool:.1f} GiB, leaving {kv_pool:.1f} GiB of KV cache after the weights (at least "
+        f"{headroom.min_kv_pool_gib + fixed:.1f} GiB needed{state_text})",
+        f"headroom: {outside:.1f} GiB outside the static pool, {needed:.1f} GiB needed = {_reserve_text(parts)} "
+        f"(index_topk {index_topk}, {role})",
     ]
-    if mtp:
-        explanation.append(f"MTP: {mtp.num_draft_tokens} draft tokens x {model.mtp_gib_per_draft_token:g} GiB "
-                           f"of draft buffers = {parts['mtp_buffers']:.1f} GiB of the headroom")
-    if kv_tokens is not None:
-        explanation.append(f"KV cache: {per_token:.0f} bytes per token ({kv_cache_dtype or 'auto'}) -> about "
+    if worker.speculative:
+        explanation.append(f"MTP: the draft layer's {draft:.1f} GiB per GPU loads after the KV pool, from the "
+                           f"headroom; its KV is in the bytes per token")
+    if kv_tokens is not None and per_token:
+        explanation.append(f"KV cache: {per_token:.0f} bytes per token ({kv_cache_dtype or 'auto'}"
+                           f"{', sglang DeepSeek-V4 pool' if model.kv_pool else ''}) -> about "
                            f"{kv_tokens} tokens per attention-DP rank, {kv_tokens * dp} in all (attn_dp_size {dp})")
     verdict = "fits" if feasible else "does not fit"
     if feasible_range[1] is not None:
@@ -291,13 +370,35 @@ def worker_memory(field: str, role: Role, worker: WorkerSpec, gpu_memory_gib: fl
                            "the minimal KV pool and the headroom together")
     return WorkerMemory(
         field=field, role=role, host=worker.host, tp_size=worker.tp_size, index_topk=index_topk,
-        gpu_memory_gib=total, mem_fraction_static=fraction, weights_gib=weights, static_pool_gib=static_pool,
-        kv_pool_gib=kv_pool, min_kv_pool_gib=headroom.min_kv_pool_gib, headroom_available_gib=outside,
+        gpu_memory_gib=total, mem_fraction_static=fraction, fraction_source=source,
+        sglang_default_fraction=default, weights_gib=weights, static_pool_gib=static_pool,
+        kv_pool_gib=kv_pool, min_kv_pool_gib=headroom.min_kv_pool_gib + fixed, headroom_available_gib=outside,
         headroom_needed_gib=needed, headroom_parts=parts, feasible=feasible,
         min_feasible_fraction=feasible_range[0], max_feasible_fraction=feasible_range[1],
         explanation=explanation, draft_weights_gib=draft, attn_dp_size=dp, kv_tokens_per_rank=kv_tokens,
-        kv_tokens_total=kv_tokens * dp if kv_tokens is not None else None,
+        kv_tokens_total=kv_tokens * dp if kv_tokens is not None else None, kv_bytes_per_token=per_token,
     )
+
+
+def _reserve_text(parts: dict[str, float]) -> str:
+    ours = ("topk_buffers", "extra")
+    reserve = {k: v for k, v in parts.items() if k not in ours}
+    text = f"sglang's reserve {sum(reserve.values()):.1f} (" + " + ".join(
+        f"{k.replace('_', ' ')} {v:.1f}" for k, v in reserve.items() if v) + ")"
+    return text + "".join(f" + {k.replace('_', ' ')} {parts[k]:.1f}" for k in ours if parts.get(k))
+
+
+def _weights_text(model: ModelProfile, precision: str | None, tp_size: int, dp: int) -> str:
+    name = precision or model.default_precision
+    label = f" ({name})" if name else ""
+    if not model.layer_params_billion:
+        return (f"{model.params_billion:g}B params x {model.bits(precision):g} bits{label} = "
+                f"{model.weights_gib(precision):.1f} GiB, / tp_size {tp_size}")
+    bits = model.layer_bits.get(name or "", {})
+    mix = ", ".join(f"{k} {v:g}" for k, v in bits.items())
+    placed = (f"attention, embedding and shared experts whole on every GPU (attn_dp_size {dp}), the rest / "
+              f"tp_size {tp_size}" if dp > 1 else f"/ tp_size {tp_size}")
+    return f"{model.params_billion:g}B params{label}, bits by layer: {mix}; {placed}"
 
 
 def _floor_01(x: float) -> float:
@@ -321,20 +422,19 @@ def problems_from_memory(reports: list[WorkerMemory]) -> list[Problem]:
                 message=f"no mem_fraction_static fits: {r.weights_gib:.1f} GiB of weights per GPU at tp_size "
                         f"{r.tp_size} + {r.min_kv_pool_gib:.1f} GiB KV + {r.headroom_needed_gib:.1f} GiB headroom "
                         f"exceed {r.gpu_memory_gib:g} GiB",
-                fix="raise tp_size (more GPUs per server), lower index_topk or disable CUDA graphs"))
-        elif r.headroom_available_gib < r.headroom_needed_gib:
-            p = r.headroom_parts
+                fix="raise tp_size (more GPUs per server), lower index_topk or the CUDA graphs' max_bs"))
+        elif r.mem_fraction_static > r.max_feasible_fraction:
+            which = "sglang's default " if r.fraction_source == "sglang default" else ""
             out.append(Problem(
                 field=f"{r.field}.mem_fraction_static", host=r.host,
-                message=f"{r.mem_fraction_static:.2f} leaves {r.headroom_available_gib:.1f} GiB outside the static "
-                        f"pool, {r.headroom_needed_gib:.1f} GiB needed with index_topk {r.index_topk} (base "
-                        f"{p['base']:.1f} + CUDA graphs {p['cuda_graphs']:.1f} + top-k buffers "
-                        f"{p['topk_buffers']:.1f})",
+                message=f"{which}{r.mem_fraction_static:g} leaves {r.headroom_available_gib:.1f} GiB outside the "
+                        f"static pool, {r.headroom_needed_gib:.1f} GiB needed with index_topk {r.index_topk} "
+                        f"({_reserve_text(r.headroom_parts)})",
                 fix=f"set mem_fraction_static to {r.max_feasible_fraction:.2f} or less"))
         else:
             out.append(Problem(
                 field=f"{r.field}.mem_fraction_static", host=r.host,
-                message=f"{r.mem_fraction_static:.2f} gives a {r.static_pool_gib:.1f} GiB static pool, too small for "
+                message=f"{r.mem_fraction_static:g} gives a {r.static_pool_gib:.1f} GiB static pool, too small for "
                         f"{r.weights_gib:.1f} GiB of weights per GPU and a {r.min_kv_pool_gib:.1f} GiB KV pool",
                 fix=f"set mem_fraction_static to at least {r.min_feasible_fraction:.2f}"))
     return out

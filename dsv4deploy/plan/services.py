@@ -207,7 +207,9 @@ def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"]
         f("base_gpu_id"), "0",
         f("host"), node.listen,
         f("port"), str(worker.port),
-        f("mem_fraction_static"), _fraction(worker.mem_fraction_static),
+        # Unset, sglang picks it itself (its default for the GPU and the server's settings).
+        *([f("mem_fraction_static"), _fraction(worker.mem_fraction_static)]
+          if worker.mem_fraction_static is not None else []),
         # /metrics on the server's own host and port, open without the API key as in sglang.
         f("enable_metrics"),
     ]

@@ -11,6 +11,7 @@ from typing import Any
 from dsv4deploy.sglang import flags, routers, versions
 from dsv4deploy.spec.extra_args import check_extra_args
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
+from dsv4deploy.spec.reachability import reachability_problems
 from dsv4deploy.spec.recipes import check_recipes
 from dsv4deploy.spec.secret_flags import secret_flag_problems
 from dsv4deploy.spec.values import check_values
@@ -39,6 +40,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
     problems += _check_router_policies(spec)
+    problems += reachability_problems(spec)
     return _unique(problems)
 
 

@@ -33,6 +33,8 @@ def load_spec(common: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any
         spec = Deployment.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_problems_from_pydantic(exc.errors(), data)) from None
+    for name, hv in hostvars.items():
+        spec.hosts[name]._addressed = "ansible_host" in hv or _looks_like_ip(name)
     problems = check_deployment(spec) or slot_named_roots(spec)
     if problems:
         raise SpecError(problems)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
 from dsv4deploy.sglang import routers, versions
 
@@ -124,7 +124,8 @@ class WorkerSpec(ModelSettings):
     gpus: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
     tp_size: Annotated[int, Field(ge=1)]
     port: Port
-    mem_fraction_static: Fraction
+    # Unset: sglang's own default for this GPU and server (resolved at start; the plan shows it).
+    mem_fraction_static: Fraction | None = None
     cuda_graph: CudaGraphSpec = CudaGraphSpec()
     env: EnvMap = {}
     extra_args: list[str] = []
@@ -149,7 +150,7 @@ class WorkerSpec(ModelSettings):
 
 # Worker keys left out of spec.json while unset, so a spec without them keeps its release identity.
 RECIPE_WORKER_KEYS = ("attn_dp_size", "moe", "speculative", "max_running_requests", "nodes", "dist_init_port",
-                      "transport", "kv_cache_recipe")
+                      "transport", "kv_cache_recipe", "mem_fraction_static")
 
 
 class PrefillSpec(WorkerSpec):
@@ -253,6 +254,14 @@ class HostSpec(StrictModel):
     service_user_root_ok: bool = Field(default=False, exclude=True)
     # Where a server listens: 0.0.0.0 when other hosts (router, decode) must reach it.
     listen: str = "127.0.0.1"
+    # Whether the inventory gives `address` (ansible_host, or a name that is an IP) rather than the
+    # loopback guess; not a variable (load_spec sets it), and no part of any release.
+    _addressed: bool = PrivateAttr(default=True)
+
+    @property
+    def addressed(self) -> bool:
+        """Whether the inventory gives this host's address (else `address` is a guess)."""
+        return self._addressed
 
 
 class Deployment(ModelSettings):

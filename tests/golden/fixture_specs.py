@@ -45,10 +45,11 @@ def host_vars(manager: str = "systemd", version: str = "0.5.23", **extra: Any) -
             "install_root": "/opt/dsv4deploy", "service_user": "sglang", "listen": "0.0.0.0", **extra}
 
 
-def pd_spec(manager: str = "systemd", version: str = "0.5.23", **common: Any) -> Deployment:
-    """1P1D plus router on one host (`gpu1`)."""
+def pd_spec(manager: str = "systemd", version: str = "0.5.23", host: dict[str, Any] | None = None,
+            **common: Any) -> Deployment:
+    """1P1D plus router on one host (`gpu1`, its variables updated with `host`)."""
     data = {**copy.deepcopy(PD_COMMON), **common}
-    return load_spec(data, {"gpu1": host_vars(manager, version)})
+    return load_spec(data, {"gpu1": host_vars(manager, version, **(host or {}))})
 
 
 def combined_spec(manager: str = "systemd", version: str = "0.5.23", **common: Any) -> Deployment:

@@ -53,8 +53,9 @@ def bg_host(sim_host: SimHost) -> Iterator[SimHost]:
     dep = yaml.safe_load(dep_path.read_text())
     dep["prefill"][0].update(gpus=[0, 1], tp_size=2)
     dep["decode"][0].update(gpus=[2, 3], tp_size=2)
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
     dep.update(dsv4_rollout_strategy="blue_green", dsv4_rollout_blue_green_gpu_offset=4,
-               dsv4_rollout_blue_green_port_offset=PORT_OFFSET)
+               dsv4_rollout_blue_green_port_offset=PORT_OFFSET, gpu_memory_gib=141)
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
     yield sim_host
     # Last resort (stop.yml, in sim_host's teardown, stops the slot too): a slot's supervisord by its PID.

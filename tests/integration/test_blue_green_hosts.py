@@ -46,8 +46,9 @@ def three(sim_host: SimHost) -> Iterator[dict[str, Part]]:
     dep["decode"][0].update(host="db", gpus=[2, 3], tp_size=2)
     dep["router"]["host"] = "rt"
     dep["combined"]["host"] = "pa"
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
     dep.update(dsv4_rollout_strategy="blue_green", dsv4_rollout_blue_green_gpu_offset=4,
-               dsv4_rollout_blue_green_port_offset=PORT_OFFSET)
+               dsv4_rollout_blue_green_port_offset=PORT_OFFSET, gpu_memory_gib=141)
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
     try:
         sim_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)

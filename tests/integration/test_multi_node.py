@@ -74,6 +74,8 @@ def two_node_pd(sim_host: SimHost, base_port: int) -> Iterator[dict[str, HostPar
                             tp_size=4)
     dep["router"]["host"] = "na"
     dep["combined"]["host"] = "na"
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+    dep["gpu_memory_gib"] = 141
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
     try:
         yield parts

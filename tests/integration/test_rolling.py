@@ -50,7 +50,8 @@ def roll_host(sim_host: SimHost) -> Iterator[SimHost]:
                 bootstrap_port=base + 6)]
     dep["decode"] = [_worker([4, 5], base + 2, "decode", faults % "decode"),
                      _worker([6, 7], base + 7, "decode", faults % "decode")]
-    dep.update(dsv4_rollout_strategy="rolling", dsv4_rollout_blue_green_port_offset=PORT_OFFSET)
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+    dep.update(dsv4_rollout_strategy="rolling", dsv4_rollout_blue_green_port_offset=PORT_OFFSET, gpu_memory_gib=141)
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
     # Nothing serves yet: the first release starts as recreate starts it (readiness alone: not the subject).
     sim_host.playbook("deploy.yml", *FAST, "-e", '{"dsv4_gates_names": ["readiness"]}', check=True)

@@ -51,7 +51,8 @@ def surge_host(sim_host: SimHost) -> Iterator[SimHost]:
         _worker([0, 1], base + 1, "prefill", faults % "prefill", bootstrap_port=base + 3),
         _worker([2, 3], base + 5, "prefill", faults % "prefill", bootstrap_port=base + 6)]
     dep["decode"] = [_worker([4, 5], base + 2, "decode", faults % "decode")]
-    dep.update(dsv4_rollout_strategy="rolling", dsv4_rollout_blue_green_port_offset=PORT_OFFSET)
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+    dep.update(dsv4_rollout_strategy="rolling", dsv4_rollout_blue_green_port_offset=PORT_OFFSET, gpu_memory_gib=141)
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
     try:
         # Nothing serves yet: the first release starts as recreate starts it (readiness alone: not the subject).

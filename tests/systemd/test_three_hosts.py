@@ -74,6 +74,11 @@ def test_promote_1p1d_across_three_hosts(lab: Lab, inventory: Path, tmp_path: Pa
     script = router1.exec(["cat", f"{INSTALL_ROOT}/current/bin/serve-sglang-dsv4-router.sh"]).stdout
     assert f"http://{prefill1.address}:30001" in script and "8998" in script, script
     assert prefill1.sh("ss -Hltn '( sport = :8998 )'").stdout.strip(), "the prefill's bootstrap port is not open"
+    # Preflight proved those paths over the bridge before anything stopped: the router to both workers, the
+    # decode to the prefill's bootstrap port (each host connecting to the others' short-lived listeners).
+    proof = proc.stdout.split("Connect along every path from this host]", 1)[1].split("TASK [", 1)[0]
+    assert ("ok: [router1]" in proof and "ok: [decode1]" in proof
+            and "skipping: [prefill1]" in proof), proof
     # Every unit's exposure is in the report, as the host's own systemd scores the installed unit.
     for name, units in UNITS.items():
         for unit in units:

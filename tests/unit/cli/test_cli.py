@@ -71,13 +71,13 @@ def test_memory_that_does_not_fit_is_refused(capsys: pytest.CaptureFixture[str])
     code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", json.dumps({"decode": [decode]}))
     assert code == 2
     assert err.splitlines()[1] == (
-        "decode[0].mem_fraction_static (host local): 0.85 leaves 14.4 GiB outside the static pool, 18.5 GiB needed "
-        "with index_topk 1024 (base 5.0 + CUDA graphs 3.5 + top-k buffers 10.0); "
-        "fix: set mem_fraction_static to 0.80 or less")
+        "decode[0].mem_fraction_static (host local): 0.85 leaves 14.4 GiB outside the static pool, 15.0 GiB needed "
+        "with index_topk 1024 (sglang's reserve 10.0 (constant 0.5 + activations 3.0 + parallel 0.5 + cuda graphs "
+        "1.0 + floor 5.0) + topk buffers 5.0); fix: set mem_fraction_static to 0.84 or less")
 
 
 def test_memory_profile_override_through_extra_vars(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", '{"memory_profile": {"headroom": {"base_gib": 6}}}')
+    code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", '{"memory_profile": {"headroom": {"extra_gib": 5}}}')
     assert code == 2
     assert "fix: set mem_fraction_static to 0.79 or less" in err
 
@@ -164,19 +164,21 @@ def test_plan_prints_memory_and_files(capsys: pytest.CaptureFixture[str], fake_r
     code, out, _ = run(capsys, "plan", "-i", LOCAL)
     assert code == 0
     assert "  decode[0] on local (GPUs 4,5,6,7, tp 4, 96 GiB each): fits\n" in out
-    assert ("      headroom: 19.2 GiB outside the static pool, 18.5 GiB needed = base 5.0 + CUDA graphs 3.5 + "
-            "top-k buffers 10.0 (index_topk 1024, decode)\n") in out
+    assert ("      headroom: 19.2 GiB outside the static pool, 15.0 GiB needed = sglang's reserve 10.0 (constant 0.5 + "
+            "activations 3.0 + parallel 0.5 + cuda graphs 1.0 + floor 5.0) + topk buffers 5.0 (index_topk 1024, "
+            "decode)\n") in out
     assert out.endswith("files that would be rendered:\n  local:\n    bin/serve-x.sh\n    spec.json\n")
 
 
 def test_plan_json_and_infeasible_plan(capsys: pytest.CaptureFixture[str], fake_render: None) -> None:
-    code, out, _ = run(capsys, "plan", "--json", "-i", LOCAL, "-e", '{"memory_profile": {"headroom": {"base_gib": 6}}}')
+    extra = '{"memory_profile": {"headroom": {"extra_gib": 5}}}'
+    code, out, _ = run(capsys, "plan", "--json", "-i", LOCAL, "-e", extra)
     plan = json.loads(out)
     assert code == 2
-    assert [r["feasible"] for r in plan["memory"]] == [True, False]
-    assert plan["memory"][1]["max_feasible_fraction"] == 0.79
+    assert [r["feasible"] for r in plan["memory"]] == [False, False]
+    assert [r["max_feasible_fraction"] for r in plan["memory"]] == [0.77, 0.79]
     assert plan["files"] == {}
-    assert plan["problems"][0]["field"] == "decode[0].mem_fraction_static"
+    assert plan["problems"][1]["field"] == "decode[0].mem_fraction_static"
 
 
 def test_render_writes_files_per_host(capsys: pytest.CaptureFixture[str], fake_render: None, tmp_path: Path) -> None:

@@ -87,7 +87,8 @@ def test_spec_from_local_inventory_with_overrides() -> None:
 
 
 def test_group_vars_host_vars_and_precedence(tmp_path: Path) -> None:
-    inventory = write_inventory(tmp_path, TWO_HOSTS, {"gpu2": {"gpu_memory_gib": 141, "listen": "0.0.0.0"}})
+    inventory = write_inventory(tmp_path, TWO_HOSTS, {"gpu1": {"listen": "0.0.0.0"},
+                                                      "gpu2": {"gpu_memory_gib": 141, "listen": "0.0.0.0"}})
     spec = spec_from_inventory([inventory], [])
     assert spec.hosts["gpu1"].gpu_memory_gib == 96
     assert spec.hosts["gpu2"].gpu_memory_gib == 141

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -305,3 +306,13 @@ def test_the_gates_address_rank0_and_the_wait_on_rank1s_host_watches_rank1_until
     assert "sglang-dsv4-decode-rank1" not in [w["name"] for w in targets["workers"]]
     assert targets["ranks"] == [{"name": "sglang-dsv4-decode-rank1", "host": "gpu2", "rank0": "sglang-dsv4-decode",
                                  "rank0_url": "http://10.0.0.11:30002"}]
+
+
+def test_an_unset_mem_fraction_static_is_left_to_sglang_and_out_of_spec_json():
+    spec = combined_spec()
+    unset = spec.model_copy(update={"combined": spec.combined.model_copy(update={"mem_fraction_static": None})})
+    argv = by_name(unset)["sglang-dsv4"].argv
+    assert "--mem-fraction-static" not in argv
+    assert "--mem-fraction-static" in by_name(spec)["sglang-dsv4"].argv
+    deployment = json.loads(render_release(unset, "gpu1")["spec.json"])["deployment"]
+    assert "mem_fraction_static" not in deployment["combined"]

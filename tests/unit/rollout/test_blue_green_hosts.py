@@ -35,7 +35,8 @@ def three_hosts(prefill_gpus: list[int] | None = None, **common: object) -> Depl
     data["decode"] = {**data["decode"], "host": "db", "gpus": [0, 1], "tp_size": 2}
     data["router"] = {**data["router"], "host": "rt"}
     data.update(common)
-    hosts = {name: host_vars(ansible_host=addr, **({"gpu_count": 0} if name == "rt" else {}))
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+    hosts = {name: host_vars(ansible_host=addr, gpu_memory_gib=141, **({"gpu_count": 0} if name == "rt" else {}))
              for name, addr in ADDRESS.items()}
     return load_spec(data, hosts)
 
@@ -63,7 +64,8 @@ def test_each_worker_host_gets_the_slot_on_its_own_spare_gpus() -> None:
 def test_one_host_plans_say_nothing_of_hosts() -> None:
     spec = three_hosts()
     one = load_spec({**copy.deepcopy(PD_COMMON), "prefill": {**PD_COMMON["prefill"], "gpus": [0, 1], "tp_size": 2},
-                     "decode": {**PD_COMMON["decode"], "gpus": [2, 3], "tp_size": 2}}, {"gpu1": host_vars()})
+                     "decode": {**PD_COMMON["decode"], "gpus": [2, 3], "tp_size": 2}},
+                    {"gpu1": host_vars(gpu_memory_gib=141)})
     assert "Over" not in rollout_plan(one, load_rollout(BLUE_GREEN))["why"]
     assert "Over 3 hosts" in rollout_plan(spec, load_rollout(BLUE_GREEN))["why"]
 

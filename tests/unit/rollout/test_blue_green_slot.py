@@ -17,6 +17,8 @@ from dsv4deploy.spec import SpecError, check_deployment
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
 from fixture_specs import pd_spec
 
+# tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+H200 = {"gpu_memory_gib": 141}
 HALF = {"prefill": {"host": "gpu1", "gpus": [0, 1], "tp_size": 2, "port": 30001, "bootstrap_port": 8998,
                     "mem_fraction_static": 0.8},
         "decode": {"host": "gpu1", "gpus": [2, 3], "tp_size": 2, "port": 30002, "mem_fraction_static": 0.8}}
@@ -24,7 +26,7 @@ BLUE_GREEN = load_rollout({"dsv4_rollout_strategy": "blue_green"})
 
 
 def test_the_other_slot_shares_nothing_with_the_serving_one() -> None:
-    serving = pd_spec(**HALF)
+    serving = pd_spec(host=H200, **HALF)
     slot = beside_spec(serving, BLUE_GREEN)
     assert check_deployment(slot) == []
     assert [w.gpus for _, w in slot.workers()] == [[4, 5], [6, 7]]
@@ -60,7 +62,8 @@ def test_the_other_slot_gets_the_serving_ones_secret_files_under_its_own_root() 
     # the slot's root, which the release's own install tasks write there from the slot plan's (redacted) spec.
     from dsv4deploy.plan import make_plan, secret_files
 
-    inventory = pd_spec(**HALF, api_key={"vault_var": "vault_dsv4_key"}, server_env_extra={"HF_TOKEN": "hf_slot"})
+    inventory = pd_spec(host=H200, **HALF, api_key={"vault_var": "vault_dsv4_key"},
+                        server_env_extra={"HF_TOKEN": "hf_slot"})
     slot = beside_spec(inventory, BLUE_GREEN)
     planned = make_plan(slot, ["gpu1"])
     assert "hf_slot" not in json.dumps(planned)

@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
 from fixture_specs import combined_spec, pd_spec
 
 REPO = Path(__file__).resolve().parents[3]
+# tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+H200 = {"gpu_memory_gib": 141}
 HALF = {"prefill": {"host": "gpu1", "gpus": [0, 1], "tp_size": 2, "port": 30001, "bootstrap_port": 8998,
                     "mem_fraction_static": 0.8},
         "decode": {"host": "gpu1", "gpus": [2, 3], "tp_size": 2, "port": 30002, "mem_fraction_static": 0.8}}
@@ -36,7 +38,7 @@ def test_recreate_is_the_default_and_says_why() -> None:
 
 
 def test_blue_green_that_fits_places_the_other_release_beside() -> None:
-    spec = pd_spec(**HALF)
+    spec = pd_spec(host=H200, **HALF)
     rollout = rollout_plan(spec, load_rollout({"dsv4_rollout_strategy": "blue_green"}))
     assert rollout["strategy"] == "blue_green" and "fits beside" in rollout["why"] and "short outage" in rollout["why"]
     assert rollout["beside"]["prefill[0]"] == {"host": "gpu1", "gpus": [4, 5], "port": 30101, "bootstrap_port": 9098}
@@ -56,10 +58,11 @@ def test_blue_green_refused_when_the_gpus_do_not_fit() -> None:
 
 
 def test_blue_green_refused_when_ports_collide_or_overflow() -> None:
-    problems = _refusal(pd_spec(**HALF), dsv4_rollout_strategy="blue_green", dsv4_rollout_blue_green_port_offset=1)
+    problems = _refusal(pd_spec(host=H200, **HALF), dsv4_rollout_strategy="blue_green",
+                        dsv4_rollout_blue_green_port_offset=1)
     assert any(p.startswith("dsv4_rollout_blue_green_port_offset (host gpu1)") and "new prefill[0].port" in p
                and "30002, which the serving decode[0].port uses" in p for p in problems), problems
-    problems = _refusal(pd_spec(**HALF), dsv4_rollout_strategy="blue_green",
+    problems = _refusal(pd_spec(host=H200, **HALF), dsv4_rollout_strategy="blue_green",
                         dsv4_rollout_blue_green_port_offset=40000)
     assert any("would listen on port 70001 (over 65535)" in p for p in problems), problems
 
@@ -105,7 +108,8 @@ def _multi_node_half(gpu2: dict[str, object] | None = None, **decode: object) ->
     data = {**PD_COMMON, "prefill": {**PD_COMMON["prefill"], **HALF["prefill"]},
             "decode": {**PD_COMMON["decode"], **HALF["decode"], "nodes": ["gpu1", "gpu2"], "tp_size": 4,
                        "dist_init_port": 5000, **decode}}
-    return load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12", **(gpu2 or {}))})
+    return load_spec(data, {"gpu1": host_vars(**H200),
+                            "gpu2": host_vars(ansible_host="10.0.0.12", **H200, **(gpu2 or {}))})
 
 
 def test_blue_green_moves_a_multi_node_server_as_one_every_rank_beside_its_own() -> None:

@@ -78,8 +78,11 @@ def test_gpu_overlap_on_one_host() -> None:
 
 
 def test_same_gpus_on_different_hosts_are_fine() -> None:
-    hosts = {**HOSTS, "gpu2": HOSTS["gpu1"]}
-    spec = load_spec(changed(**{"decode.0.host": "gpu2", "decode.0.gpus": [0, 1, 2, 3]}), hosts)
+    # The two hosts reach each other: each listens on every address, with a key.
+    hosts = {"gpu1": {**HOSTS["gpu1"], "listen": "0.0.0.0"},
+             "gpu2": {**HOSTS["gpu1"], "ansible_host": "10.0.0.12", "listen": "0.0.0.0"}}
+    spec = load_spec(changed(**{"decode.0.host": "gpu2", "decode.0.gpus": [0, 1, 2, 3],
+                                "api_key": {"file": "/etc/dsv4deploy/api_key"}}), hosts)
     assert spec.decode[0].host == "gpu2"
 
 
@@ -295,9 +298,15 @@ def test_rendered_flag_in_extra_args() -> None:
         "fix: remove it from extra_args and set the spec field instead"]
 
 
+# A router on a host of its own reaches the workers' host (it listens on every address, with a key).
+ROUTER_HOSTS = {"gpu1": {**HOSTS["gpu1"], "listen": "0.0.0.0"},
+                "router1": {"gpu_count": 0, "ansible_host": "10.0.0.10"}}
+KEY = {"api_key": {"file": "/etc/dsv4deploy/api_key"}}
+
+
 def test_router_only_host_may_have_no_gpus() -> None:
-    hosts = {**HOSTS, "router1": {"gpu_count": 0}}
-    assert load_spec(changed(**{"router.host": "router1"}), hosts).hosts["router1"].gpu_count == 0
+    spec = load_spec(changed(**{"router.host": "router1"}, **KEY), ROUTER_HOSTS)
+    assert spec.hosts["router1"].gpu_count == 0
 
 
 def test_env_values_become_strings() -> None:
@@ -397,8 +406,7 @@ def test_an_explicit_prometheus_port_is_claimed_and_frees_the_default() -> None:
 
 
 def test_prometheus_port_only_counts_where_the_router_runs() -> None:
-    hosts = {**HOSTS, "router1": {"gpu_count": 0}}
-    assert load_spec(changed(**{"decode.0.port": 29000, "router.host": "router1"}), hosts)
+    assert load_spec(changed(**{"decode.0.port": 29000, "router.host": "router1"}, **KEY), ROUTER_HOSTS)
     assert load_spec(changed(topology="combined", **{"combined.port": 29000}), HOSTS)
 
 
