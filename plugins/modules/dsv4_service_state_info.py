@@ -66,7 +66,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 services:
-  description: Service name to C(name), C(running), C(active) and C(pid).
+  description: Service name to C(name), C(running), C(serving) (running, or STARTING within supervisord's
+    startsecs), C(active) and C(pid).
   returned: always
   type: dict
 pids:
