@@ -24,21 +24,12 @@ class SglangRelease:
     log_format: str
     # GET /ready (200 only when up) exists from 0.5.23; /health is 503 until warm-up in all.
     ready_endpoint: bool = False
-    # `--kv-cache-dtype` values DeepseekV4ForCausalLM starts with (its hook asserts them after mapping
-    # `auto` to fp8_e4m3); any other value the parser takes fails at start-up, after the stop.
-    dsv4_kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3")
 
-
-# The DeepSeek-V4 KV dtypes as each wheel asserts them: 0.5.12 arg_groups/deepseek_v4_hook.py
-# (["fp8_e4m3"]), 0.5.18 and 0.5.23 arg_groups/overrides.py _deepseek_v4_kv_cache_dtype
-# (["fp8_e4m3", "bfloat16"]); `bf16` is a parser spelling the hook does not accept.
-_DSV4_KV_FP8_BF16 = ("auto", "fp8_e4m3", "bfloat16")
 
 RELEASES: dict[str, SglangRelease] = {
     "0.5.12": SglangRelease("0.5.12", (512, 1024), "repr"),
-    "0.5.18": SglangRelease("0.5.18", (512, 1024), "repr", dsv4_kv_cache_dtypes=_DSV4_KV_FP8_BF16),
-    "0.5.23": SglangRelease("0.5.23", (512, 1024), "dict", ready_endpoint=True,
-                            dsv4_kv_cache_dtypes=_DSV4_KV_FP8_BF16),
+    "0.5.18": SglangRelease("0.5.18", (512, 1024), "repr"),
+    "0.5.23": SglangRelease("0.5.23", (512, 1024), "dict", ready_endpoint=True),
 }
 
 DEFAULT_VERSION = "0.5.23"

@@ -15,13 +15,12 @@ from dsv4deploy.spec.models import DecodeSpec, Deployment, PrefillSpec, Problem,
 # sglang's default for SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (srt/environ.py of 0.5.12 to 0.5.23).
 DEEPEP_DISPATCH_DEFAULT = 128
 DEEPEP_DISPATCH_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
-# DeepEP's low-latency dispatch counts with FINISHED_SUM_TAG 1024: sglang's dispatcher asserts the per-rank
-# tokens <= 1024 when it builds the MoE layers (token_dispatcher/deepep.py, every release here).
-DEEPEP_DISPATCH_MAX = 1024
 # MoE runners that compute FP4 experts (the recipes' H200 FP4 cells); an FP8 checkpoint has none.
 FP4_MOE_RUNNERS = ("marlin", "flashinfer_mxfp4")
-# Model profiles served as DeepseekV4ForCausalLM, whose start-up hooks restrict the KV dtype.
-DSV4_PROFILE_PREFIX = "deepseek-v4"
+# The Hopper FP4 KV cache of deepseek_v4_nvfp4_sm90.md: "TP8, EP1, PP1 ... Do not enable speculative
+# decoding/MTP ... Multi-node serving, two-batch overlap, disaggregation ... are outside the scope".
+HOPPER_FP4_KV_DTYPE = "fp4_e2m1"
+HOPPER_FP4_KV_TP = 8
 
 
 def check_recipes(spec: Deployment) -> list[Problem]:
@@ -29,14 +28,13 @@ def check_recipes(spec: Deployment) -> list[Problem]:
     out: list[Problem] = []
     for path, worker in spec.workers():
         version = spec.host(worker.host).sglang_version
-        # A patch or newer release of a known series follows its nearest table (the plan names it).
-        if not versions.is_supported(version):
+        if version not in versions.RELEASES:
             continue
         table = flags.table(version)
         out += _release_lacks(spec, path, worker, table)
-        out += _model_kv_dtype(spec, path, worker, version, table)
         out += _parallelism(path, worker)
         out += _mtp_dispatch(spec, path, worker)
+        out += _fp4_kv(spec, path, worker)
         out += _precision(spec, path, worker)
         out += _transport(spec, path, worker)
         out += _nodes(spec, path, worker)
@@ -111,66 +109,52 @@ def _dispatch_tokens(spec: Deployment, worker: WorkerSpec) -> tuple[int, str]:
 
 
 def _mtp_dispatch(spec: Deployment, path: str, worker: WorkerSpec) -> list[Problem]:
-    """DeepEP's dispatch budget as sglang counts it: each attention-DP rank runs max_running_requests //
-    attn_dp_size requests of num_draft_tokens each, within the per-rank dispatch tokens, themselves <= 1024."""
-    if worker.moe is None or worker.moe.a2a_backend != "deepep":
+    """The recipe's rule: max-running-requests x draft tokens <= the DeepEP dispatch tokens per rank."""
+    mtp = worker.speculative
+    if mtp is None or worker.moe is None or worker.moe.a2a_backend != "deepep":
         return []
     limit, source = _dispatch_tokens(spec, worker)
-    if limit > DEEPEP_DISPATCH_MAX:
-        field = f"{path}.moe.deepep_max_dispatch_tokens_per_rank" if source.startswith("moe.") else \
-            (f"{path}.env" if source == "env" else "server_env")
-        return [Problem(
-            field=field, host=worker.host,
-            message=f"{limit} DeepEP dispatch tokens per rank ({source}) exceeds DeepEP's limit of "
-                    f"{DEEPEP_DISPATCH_MAX} (sglang asserts it when it builds the MoE layers, after the stop)",
-            fix=f"set {DEEPEP_DISPATCH_ENV} ({source}) to {DEEPEP_DISPATCH_MAX} or less")]
-    mtp = worker.speculative
-    if mtp is None:
-        return []
-    dp = worker.attn_dp_size or 1
     running = worker.max_running_requests
-    most = limit // mtp.num_draft_tokens * dp
     if running is None:
         return [Problem(
             field=f"{path}.max_running_requests", host=worker.host,
-            message=f"MTP with deepep needs max_running_requests // attn_dp_size {dp} x {mtp.num_draft_tokens} "
-                    f"draft tokens <= {limit} dispatch tokens per rank ({source}); unset, sglang sizes it from memory",
-            fix=f"set max_running_requests to {most} or less")]
-    per_rank = max(1, running // dp)
-    if per_rank * mtp.num_draft_tokens > limit:
-        need = min(per_rank * mtp.num_draft_tokens, DEEPEP_DISPATCH_MAX)
-        raise_it = (f", or moe.deepep_max_dispatch_tokens_per_rank to {need} or more"
-                    if per_rank * mtp.num_draft_tokens <= DEEPEP_DISPATCH_MAX else "")
+            message=f"MTP with deepep needs max_running_requests x {mtp.num_draft_tokens} draft tokens <= "
+                    f"{limit} dispatch tokens per rank ({source}); unset, sglang sizes it from memory",
+            fix=f"set max_running_requests to {limit // mtp.num_draft_tokens} or less")]
+    if running * mtp.num_draft_tokens > limit:
         return [Problem(
             field=f"{path}.max_running_requests", host=worker.host,
-            message=f"max_running_requests {running} // attn_dp_size {dp} = {per_rank} requests per rank x "
-                    f"{mtp.num_draft_tokens} draft tokens = {per_rank * mtp.num_draft_tokens} exceeds {limit} "
-                    f"DeepEP dispatch tokens per rank ({source})",
-            fix=f"set max_running_requests to {most} or less{raise_it}")]
+            message=f"max_running_requests {running} x {mtp.num_draft_tokens} draft tokens = "
+                    f"{running * mtp.num_draft_tokens} exceeds {limit} DeepEP dispatch tokens per rank ({source})",
+            fix=f"set max_running_requests to {limit // mtp.num_draft_tokens} or less, or "
+                f"moe.deepep_max_dispatch_tokens_per_rank to {running * mtp.num_draft_tokens} or more")]
     return []
 
 
-def _model_kv_dtype(spec: Deployment, path: str, worker: WorkerSpec, version: str,
-                    t: flags.FlagTable) -> list[Problem]:
-    """The KV dtypes DeepseekV4ForCausalLM starts with on this release (its hook asserts them at start-up);
-    a value the parser lacks is _release_lacks' to name."""
-    dtype = spec.effective(worker, "kv_cache_dtype")
-    if dtype is None or not spec.model.profile.startswith(DSV4_PROFILE_PREFIX) or dtype not in t.kv_cache_dtypes:
+def _fp4_kv(spec: Deployment, path: str, worker: WorkerSpec) -> list[Problem]:
+    """The Hopper FP4 KV cache runs TP8 on one node, without MTP or PD (its guide's scope)."""
+    if spec.effective(worker, "kv_cache_dtype") != HOPPER_FP4_KV_DTYPE:
         return []
-    release = versions.release(version)
-    if dtype in release.dsv4_kv_cache_dtypes:
-        return []
-    table = versions.table_version(version)
-    rules = release.version if table == version else f"{table}'s rules (the nearest known table for {version})"
-    field = f"{path}.kv_cache_dtype" if worker.kv_cache_dtype is not None else "kv_cache_dtype"
-    having = [v for v in versions.known_versions() if dtype in versions.RELEASES[v].dsv4_kv_cache_dtypes]
-    return [Problem(
-        field=field, host=worker.host,
-        message=f"sglang {rules}: DeepseekV4ForCausalLM starts only with kv_cache_dtype "
-                f"{', '.join(release.dsv4_kv_cache_dtypes)}; '{dtype}' fails at start-up (\"{dtype} is not "
-                "supported for DeepseekV4ForCausalLM\"), after the serving release has stopped",
-        fix=f"set kv_cache_dtype to one of {', '.join(release.dsv4_kv_cache_dtypes)} (or unset it)"
-            + (f", or sglang_version {', '.join(having)}" if having else ""))]
+    fix = "use kv_cache_dtype fp8_e4m3 (or unset) for this server"
+    out = []
+    if worker.tp_size != HOPPER_FP4_KV_TP:
+        out.append(Problem(field=f"{path}.tp_size", host=worker.host,
+                           message=f"the FP4 KV cache ({HOPPER_FP4_KV_DTYPE}) is validated with tp_size 8 only, "
+                                   f"got {worker.tp_size}",
+                           fix=f"set tp_size 8 (8 GPUs), or {fix}"))
+    if worker.speculative is not None:
+        out.append(Problem(field=f"{path}.speculative", host=worker.host,
+                           message="the FP4 KV cache does not run with speculative decoding (MTP)",
+                           fix=f"remove speculative, or {fix}"))
+    if spec.topology == "pd":
+        out.append(Problem(field=f"{path}.kv_cache_dtype", host=worker.host,
+                           message="the FP4 KV cache does not run with PD disaggregation",
+                           fix=f"use topology combined, or {fix}"))
+    if len(worker.node_names()) > 1:
+        out.append(Problem(field=f"{path}.nodes", host=worker.host,
+                           message="the FP4 KV cache does not run on a server that spans nodes",
+                           fix=f"run it on one node, or {fix}"))
+    return out
 
 
 def _precision(spec: Deployment, path: str, worker: WorkerSpec) -> list[Problem]:

@@ -208,14 +208,14 @@ def test_mtp_adds_its_draft_layer_and_buffers() -> None:
     assert mtp.headroom_needed_gib == pytest.approx(plain.headroom_needed_gib + 2.0)
 
 
-def test_attention_dp_multiplies_the_servers_kv_tokens_and_bf16_kv_widens_the_row() -> None:
+def test_attention_dp_multiplies_the_servers_kv_tokens_and_fp4_kv_shrinks_the_row() -> None:
     dp = by_field(spec(hosts=H200, decode=_decode(attn_dp_size=4)))["decode[0]"]
     assert dp.kv_tokens_total == 4 * dp.kv_tokens_per_rank
-    # DeepSeek-V4 starts with fp8_e4m3 or bfloat16 KV only (0.5.18 and 0.5.23): FP4 KV is refused.
+    hosts = {"gpu1": {**H200["gpu1"], "sglang_version": "0.5.18"}}  # 0.5.23 spells FP4 KV otherwise
     tp8 = {"host": "gpu1", "gpus": list(range(8)), "tp_size": 8, "port": 30010, "mem_fraction_static": 0.80}
-    bf16 = by_field(spec(hosts=H200, kv_cache_dtype="bfloat16", topology="combined", combined=tp8))["combined"]
-    auto = by_field(spec(hosts=H200, topology="combined", combined=tp8))["combined"]
-    assert bf16.kv_tokens_per_rank / auto.kv_tokens_per_rank == pytest.approx(576 / 1024, rel=1e-3)
+    fp4 = by_field(spec(hosts=hosts, kv_cache_dtype="fp4_e2m1", topology="combined", combined=tp8))["combined"]
+    auto = by_field(spec(hosts=hosts, topology="combined", combined=tp8))["combined"]
+    assert fp4.kv_tokens_per_rank / auto.kv_tokens_per_rank == pytest.approx(576 / 380, rel=1e-3)
 
 
 def test_the_pro_profile_allows_the_guides_75_minute_start_and_every_dsv4_profile_names_fatal_lines() -> None:
