@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy.gates import reach
+from dsv4deploy.net import is_loopback
 from dsv4deploy.plan import gate_targets, services
 from dsv4deploy.rollout import rolling, strategy
 from dsv4deploy.spec import Deployment, Problem
@@ -135,7 +135,7 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
     # Never every interface (rolling.preview_listen): the address the gates reach it at, loopback where they can.
     listen = rolling.preview_listen(spec)
     url = f"http://{services.url_host(listen)}:{port}"
-    metrics = router.prometheus_listen if reach.is_loopback(router.prometheus_listen) else listen
+    metrics = router.prometheus_listen if is_loopback(router.prometheus_listen) else listen
     gate_plan = {**targets, "endpoint": url, "router_url": url,
                  "router_metrics_url": f"http://{services.url_host(metrics)}:{metrics_port}",
                  # Nothing for the readiness wait to start: the step's tasks start the preview router.
