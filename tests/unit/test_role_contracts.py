@@ -271,3 +271,11 @@ def test_whether_a_release_serves_counts_programs_still_starting() -> None:
                         for expr in (expressions(task) if p.parent.name == "tasks" else strings(task))
                         if re.search(r"attr\(\s*'value\.running'", expr))
     assert not by_running, f"judge services by value.serving, not value.running: {by_running}"
+
+
+def test_every_way_the_rollout_fails_ends_in_its_outcome_file() -> None:
+    """The rollout's failures end in one file (report, outcome record, one line): no other task file of the role
+    fails the play itself."""
+    failing = sorted(p.name for p in (REPO / "roles" / "dsv4_rollout" / "tasks").glob("*.yml")
+                     for task in tasks(load(p)) if {"fail", "ansible.builtin.fail"} & set(task))
+    assert failing == ["outcome.yml"], f"end these through tasks/outcome.yml: {failing}"
