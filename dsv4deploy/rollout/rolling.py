@@ -9,7 +9,7 @@ first step replaces a prefill *and* a decode (the preview router fronts a whole 
 both roles finish at the last step. The router keeps at least one healthy prefill and one healthy
 decode at every step, so a role of several workers is rolled a batch smaller than its count at a time.
 A role's lone worker (the decode of a 2P1D) is rolled by **surge** instead: its new worker starts beside
-it (spare GPUs, shifted ports: `strategy.surge_places`), is gated with the step's other new workers and
+it (spare GPUs, shifted ports: `rolling_strategy.surge_places`), is gated with the step's other new workers and
 joins the production router before the old one leaves; then it moves home (the spec's own GPUs and
 ports) the same way, so the roll ends where recreate would. Where no surge fits it is refused by name,
 with the fix.

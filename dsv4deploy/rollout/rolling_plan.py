@@ -18,7 +18,8 @@ from typing import Any
 
 from dsv4deploy.net import is_loopback
 from dsv4deploy.plan import gate_targets, services
-from dsv4deploy.rollout import rolling, strategy
+from dsv4deploy.rollout import rolling
+from dsv4deploy.rollout.slot import slot_spec
 from dsv4deploy.spec import Deployment, Problem
 
 # A release's program files: what the service manager loads (the serve scripts read `current`).
@@ -62,7 +63,7 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
     placed = rollout.get("surge") or {}
     if placed:
         # The surge workers' slot: the new release with each lone worker beside its serving one.
-        slot = strategy.slot_spec(new, placed, offset)
+        slot = slot_spec(new, placed, offset)
         slot_targets = gate_targets(slot)
         for step, planned in zip(steps, rollout["steps"], strict=True):
             if planned.get("surge"):
