@@ -55,7 +55,8 @@ def load_with_rollout(inventories: list[str] | None, extra_vars: list[str] | Non
           check_fit: bool) -> tuple[Deployment, list[WorkerMemory], dict]:
     """load_deployment, and the plan's rollout part (dsv4deploy.rollout.strategy.rollout_plan)."""
     from dsv4deploy.gates.runner import GATE_VAR_PREFIXES, GateSettingsError, settings_from_vars
-    from dsv4deploy.rollout.strategy import load_rollout, rollout_plan
+    from dsv4deploy.rollout.settings import load_rollout
+    from dsv4deploy.rollout.strategy import rollout_plan
 
     try:
         spec, gate_vars = deployment_from_inventory(inventories or default_inventory(), extra_vars or [],

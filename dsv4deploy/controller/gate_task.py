@@ -16,6 +16,7 @@ from dsv4deploy.controller.action import ValidatedAction
 from dsv4deploy.controller.progress import Heartbeat
 from dsv4deploy.gates import GateStatus, skipped
 from dsv4deploy.gates.bake import BakeSettings
+from dsv4deploy.gates.blame import hosts_named
 from dsv4deploy.gates.result import Stopwatch, make_result
 from dsv4deploy.gates.runner import (
     GateSettingsError,
@@ -99,6 +100,8 @@ class GateTaskAction(ValidatedAction):
         gates = run_chain(groups, run_one, args["keep_going"], policy)
         for g in gates:  # what the role stops on: failed, or inconclusive under dsv4_gates_inconclusive: fail
             g["refused"] = counts_as_failed(g, policy)
+            if g["refused"]:  # the hosts a failed run's cause names (dsv4_rollout's outcome, the report)
+                g["hosts"] = hosts_named(g, args["plan"])
         failed = [g for g in gates if g["refused"]]
         # None failed: every group ran, and the gate is the last group's first.
         result.update(changed=False, gates=gates, gate=(failed or gates[-len(groups[-1]):])[0], passed=not failed)

@@ -82,11 +82,6 @@ class Decision:
         """The observed rate, ``None`` before any trial."""
         return self.events / self.trials if self.trials else None
 
-    @property
-    def decided(self) -> bool:
-        """True when the verdict is passed or failed."""
-        return self.outcome in (Outcome.PASSED, Outcome.FAILED)
-
     def evidence(self) -> dict[str, Any]:
         """The JSON-able evidence, for a gate result and the report."""
         out: dict[str, Any] = {"outcome": str(self.outcome), "reason": self.reason, "events": self.events,
@@ -249,12 +244,3 @@ class BernoulliSPRT:
         return Decision(outcome, reason, self.events, self.trials, interval, p_value, self.risks(), more,
                         {"llr": round(self.llr, 3), "bounds": [round(self.lower, 3), round(self.upper, 3)]})
 
-
-def combine(decisions: list[Decision]) -> Outcome:
-    """The outcome of several rules judged together: failed if any failed, else error if any could not
-    measure, else inconclusive if any is, else passed."""
-    outcomes = {d.outcome for d in decisions}
-    for worst in (Outcome.FAILED, Outcome.ERROR, Outcome.INCONCLUSIVE):
-        if worst in outcomes:
-            return worst
-    return Outcome.PASSED

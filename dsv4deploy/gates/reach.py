@@ -11,9 +11,12 @@ at once instead of being waited out.
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 from urllib.parse import urlsplit
+
+from dsv4deploy.net import is_loopback
+
+__all__ = ["CONNECT_TIMEOUT_S", "checked_on_host", "controller_reach", "endpoint_problem", "is_loopback", "url_address"]
 
 # Seconds a controller-side TCP connect may take before its address counts as unreachable.
 CONNECT_TIMEOUT_S = 3.0
@@ -27,16 +30,6 @@ def url_address(url: str) -> tuple[str, int]:
     if not parts.hostname:
         raise ValueError(f"not a URL with a host: {url!r}")
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-
-
-def is_loopback(address: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``."""
-    if address.lower() in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def checked_on_host(url: str, host_address: str, host_is_local: bool) -> bool:

@@ -224,8 +224,8 @@ def render_markdown(data: dict[str, Any], heatmap: Path | None = None, heatmap_n
     if failures:
         lines += ["", "## Failures (raw answers)", *failures]
     for host, log in sorted((data.get("failure_logs") or {}).items()):
-        # A service that did not start: its own log since the start (systemd's lines included).
-        lines += ["", f"## Log of the failed start on {host}", *_fenced("\n".join(log))]
+        # A service that did not start, or the servers a failed gate names: their log since the start.
+        lines += ["", f"## Log since the start on {host}", *_fenced("\n".join(log))]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -39,7 +39,7 @@ def markdown(gates: Sequence[Mapping[str, Any]]) -> list[str]:
     if evidence.get("judged"):
         count = len(evidence["regressions"])
         verdict = f"{count} figure(s) regressed." if count else "none regressed."
-        # Records from before the rank test (issue #38) carry no alpha.
+        # Records written before the rank test carry no alpha.
         test = (f"one-sided Mann-Whitney U over {evidence.get('rounds')} rounds at alpha {evidence['alpha']:g}, "
                 if evidence.get("alpha") is not None else "")
         head = (f"Judged against release {baseline.get('release') or '?'} (the last good one on these hosts), "

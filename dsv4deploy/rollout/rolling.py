@@ -9,7 +9,7 @@ first step replaces a prefill *and* a decode (the preview router fronts a whole 
 both roles finish at the last step. The router keeps at least one healthy prefill and one healthy
 decode at every step, so a role of several workers is rolled a batch smaller than its count at a time.
 A role's lone worker (the decode of a 2P1D) is rolled by **surge** instead: its new worker starts beside
-it (spare GPUs, shifted ports: `strategy.surge_places`), is gated with the step's other new workers and
+it (spare GPUs, shifted ports: `rolling_strategy.surge_places`), is gated with the step's other new workers and
 joins the production router before the old one leaves; then it moves home (the spec's own GPUs and
 ports) the same way, so the roll ends where recreate would. Where no surge fits it is refused by name,
 with the fix.
@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dsv4deploy.gates import reach
+from dsv4deploy.net import is_loopback
 from dsv4deploy.plan import services
 from dsv4deploy.spec import Deployment, Problem, StrictModel
 
@@ -203,7 +203,7 @@ def preview_listen(spec: Deployment) -> str:
     production router's own, or the host's inventory address where that is a wildcard)."""
     assert spec.router is not None  # roll_problems refuses a deployment without one
     host, listen = spec.host(spec.router.host), spec.router.listen
-    if reach.is_loopback(host.address) or reach.is_loopback(listen):
+    if is_loopback(host.address) or is_loopback(listen):
         return "127.0.0.1"
     return services.reach_address(host, listen)
 
@@ -221,7 +221,7 @@ def preview_router_argv(spec: Deployment, step: Mapping[str, Any], port: int, pr
             if f"{role}[{i}]" in wanted:
                 chosen[role].append((w, defs[(w.host, w.port)]))
     listen = preview_listen(spec)
-    metrics = spec.router.prometheus_listen if reach.is_loopback(spec.router.prometheus_listen) else listen
+    metrics = spec.router.prometheus_listen if is_loopback(spec.router.prometheus_listen) else listen
     router = spec.router.model_copy(update={"port": port, "prometheus_port": prometheus_port, "listen": listen,
                                             "prometheus_listen": metrics})
     sub = spec.model_copy(update={"prefill": [w for w, _ in chosen["prefill"]],

@@ -16,9 +16,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy.gates import reach
+from dsv4deploy.net import is_loopback
 from dsv4deploy.plan import gate_targets, services
-from dsv4deploy.rollout import rolling, strategy
+from dsv4deploy.rollout import rolling
+from dsv4deploy.rollout.slot import slot_spec
 from dsv4deploy.spec import Deployment, Problem
 
 # A release's program files: what the service manager loads (the serve scripts read `current`).
@@ -62,7 +63,7 @@ def run_plan(plan: Mapping[str, Any], serving_spec: str, serving_files: Mapping[
     placed = rollout.get("surge") or {}
     if placed:
         # The surge workers' slot: the new release with each lone worker beside its serving one.
-        slot = strategy.slot_spec(new, placed, offset)
+        slot = slot_spec(new, placed, offset)
         slot_targets = gate_targets(slot)
         for step, planned in zip(steps, rollout["steps"], strict=True):
             if planned.get("surge"):
@@ -135,7 +136,7 @@ def _step(spec: Deployment, step: Mapping[str, Any], targets: Mapping[str, Any],
     # Never every interface (rolling.preview_listen): the address the gates reach it at, loopback where they can.
     listen = rolling.preview_listen(spec)
     url = f"http://{services.url_host(listen)}:{port}"
-    metrics = router.prometheus_listen if reach.is_loopback(router.prometheus_listen) else listen
+    metrics = router.prometheus_listen if is_loopback(router.prometheus_listen) else listen
     gate_plan = {**targets, "endpoint": url, "router_url": url,
                  "router_metrics_url": f"http://{services.url_host(metrics)}:{metrics_port}",
                  # Nothing for the readiness wait to start: the step's tasks start the preview router.

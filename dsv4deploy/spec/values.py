@@ -59,7 +59,7 @@ SYSTEM_DIRS = frozenset({
     "/var/tmp", "/var/cache", "/var/spool", "/var/mail", "/var/run", "/etc/systemd", "/etc/ssh",
 })
 # Top-level folders of the operating system: an install root never lives under them.
-# dsv4deploy.rollout.strategy.SLOT_DIR: the other slot's folder under a root (issue #37 item 15).
+# dsv4deploy.rollout.slot.SLOT_DIR: the other slot's folder under a root.
 SLOT_DIR = "slot-b"
 SYSTEM_TOPS = frozenset({"etc", "proc", "sys", "dev", "boot", "bin", "sbin", "lib", "lib32", "lib64", "usr", "run"})
 # A Unix socket path holds at most 107 bytes; supervisord's lives under the install root.
@@ -147,7 +147,7 @@ def _check_host_settings(spec: Deployment) -> list[Problem]:
 
 
 def slot_named_roots(spec: Deployment) -> list[Problem]:
-    """Inventory install roots named like another deployment's slot (issue #37 item 15). Checked on the
+    """Inventory install roots named like another deployment's slot. Checked on the
     inventory only (load_spec): a blue_green slot's own spec has such a root, and stop and rollback still
     find a deployment already there."""
     out = []

@@ -17,9 +17,12 @@ from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.isolate.estimate import estimate
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
+from dsv4deploy.rollout.blue_green import beside_spec
+from dsv4deploy.rollout.rolling_strategy import surge_spec
 from dsv4deploy.rollout.router_change import rotated_key_problems, router_change
-from dsv4deploy.rollout.strategy import VARS as ROLLOUT_VARS
-from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, surge_spec
+from dsv4deploy.rollout.settings import VARS as ROLLOUT_VARS
+from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, secret_env
 
 # One state, one job and one fact (documented per state in modules/dsv4_build_plan.py):

@@ -30,6 +30,7 @@ ARGUMENT_SPEC = {
     "failure": {"type": "str", "default": ""},
     "gates": {"type": "list", "elements": "dict", "default": []},
     "failure_logs": {"type": "dict", "default": {}},
+    "cause": {"type": "dict", "default": {}},
     "rolling_table": {"type": "list", "elements": "str", "default": []},
     "downtime": {"type": "dict", "default": {}},
 }
@@ -66,6 +67,8 @@ class ActionModule(ReportAction):
         data["serving_release"] = args.get("serving_release") or None
         data["failure"] = args.get("failure") or None
         data["failure_logs"] = {h: lines for h, lines in (args.get("failure_logs") or {}).items() if lines}
+        # Why it failed, as data (stage, message, gate, the hosts it names, their log lines, the fix).
+        data["cause"] = args.get("cause") or None
         # Settings weaker than the spec implies (dsv4_build_plan named them): said on the first line.
         data["weakened"] = list(task_vars.get("dsv4_plan_weakened") or [])
         if args.get("rolling_table"):

@@ -1,4 +1,4 @@
-"""Install roots nested in one another (issue #37 item 15), found on the host (standard library only).
+"""Install roots nested in one another, found on the host (standard library only).
 
 A deployment's root holds its blue_green/surge slot at `<root>/slot-b`, which its stop and purge treat as
 its own. A second deployment whose root lies inside the first's (or the first inside the second's) would be

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import Manager, log_since
-from ansible_collections.dsv4.deploy.plugins.module_utils.service import children
+from ansible_collections.dsv4.deploy.plugins.module_utils.service import children, started
 from ansible_collections.dsv4.deploy.plugins.module_utils.supervisor import Supervisor
 
 
@@ -17,9 +17,15 @@ def report(mgr: Manager, names: list[str], logs: bool = False, offsets: dict | N
     offsets, invocations = offsets or {}, invocations or {}
     if isinstance(mgr, Supervisor) and (not os.path.exists(mgr.conf) or not mgr.running()):
         # No supervisord of ours runs here: nothing of ours does.
-        idle = {n: {"name": n, "running": False, "active": False, "pid": None} for n in names}
+        idle = {n: {"name": n, "running": False, "serving": False, "active": False, "pid": None} for n in names}
         return {"changed": False, "services": idle, "pids": [], **({"logs": dict.fromkeys(names, "")} if logs else {})}
-    services = {n: mgr.status(n) for n in names}
+    # `serving`: running, or STARTING (supervisord's startsecs not yet over): whether a release serves here. A
+    # deploy made seconds after the last start finds its programs STARTING; not serving, blue_green and rolling
+    # would have nothing to keep serving and run as recreate (an outage).
+    services = {}
+    for name in names:
+        status = mgr.status(name)
+        services[name] = {**status, "serving": started(status)}
     pids = []
     for svc in services.values():
         if svc["pid"]:

@@ -1,4 +1,4 @@
-"""Whether the host's /proc hides other users' processes (issue #37 item 10; standard library only).
+"""Whether the host's /proc hides other users' processes (standard library only).
 
 sglang and both routers (sglang-router, smg) take the API key only as `--api-key`, so it is in the
 servers' and the router's /proc/PID/cmdline, which every local user may read unless /proc is mounted

@@ -146,6 +146,41 @@ def summary(root: str) -> dict:
             "baked": baked, "last_baked": last_baked}
 
 
+def release_details(root: str, found: dict) -> list[dict]:
+    """Per installed release (`found`: what summary() returned): when it was installed and whether it passed,
+    failed or awaits its gates."""
+    history = read_state(root).get("history", [])
+    details = []
+    for name in found["releases"]:
+        try:
+            created = os.path.getmtime(os.path.join(releases_dir(root), name, MANIFEST))
+        except OSError:
+            created = None
+        if name in found["good"]:
+            status = {"passed": "baked", "inconclusive": "verified, bake inconclusive"}.get(
+                found["baked"].get(name, ""), "verified")
+        elif name == found["active"]:
+            status = "unverified"  # its gates are running, or the run that switched to it died
+        elif name in history:
+            status = "failed"  # it served once and never passed its gates
+        else:
+            status = "never started"
+        details.append({"id": name, "created": created, "status": status, "active": name == found["active"]})
+    return details
+
+
+def last_parity(root: str, found: dict) -> tuple[str | None, dict]:
+    """The release whose parity record the next parity gate compares with, and that record: the active release
+    when it passed its gates here and has one (a rollback by hand makes it the reference), else the newest
+    verified release that has one. Only this record is returned (each is some tens of KB)."""
+    records = read_state(root).get("parity") or {}
+    good = [r for r in found["good"] if r in records]
+    if not good:
+        return None, {}
+    chosen = found["active"] if found["active"] in good else good[-1]
+    return chosen, records[chosen]
+
+
 def save_state(root: str, **changes: object) -> None:
     """Write `changes` over `root`'s state.json, atomically."""
     state = {**read_state(root), **changes}

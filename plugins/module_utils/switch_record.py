@@ -1,4 +1,4 @@
-"""blue_green's on-host record of a switch in progress (issue #37 item 7; standard library only).
+"""blue_green's on-host record of a switch in progress (standard library only).
 
 From the moment the production router may hold the other slot's workers until it holds only the
 release at home again (or the keep record takes over), every host keeps `<install_root>/blue_green_switch.json`

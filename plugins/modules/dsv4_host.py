@@ -153,7 +153,8 @@ gpus:
   returned: state=check
   type: dict
 services:
-  description: Each of our services and its status (C(running), C(active), C(pid)), as
+  description: Each of our services and its status (C(running), C(serving) - running or, under supervisord,
+    STARTING within its startsecs -, C(active), C(pid)), as
     M(dsv4.deploy.dsv4_service_state_info) returns it.
   returned: state=check with O(services)
   type: dict

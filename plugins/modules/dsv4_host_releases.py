@@ -458,40 +458,6 @@ def _remove(module: AnsibleModule, root: str, release_id: str) -> dict:
     return {"changed": True, **store.summary(root)}
 
 
-def _release_details(root: str, summary: dict) -> list[dict]:
-    """Per installed release: when it was installed and whether it passed, failed or awaits its gates."""
-    history = store.read_state(root).get("history", [])
-    details = []
-    for name in summary["releases"]:
-        try:
-            created = os.path.getmtime(os.path.join(store.releases_dir(root), name, store.MANIFEST))
-        except OSError:
-            created = None
-        if name in summary["good"]:
-            status = {"passed": "baked", "inconclusive": "verified, bake inconclusive"}.get(
-                summary["baked"].get(name, ""), "verified")
-        elif name == summary["active"]:
-            status = "unverified"  # its gates are running, or the run that switched to it died
-        elif name in history:
-            status = "failed"  # it served once and never passed its gates
-        else:
-            status = "never started"
-        details.append({"id": name, "created": created, "status": status, "active": name == summary["active"]})
-    return details
-
-
-def _last_parity(root: str, summary: dict) -> tuple[str | None, dict]:
-    """The release whose parity record the next parity gate compares with, and that record: the active release
-    when it passed its gates here and has one (a rollback by hand makes it the reference), else the newest
-    verified release that has one. Only this record is returned (each is some tens of KB)."""
-    records = store.read_state(root).get("parity") or {}
-    good = [r for r in summary["good"] if r in records]
-    if not good:
-        return None, {}
-    chosen = summary["active"] if summary["active"] in good else good[-1]
-    return chosen, records[chosen]
-
-
 def _query(root: str) -> dict:
     """The host's releases: active (with its content hash), previous, verified ones."""
     result = store.summary(root)
@@ -499,8 +465,8 @@ def _query(root: str) -> dict:
         # An edited active release never counts as "this release is running": a deploy reinstalls it.
         result["active_tampered"] = store.tampered(root, result["active"])
         result["active_hash"] = "" if result["active_tampered"] else store.content_hash(root, result["active"])
-    result["details"] = _release_details(root, result)
-    result["last_parity"], result["last_parity_record"] = _last_parity(root, result)
+    result["details"] = store.release_details(root, result)
+    result["last_parity"], result["last_parity_record"] = store.last_parity(root, result)
     result["owner_id"] = ownership.read_owner(root).get("id")
     return result
 

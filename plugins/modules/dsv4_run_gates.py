@@ -167,4 +167,10 @@ gate:
       description: What the gate saw (status codes, bodies, needle cells).
       type: dict
       returned: always
+    hosts:
+      description: The hosts the gate's evidence names (a worker by name or URL, the router's host); a gate
+        asked through the router that names none names every host of its targets, the router's first.
+      type: list
+      elements: str
+      returned: when the gate refused the release
 """

@@ -28,6 +28,12 @@ options:
     default: false
     description:
       - Also return each service's log since its start.
+  tail:
+    type: int
+    default: 0
+    description:
+      - With O(logs), also return the last O(tail) lines of each service's log as RV(lines), each
+        prefixed with its service's name (what a failed run's cause shows).
   log_offsets:
     type: dict
     default: {}
@@ -66,7 +72,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 services:
-  description: Service name to C(name), C(running), C(active) and C(pid).
+  description: Service name to C(name), C(running), C(serving) (running, or STARTING within supervisord's
+    startsecs), C(active) and C(pid).
   returned: always
   type: dict
 pids:
@@ -78,6 +85,11 @@ logs:
   description: Service name to the text it logged since its start, API keys redacted.
   returned: O(logs=true)
   type: dict
+lines:
+  description: "The last O(tail) lines each service logged since its start, as C(NAME: line), API keys redacted."
+  returned: O(logs=true) and O(tail) above 0
+  type: list
+  elements: str
 """
 
 
@@ -96,6 +108,7 @@ def main() -> None:
             "names": {"type": "list", "elements": "str"},
             "only": {"type": "str", "choices": ["all", "router", "workers", "decode", "prefill"], "default": "all"},
             "logs": {"type": "bool", "default": False},
+            "tail": {"type": "int", "default": 0},
             "log_offsets": {"type": "dict", "default": {}},
             "invocations": {"type": "dict", "default": {}},
         },
@@ -107,9 +120,13 @@ def main() -> None:
     mgr = open_manager(p["manager"], p["install_root"], p["supervisor_bin_dir"], p["unit_dir"])
     names = chosen(p["install_root"], p["names"], p["only"])
     try:
-        module.exit_json(**report(mgr, names, p["logs"], p["log_offsets"], p["invocations"]))
+        found = report(mgr, names, p["logs"], p["log_offsets"], p["invocations"])
     except ServiceError as exc:
         module.fail_json(msg=str(exc))
+    if p["logs"] and p["tail"] > 0:
+        found["lines"] = [f"{name}: {line}" for name, text in found["logs"].items()
+                          for line in text.splitlines()[-p["tail"]:]]
+    module.exit_json(**found)
 
 
 if __name__ == "__main__":

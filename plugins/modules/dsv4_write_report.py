@@ -60,7 +60,14 @@ options:
     type: dict
     default: {}
     description:
-      - "Per host, the log lines of a service that did not start (C({host: [lines]}))."
+      - "Per host, the log lines of a service that did not start, or the last log lines on the hosts a failed gate
+        names (C({host: [lines]}))."
+  cause:
+    type: dict
+    default: {}
+    description:
+      - Why a failed run failed, as the rollout names it (C(stage), C(message), C(task), C(gate), C(hosts), C(logs),
+        C(fix)); written as report.json's C(cause).
   rolling_table:
     type: list
     elements: str

@@ -211,3 +211,12 @@ def make_sim_host(root: Path) -> SimHost:
     (host.inventory / "group_vars" / "all" / "zz_paths.yml").write_text(
         yaml.safe_dump({"dsv4_repo_root": str(REPO), "api_key": {"file": str(key_file)}}))
     return host
+
+
+def assert_cause_named(report: dict[str, Any], gate: str, host: str, out: str) -> None:
+    """A failed gate's run names its cause as data (report.json's `cause`: the gate, the hosts it names, their
+    log lines) and in the run's one line (`gate NAME failed on HOST`)."""
+    cause = report.get("cause") or {}
+    assert cause.get("gate") == gate and host in cause.get("hosts", []), cause
+    assert cause.get("fix") and cause.get("logs", {}).get(host), cause
+    assert f"gate {gate} failed on {host}" in out, out[-3000:]

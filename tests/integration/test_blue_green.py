@@ -29,7 +29,15 @@ import pytest
 import yaml
 
 from dsv4deploy.rollout.downtime import DowntimeClient
-from tests.integration.simhost import READINESS, SMALL_NEEDLE_VARS, SMALL_SOAK, SimHost, assign_ports, stop_supervisord
+from tests.integration.simhost import (
+    READINESS,
+    SMALL_NEEDLE_VARS,
+    SMALL_SOAK,
+    SimHost,
+    assert_cause_named,
+    assign_ports,
+    stop_supervisord,
+)
 from tests.integration.test_interrupted import kill_at, kill_when, lock_record, start
 from tests.ports import free_port_block
 
@@ -119,6 +127,8 @@ def test_blue_green_gate_failure_leaves_production_serving(bg_host: SimHost) -> 
     assert not _listening(bg_host.base_port + PORT_OFFSET)
     report = bg_host.report()
     assert report["verdict"] == "failed" and "production was not touched" in json.dumps(report)
+    assert_cause_named(report, report["cause"]["gate"], "local", out)
+    assert report["failed_gate"] == report["cause"]["gate"], report["cause"]
 
 
 def test_router_settings_change_is_named_first_and_replaces_the_router_once(bg_host: SimHost) -> None:

@@ -17,7 +17,7 @@ import urllib.request
 import httpx
 import pytest
 
-from tests.integration.simhost import REPO, SMALL_NEEDLE, SMALL_SOAK, VENV_BIN, SimHost
+from tests.integration.simhost import REPO, SMALL_NEEDLE, SMALL_SOAK, VENV_BIN, SimHost, assert_cause_named
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +119,9 @@ def test_override_ignored_by_decode_alone_garbles_and_rolls_back(sim_host: SimHo
     assert proc.returncode != 0
     report = sim_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "smoke")
+    # The cause names the gate, the host and the servers' last lines there (the decode's among them).
+    assert_cause_named(report, "smoke", "local", proc.stdout)
+    assert any(line.startswith("sglang-dsv4-decode: ") for line in report["cause"]["logs"]["local"]), report["cause"]
     assert_serving(sim_host, good)
 
 

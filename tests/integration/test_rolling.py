@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.integration.simhost import SimHost, assign_ports
+from tests.integration.simhost import SimHost, assert_cause_named, assign_ports
 
 # The same deadlines, continuous client and listener check as the blue_green tests.
 from tests.integration.test_blue_green import FAST, _deploy_under_load, _listening
@@ -117,6 +117,7 @@ def test_rolling_step_2_failure_rolls_back_step_by_step_with_no_failed_request(r
     report = roll_host.report()
     failed = report["release"]
     assert report["verdict"] == "rolled_back" and failed != serving
+    assert_cause_named(report, "readiness", "local", json.dumps(report))
     assert report["rolling_table"][2:] == [
         f"| start | {serving} | {serving} | {serving} | {serving} |",
         f"| 1 | {failed} | {failed} | {serving} | {serving} |",

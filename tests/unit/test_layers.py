@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dsv4deploy"
 
 # Bottom up. A package may import from any package of a lower layer, never from its own layer or above.
 LAYERS: list[set[str]] = [
-    {"sglang"},
+    {"sglang", "net"},
     {"spec", "gates"},
     {"plan", "report", "inventory"},
     {"rollout", "isolate", "controller"},

@@ -260,3 +260,22 @@ def test_every_condition_is_short_enough_to_read() -> None:
                                  (task["when"] if isinstance(task.get("when"), list) else [task.get("when") or ""]))
                   if len(clause) > MAX_CONDITION)
     assert not long, f"split these into a list of clauses, or name them in vars/main.yml: {long}"
+
+
+def test_whether_a_release_serves_counts_programs_still_starting() -> None:
+    """A service's `serving` (running, or STARTING within supervisord's startsecs) decides whether a release
+    serves; `running` alone would send a deploy made within startsecs of the last start to recreate's outage."""
+    by_running = sorted(f"{p.relative_to(REPO)}: {task.get('name')}"
+                        for role in ROLES for p in [*sorted((role / "tasks").glob("*.yml")), role / "vars" / "main.yml"]
+                        if p.exists() for task in tasks(load(p)) if isinstance(task, dict)
+                        for expr in (expressions(task) if p.parent.name == "tasks" else strings(task))
+                        if re.search(r"attr\(\s*'value\.running'", expr))
+    assert not by_running, f"judge services by value.serving, not value.running: {by_running}"
+
+
+def test_every_way_the_rollout_fails_ends_in_its_outcome_file() -> None:
+    """The rollout's failures end in one file (report, outcome record, one line): no other task file of the role
+    fails the play itself."""
+    failing = sorted(p.name for p in (REPO / "roles" / "dsv4_rollout" / "tasks").glob("*.yml")
+                     for task in tasks(load(p)) if {"fail", "ansible.builtin.fail"} & set(task))
+    assert failing == ["outcome.yml"], f"end these through tasks/outcome.yml: {failing}"

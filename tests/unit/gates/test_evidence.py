@@ -10,7 +10,6 @@ from dsv4deploy.gates.evidence import (
     BernoulliSPRT,
     Decision,
     Outcome,
-    combine,
     exact_interval,
     fisher_greater,
     mann_whitney_greater,
@@ -116,12 +115,3 @@ def test_a_decision_shows_its_evidence() -> None:
                                    "interval_95": [0.016, 0.204], "p_value": 0.004, "risks": {"alpha": 0.01}}
     assert Decision(Outcome.ERROR, "metrics unreadable").stats() == "no trials"
 
-
-def test_judged_together_the_worst_outcome_wins() -> None:
-    def d(outcome: Outcome) -> Decision:
-        return Decision(outcome, "")
-
-    assert combine([d(Outcome.PASSED), d(Outcome.PASSED)]) is Outcome.PASSED
-    assert combine([d(Outcome.PASSED), d(Outcome.INCONCLUSIVE)]) is Outcome.INCONCLUSIVE
-    assert combine([d(Outcome.INCONCLUSIVE), d(Outcome.ERROR)]) is Outcome.ERROR
-    assert combine([d(Outcome.ERROR), d(Outcome.FAILED)]) is Outcome.FAILED

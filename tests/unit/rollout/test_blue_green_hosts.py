@@ -15,7 +15,10 @@ import pytest
 
 from dsv4deploy.plan import make_plan
 from dsv4deploy.plan.services import services_on
-from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan, slot_hosts, slot_root
+from dsv4deploy.rollout.blue_green import beside_spec, slot_hosts
+from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.slot import slot_root
+from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import Deployment, SpecError, check_deployment, load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))

@@ -11,7 +11,9 @@ import pytest
 
 from dsv4deploy.plan.render import render_release
 from dsv4deploy.plan.services import services_on
-from dsv4deploy.rollout.strategy import beside_spec, load_rollout, slot_root
+from dsv4deploy.rollout.blue_green import beside_spec
+from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.slot import slot_root
 from dsv4deploy.spec import SpecError, check_deployment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))

@@ -13,7 +13,8 @@ import pytest
 
 from dsv4deploy.plan import make_plan
 from dsv4deploy.rollout import rolling
-from dsv4deploy.rollout.strategy import load_rollout, rollout_plan
+from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import SpecError, load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from dsv4deploy.plan import make_plan
 from dsv4deploy.rollout import rolling_plan
-from dsv4deploy.rollout.strategy import load_rollout, rollout_plan
+from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec.models import ApiKeyRef
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 
 from dsv4deploy.plan import make_plan
 from dsv4deploy.plan.services import build_services
-from dsv4deploy.rollout.strategy import beside_spec, load_rollout, rollout_plan
+from dsv4deploy.rollout.blue_green import beside_spec
+from dsv4deploy.rollout.settings import Strategy, load_rollout
+from dsv4deploy.rollout.strategy import STRATEGIES, rollout_plan
 from dsv4deploy.spec import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
@@ -161,3 +164,11 @@ def test_rolling_surges_a_lone_multi_node_server_onto_gpus_spare_on_every_node()
     problems = _refusal(multi_node_pd_spec(), dsv4_rollout_strategy="rolling")
     assert problems and all("no surge fits beside it" in p for p in problems), problems
     assert rollout_plan(multi_node_pd_spec(), load_rollout({}))["strategy"] == "recreate"
+
+
+def test_every_strategy_the_settings_take_has_one_plan_in_the_contract() -> None:
+    # The one place a strategy is chosen: a strategy the settings accept without a plan would fail at a deploy.
+    assert set(typing.get_args(Strategy)) == set(STRATEGIES)
+    for name in STRATEGIES:
+        part = rollout_plan(pd_spec(**HALF), load_rollout({"dsv4_rollout_strategy": name}))
+        assert part["strategy"] == name and part["why"].startswith(name), part

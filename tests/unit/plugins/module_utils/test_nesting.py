@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import nesting
-from dsv4deploy.rollout.strategy import SLOT_DIR
+from dsv4deploy.rollout.slot import SLOT_DIR
 from dsv4deploy.spec import SpecError, load_spec
 from dsv4deploy.spec.values import SLOT_DIR as SPEC_SLOT_DIR
 from tests.unit.plugins.modules.test_dsv4_host_releases import release_files

@@ -59,7 +59,7 @@ def test_the_report_carries_the_log_of_the_failed_start():
     data["failed_gate"], data["failure"] = "switchover", "sglang-dsv4-decode did not start (failed): ..."
     data["failure_logs"] = {"gpu1": journal_lines(JOURNAL_217)}
     md = render_markdown(data)
-    assert "## Log of the failed start on gpu1" in md
+    assert "## Log since the start on gpu1" in md
     assert "status=217/USER" in md and "Failed at step USER spawning" in md
 
 

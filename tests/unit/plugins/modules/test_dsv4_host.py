@@ -9,6 +9,7 @@ from pathlib import Path
 
 # At import time, before a test installs Ansible's collection finder (which then refuses this import).
 from ansible_collections.dsv4.deploy.plugins.modules.dsv4_host import clashes
+from tests.unit.plugins.conftest import BIN_DIR, PROGRAM
 from tests.unit.plugins.runner import run_module
 
 
@@ -76,3 +77,26 @@ def test_addresses_clash_when_equal_or_either_is_a_wildcard_and_an_ipv4_mapped_l
     assert [clashes(bound, other) for bound, other in (("127.0.0.2", "127.0.0.1"), ("127.0.0.1", "::ffff:127.0.0.1"),
                                                        ("127.0.0.1", "::"), ("0.0.0.0", "10.0.0.1"),
                                                        (None, "10.0.0.1"))] == [False, True, True, True, True]
+
+
+def test_a_program_within_supervisords_startsecs_counts_as_serving(tmp_path: Path, install_root: Path) -> None:
+    # A deploy started within startsecs of the previous start finds the program STARTING: the strategy that keeps
+    # the old release serving (blue_green, rolling) must count it as serving, not fall back to recreate's outage.
+    conf = install_root / "current" / "supervisor" / f"{PROGRAM}.conf"
+    conf.write_text(conf.read_text().replace("startsecs=0", "startsecs=120"))
+    started = run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(install_root),
+                         supervisor_bin_dir=BIN_DIR, state="started")
+    assert started["started"] == [PROGRAM], started
+    out = run_module("dsv4_host", tmp_path, gpu_query_command=["false"], state="check",
+                     services={"manager": "supervisor", "install_root": str(install_root),
+                               "supervisor_bin_dir": BIN_DIR})
+    status = out["services"][PROGRAM]
+    assert status["state"] == "STARTING" and not status["running"], status
+    assert status["serving"] is True and status["pid"] in out["pids"], status
+
+
+def test_a_stopped_program_is_not_serving(tmp_path: Path, install_root: Path) -> None:
+    out = run_module("dsv4_host", tmp_path, gpu_query_command=["false"], state="check",
+                     services={"manager": "supervisor", "install_root": str(install_root),
+                               "supervisor_bin_dir": BIN_DIR})
+    assert out["services"][PROGRAM]["serving"] is False, out

@@ -35,6 +35,9 @@ def test_status_names_the_pids_and_logs_come_redacted(tmp_path: Path, install_ro
         assert time.monotonic() < deadline, logs
         time.sleep(0.1)
     assert KEY not in logs and "api_key='***'" in logs
+    # A failed run's cause shows the last lines of each service, named by it.
+    tail = info(tmp_path, install_root, logs=True, tail=1, log_offsets=started["log_offsets"])
+    assert tail["lines"] == [f"{PROGRAM}: server_args=ServerArgs(api_key='***', port=30000)"], tail
 
 
 def test_a_root_supervisord_would_misread_is_refused(tmp_path: Path) -> None:
