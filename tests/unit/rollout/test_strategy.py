@@ -170,5 +170,5 @@ def test_every_strategy_the_settings_take_has_one_plan_in_the_contract() -> None
     # The one place a strategy is chosen: a strategy the settings accept without a plan would fail at a deploy.
     assert set(typing.get_args(Strategy)) == set(STRATEGIES)
     for name in STRATEGIES:
-        part = rollout_plan(pd_spec(**HALF), load_rollout({"dsv4_rollout_strategy": name}))
+        part = rollout_plan(pd_spec(host=H200, **HALF), load_rollout({"dsv4_rollout_strategy": name}))
         assert part["strategy"] == name and part["why"].startswith(name), part
