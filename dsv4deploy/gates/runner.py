@@ -38,7 +38,7 @@ from dsv4deploy.gates import (
 from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.canary import canary_analyses
 from dsv4deploy.gates.perf import PerfLoad, run_perf
-from dsv4deploy.gates.quality_runner import accuracy_gate, bake_canary, parity_gate
+from dsv4deploy.gates.quality_runner import accuracy_gate, bake_canary, override_behaviour, parity_gate
 from dsv4deploy.gates.recall_rule import BAD_RECALL, DEFAULT_MIN_RECALLED, DEFAULT_TRIALS, RecallRule
 from dsv4deploy.gates.result import Stopwatch, make_result
 
@@ -455,7 +455,8 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                    for w in plan["workers"]]
         expected = next(iter(plan["expected_overrides"].values()), {})
         return check_config(expected, servers, expected_settings=plan.get("expected_settings"), api_key=api_key,
-                            deadline_s=settings.config_deadline_s, expected_transports=plan.get("expected_transports"))
+                            deadline_s=settings.config_deadline_s, expected_transports=plan.get("expected_transports"),
+                            behaviour=override_behaviour(plan, settings, parity_baseline, api_key))
     if name == "smoke":
         breaker = plan.get("router_breaker_s")
         expect_ok = settings.smoke_expect_ok

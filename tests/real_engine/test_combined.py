@@ -69,7 +69,8 @@ def promoted(combined_first_deploy: tuple[SimHost, dict]) -> dict:
 def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost, promoted: dict) -> None:
     assert promoted["verdict"] == "promoted"
     assert [(g["name"], g["status"]) for g in promoted["gates"]] == [
-        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("needle", "passed"), ("perf", "skipped")]
+        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("needle", "passed"), ("parity", "passed"),
+        ("perf", "skipped")]
     assert engine_host.active_release() == promoted["release"]
     assert set(engine_host.pids()) == {SERVER}
     # The override is in the real start log and effective per the real /server_info.
@@ -168,6 +169,28 @@ def test_an_override_the_model_rejects_fails_readiness_at_once(engine_host: SimH
                            "RuntimeError: Number of heads in key and value must divide the number of heads in")
 
 
+def test_an_override_the_server_reports_but_does_not_apply_fails_the_config_gate_and_rolls_back(
+        engine_host: SimHost, promoted: dict) -> None:
+    # rope_theta 20000 -> 30000: sglang 0.5.23 under transformers 5 logs it and reports it in /server_info, and its
+    # Llama keeps the base of rope_parameters. The test model's heads break at any other base, so an applied change
+    # would move its answers; the config gate asks the last good release's prompts again and finds them identical.
+    proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides={"rope_theta": 30000.0}),
+                                timeout=900)
+    assert proc.returncode != 0
+    report = engine_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "config"), proc.stdout[-4000:]
+    config = gate(report, "config")
+    proofs = {p["key"]: p for p in config["evidence"]["proofs"]}
+    assert (proofs["rope_theta"]["log"], proofs["rope_theta"]["server_info"], proofs["rope_theta"]["behaviour"]) == (
+        True, True, "not applied"), proofs
+    assert "rope_theta=30000.0 is reported (log, /server_info) but not applied: all " in config["summary"]
+    assert "20000.0 -> 30000.0" in config["summary"], config["summary"]
+    assert f"release {promoted['release']} is serving again and verified" in proc.stdout
+    assert_serving(engine_host, promoted["release"])
+    print(f"real engine config gate, rope_theta 20000 -> 30000: {config['status']} in {config['seconds']:.1f} s: "
+          f"{config['summary'][:300]}")
+
+
 # The RoPE base as the model reads it under transformers 5 (rope_parameters): an override sglang applies.
 APPLIED_ROPE_BASE = {"rope_parameters": {"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25}}
 
@@ -191,6 +214,9 @@ def test_a_rope_base_the_model_was_not_built_for_fails_the_needle_and_rolls_back
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle"), proc.stdout[-4000:]
     assert [(g["name"], g["status"]) for g in report["gates"]][:3] == [
         ("readiness", "passed"), ("config", "passed"), ("smoke", "passed")]
+    # The config gate saw the answers move against the last good release's: the override is shown applied.
+    proofs = {p["key"]: p for p in gate(report, "config")["evidence"]["proofs"]}
+    assert proofs["rope_parameters"]["behaviour"] == "applied", proofs
     found = gate(report, "needle")
     cells = found["evidence"]["cells"]
     # A true recall failure: every request was answered (200, no error), and no answer held the needle.
