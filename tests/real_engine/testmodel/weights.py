@@ -3,7 +3,7 @@
 The residual stream holds named slots (``Layout``): a constant, the current token's features, the features
 of the tokens 1, 2 and 3 back, and the answer. A token's features are a one-hot code when it can be part of a
 needle's value (``Vocab.value_tokens``), and two flags saying what else it is (a value's start, a role
-marker, the assistant's, other text). Every embedding has the same norm, so each RMSNorm is a known
+marker, the assistant's, the end of turn, other text). Every embedding has the same norm, so each RMSNorm is a known
 constant and its weight undoes it.
 
 - Layer 0, heads 1-3: attend exactly 1, 2 and 3 tokens back through RoPE alone (rope.py) and write that
@@ -15,8 +15,8 @@ constant and its weight undoes it.
 - Layer 1, head 2 (value start): right after the assistant's marker it attends to the one token that can
   start a value; anywhere else it rests on the role markers, whose value is zero.
 - The unembedding reads the answer slot: a value token's code is that token's logit, "end" is the end of
-  turn's, and right after the assistant's marker a smaller constant is `` OK``'s (the answer when the
-  prompt holds no value). The MLPs are zero.
+  turn's, and right after the assistant's marker (or the model's own end of turn) a smaller constant is
+  `` OK``'s (the answer when the prompt holds no value). The MLPs are zero.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ LURES = {1: 32, 2: 48, 3: 64}
 # the value start over a resting head, and the resting head over everything else.
 ROPE_GAP, MATCH_GAP, START_SCORE, REST_SCORE = 16.0, 24.0, 40.0, 16.0
 START_WEIGHT, DEFAULT_WEIGHT, LOGIT_SCALE = 3.0, 1.5, 3.0
-FLAGS = ("nonvalue", "start", "inner", "assistant", "sink", "plain")
+FLAGS = ("nonvalue", "start", "inner", "assistant", "sink", "plain", "end")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ def build(vocab: Vocab) -> tuple[dict[str, np.ndarray], dict]:
             embed[token, cur + lay.flag("start" if token in vocab.value_starts else "inner")] = 1.0
         elif token == vocab.assistant:
             embed[token, cur + lay.flag("assistant")] = embed[token, cur + lay.flag("sink")] = 1.0
+        elif token == vocab.eos:
+            embed[token, cur + lay.flag("nonvalue")] = embed[token, cur + lay.flag("end")] = 1.0
         else:
             embed[token, cur + lay.flag("nonvalue")] = 1.0
             embed[token, cur + lay.flag("sink" if token in vocab.sinks else "plain")] = 1.0
@@ -152,6 +154,9 @@ def build(vocab: Vocab) -> tuple[dict[str, np.ndarray], dict]:
         head[token, lay.answer + a] = LOGIT_SCALE
     head[vocab.eos, lay.end] = LOGIT_SCALE
     head[vocab.default_answer, lay.slot(1) + lay.flag("assistant")] = LOGIT_SCALE * DEFAULT_WEIGHT
+    # After its own end of turn (a client that sets ignore_eos, as the perf gate does) it says " OK" again, so
+    # such a stream carries text and its inter-token latency can be measured.
+    head[vocab.default_answer, lay.slot(0) + lay.flag("end")] = LOGIT_SCALE * DEFAULT_WEIGHT
     t["lm_head.weight"] = head
     return {k: v.astype(np.float32) for k, v in t.items()}, config(vocab, lay)
 
