@@ -114,8 +114,10 @@ def test_pd_through_smg_with_the_kv_fault_fails_the_needle_and_rolls_back(
     assert proc.returncode != 0
     report = engine_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle"), proc.stdout[-4000:]
+    # The new release's gates, then the good release's verification after the rollback (readiness, smoke).
     assert [(g["name"], g["status"]) for g in report["gates"]] == [
-        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("needle", "failed")]
+        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("needle", "failed"),
+        ("readiness", "passed"), ("smoke", "passed")]
     needle = next(g for g in report["gates"] if g["name"] == "needle")
     cells = {(c["context_tokens"], c["depth"]): c for c in needle["evidence"]["cells"]}
     # A true recall failure: every request answered, no answer holding the value (the first token, from prefill,
@@ -176,9 +178,10 @@ def test_with_the_kv_fault_the_isolation_playbook_says_pd_specific_from_the_need
 PARITY_PROMPTS = [p for p in fixed_prompts() if p["kind"] == "tools" or p["length"] <= 800]
 
 
-# The tolerance here: 0. The CPU engine serving one request at a time was bit-exact between PD and combined
-# (max logprob delta 0 on these 6 prompts).
-CPU_TOLERANCE = 0.0
+# The tolerance here: 1e-4. With the random model the CPU engine serving one request at a time was bit-exact
+# between PD and combined; with the test model 3 of 6 prompts differ by less than 1e-6 in a logprob (greedy tokens
+# equal), the KV fault by whole tokens.
+CPU_TOLERANCE = 1e-4
 
 
 def _side(outputs: dict) -> dict:
