@@ -202,7 +202,7 @@ def test_combined_real_server_is_promoted_on_a_systemd_host(lab: kit.Lab, invent
 
 def test_a_release_the_model_rejects_fails_readiness_and_the_host_is_rolled_back(
         lab: kit.Lab, inventory: Path, tmp_path: Path, state: dict) -> None:
-    # 4 query heads cannot share 3 KV heads: the real model fails its warm-up forward.
+    # 3 query heads cannot share 2 KV heads: the real model fails its warm-up forward.
     deployment = yaml.safe_load((inventory / "group_vars" / "all" / "deployment.yml").read_text())
     bad = {"combined": {**deployment["combined"], "model_overrides": {"num_key_value_heads": 2}}}
     started = time.monotonic()
