@@ -3,8 +3,10 @@
 A flag in the log proves it was passed, not that it was applied, so each server is also asked
 ``GET /server_info`` (retried on transient errors within the gate's deadline) for its resolved
 ``json_model_override_args``. Even that is only what the server reports: a server that reports the
-value but computes without it (sglang's "logged but not applied") is caught by the needle gate, the
-functional probe, not here.
+value but computes without it (sglang's "logged but not applied") shows only in its answers. So the
+result says, per override key, what proved it: the log, ``/server_info``, and behaviour
+(dsv4deploy.gates.override_proof: the answers against the last good release's); an override shown
+not applied fails the gate.
 
 Prefill and decode are compared on every :data:`AGREEMENT_KEYS` setting. A key some server does
 not report cannot be confirmed: the result names it, and fails when the spec sets that key (then
@@ -37,8 +39,8 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the second is the ol
 AGREEMENT_KEYS = ("model_path", "page_size", "kv_cache_dtype", "context_length", "chat_template")
 
 LIMITS_NOTE = (
-    "server_info shows what the server reports, not what it computes with; "
-    "the needle gate is the functional check of the override"
+    "server_info shows what the server reports, not what it computes with; only behaviour (the answers "
+    "against the last good release's, and the needle gate's recall) shows an override applied"
 )
 
 
@@ -73,6 +75,7 @@ def check_config(
     *,
     expected_settings: dict[str, dict[str, Any]] | None = None,
     expected_transports: dict[str, str] | None = None,
+    behaviour: dict[str, dict[str, Any]] | None = None,
     api_key: str | None = None,
     timeout_s: float = 10.0,
     deadline_s: float = 60.0,
@@ -86,7 +89,8 @@ def check_config(
     {key: value}) is reported with that value; and when all prefill and decode servers report the
     same overrides and the same :data:`AGREEMENT_KEYS` (keys not reported are named as unconfirmed).
     A server whose spec asks for the RDMA transport (``expected_transports``: server name -> transport) fails
-    when mooncake's own log line says it chose TCP.
+    when mooncake's own log line says it chose TCP. ``behaviour`` is what the answers showed per override key
+    (dsv4deploy.gates.override_proof.judge); a key shown not applied fails.
     """
     if not isinstance(expected_overrides, dict):
         raise ValueError(f"expected_overrides must be a mapping, got {type(expected_overrides).__name__}")
@@ -109,6 +113,11 @@ def check_config(
                 infos[server.name] = info
                 problems += _settings_problems(server.name, info, settings.get(server.name) or {})
 
+    proofs = _proofs(expected_overrides, rows, behaviour)
+    problems += [f"override {p['key']}={p['value']!r} is reported ({', '.join(p['reported_by'])}) but not applied: "
+                 f"{p['why']}; the server computes as without it: check the name this sglang and its transformers "
+                 "read the setting under (the RoPE base: rope_parameters)"
+                 for p in proofs if p["behaviour"] == "not applied"]
     problems += _transport_problems(servers, expected_transports or {})
     agreement = _agreement(servers, infos)
     problems += agreement.pop("problems")
@@ -116,6 +125,7 @@ def check_config(
         "expected": expected_overrides,
         "servers": rows,
         "agreement": agreement,
+        "proofs": proofs,
         "note": LIMITS_NOTE,
     }
     # A warning, not a failure: the transfer works, only slower than configured.
@@ -126,6 +136,8 @@ def check_config(
         summary = f"override {_dump(expected_overrides)} logged and effective on {len(servers)} server(s)"
         if agreement["compared"]:
             summary += f", prefill and decode agree on {', '.join(agreement['compared'])}"
+        if behaviour is not None and proofs:  # answers were compared: say per key what proved it
+            summary += "; per key: " + "; ".join(f"{p['key']} {p['proved']}" for p in proofs)
         if agreement.get("unconfirmed"):
             summary += "; could not confirm " + "; ".join(
                 f"{k} (not reported by {', '.join(who)})" for k, who in agreement["unconfirmed"].items())
@@ -191,6 +203,27 @@ def _check_server(
     if server.checked_on:
         row["checked_on"] = server.checked_on
     return row, info, problems, failures
+
+
+def _proofs(expected: dict[str, Any], rows: list[dict[str, Any]],
+            behaviour: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Per override key: what reported it (every server's log, every server's server_info) and what the
+    answers showed (``behaviour``), with a phrase for the summary."""
+    out = []
+    for key, value in expected.items():
+        logged = all(key in (found := _parse_override(r["logged"]) or {}) and found[key] == value for r in rows)
+        effective = [r["effective"] if isinstance(r["effective"], dict) else _parse_override(r["effective"]) or {}
+                     for r in rows]
+        reported = all(key in e and e[key] == value for e in effective)
+        by = [name for name, ok in (("log", logged), ("/server_info", reported)) if ok]
+        shown = (behaviour or {}).get(key) or {"shown": "not shown", "why": "no comparison of answers was made "
+                                               "(the parity gate's record of a last good release gives one)"}
+        words = {"applied": "shown applied in behaviour", "not applied": "NOT applied (behaviour)",
+                 "not shown": "not shown in behaviour"}[shown["shown"]]
+        out.append({"key": key, "value": value, "log": logged, "server_info": reported, "reported_by": by,
+                    "behaviour": shown["shown"], "why": shown["why"],
+                    "proved": f"reported by {' and '.join(by) or 'nothing'}, {words}"})
+    return out
 
 
 def _transport_problems(servers: list[ServerConfigInput], wanted: dict[str, str]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 from dsv4deploy.gates.accuracy import STATUS as OUTCOME_STATUS
 from dsv4deploy.gates.accuracy import AccuracyPlan, reference_score, run_accuracy
 from dsv4deploy.gates.canary import PARITY, CanaryPlan
+from dsv4deploy.gates.override_proof import judge
 from dsv4deploy.gates.parity import TOLERANCE, collect, compare, left_out, markdown_table
 from dsv4deploy.gates.questions import BUILTIN
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result
@@ -163,3 +164,13 @@ def parity_gate(plan: Mapping[str, Any], settings: Any, *, baseline: Mapping[str
     evidence.update(decision=decision.evidence(), prompts=rows, by_length=per_length,
                     table=markdown_table(per_length))
     return make_result("parity", OUTCOME_STATUS[decision.outcome], watch, decision.reason, evidence)
+
+
+def override_behaviour(plan: Mapping[str, Any], settings: Any, baseline: Mapping[str, Any] | None,
+                       api_key: str | None = None) -> dict[str, dict[str, Any]] | None:
+    """What the answers show of each override (dsv4deploy.gates.override_proof) against the last good release's
+    parity record; None without one."""
+    if not baseline:
+        return None
+    return judge(model_settings(plan), parity_topology(plan), baseline, parity_tolerance(settings),
+                 lambda prompts: collect(plan["endpoint"], api_key=api_key, prompts=prompts))

@@ -14,12 +14,17 @@ import httpx
 from tests.integration.simhost import SimHost
 
 # The gates of the tier's first combined deploy, and of the simulator's beside it: readiness, config and
-# smoke, then the perf gate on a small streamed load (2 cores, shared): 4 requests, 2 at once, 8 output
-# tokens each. Its tolerances are generous: the judgement (verify against the recorded figures), not the
-# machine's load, is under test, and a loaded CI machine varies a lot. One real server start serves the
-# perf tests, test_combined's and test_side_by_side's.
+# smoke, the needle (the test model recalls by construction: a grid of 2 lengths x 2 depths, a cell
+# passing on 4 of 5 trials), parity (its record of the fixed prompt set's answers is what a later
+# release's config gate asks again, to show an override applied or not), then the perf gate on a small
+# streamed load (2 cores, shared): 4 requests, 2 at once, 8 output tokens each. Its tolerances are
+# generous: the judgement (verify against the recorded figures), not the machine's load, is under test,
+# and a loaded CI machine varies a lot. One real server start serves the needle and perf tests,
+# test_combined's and test_side_by_side's.
+NEEDLE_GRID = {"needle_lengths": [300, 1500], "needle_depths": [0.25, 0.75], "needle_required_tokens": 1500,
+               "needle_trials": 5, "needle_min_recalled": 4, "needle_concurrency": 2}
 FIRST_DEPLOY_GATES = ["-e", json.dumps({
-    "dsv4_gates_names": ["readiness", ["config", "smoke"], "perf"],
+    "dsv4_gates_names": ["readiness", ["config", "smoke"], "needle", "parity", "perf"], **NEEDLE_GRID,
     "perf_requests": 4, "perf_concurrency": 2, "perf_prompt_tokens": 32, "perf_output_tokens": 8,
     "perf_tolerance": 4.0, "perf_ttft_tolerance": 8.0, "perf_noise_floor_s": 0.5, "perf_deadline_s": 120})]
 # What the gates and operators ask a server (GET), during warm-up and once up.

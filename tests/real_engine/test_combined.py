@@ -1,11 +1,13 @@
-"""The combined topology on the real sglang 0.5.23 (CPU, tiny random Llama), deployed by the tool.
+"""The combined topology on the real sglang 0.5.23 (CPU, the hand-built test model), deployed by the tool.
 
-In order on one host: a release is promoted by readiness, config and smoke, its perf figures measured
+In order on one host: a release is promoted by readiness, config, smoke and the needle (the test model
+recalls the gate's planted values), its perf figures measured
 from the client and from the real server's own ``/metrics`` histograms (``--enable-metrics`` as
 rendered) and recorded, not judged (the first release); verify judges what serves against them with
 the same gate; servers that cannot
-start fail readiness at once with the real traceback and the good release comes back; the needle
-gate fails on the random model as a true recall failure and every host is rolled back; stop ends
+start fail readiness at once with the real traceback and the good release comes back; an override the
+server applies that takes the model off its RoPE base fails the needle as a true recall failure and every
+host is rolled back; stop ends
 every process of ours, the server's scheduler and detokenizer children included, after the request
 in flight when the drain began has completed.
 """
@@ -23,7 +25,7 @@ import yaml
 
 from tests.integration.simhost import SimHost
 from tests.real_engine.enginehost import alive, descendants, process_name, usage
-from tests.real_engine.sidebyside import FIRST_DEPLOY_GATES
+from tests.real_engine.sidebyside import FIRST_DEPLOY_GATES, NEEDLE_GRID
 
 pytestmark = pytest.mark.real_engine
 
@@ -67,7 +69,8 @@ def promoted(combined_first_deploy: tuple[SimHost, dict]) -> dict:
 def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost, promoted: dict) -> None:
     assert promoted["verdict"] == "promoted"
     assert [(g["name"], g["status"]) for g in promoted["gates"]] == [
-        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("perf", "skipped")]
+        ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("needle", "passed"), ("parity", "passed"),
+        ("perf", "skipped")]
     assert engine_host.active_release() == promoted["release"]
     assert set(engine_host.pids()) == {SERVER}
     # The override is in the real start log and effective per the real /server_info.
@@ -77,10 +80,23 @@ def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost
                      headers={"Authorization": f"Bearer {engine_host.api_key}"}).json()
     assert json.loads(info["json_model_override_args"]) == {"rope_theta": 20000.0}
     assert (info["device"], info["version"], info["served_model_name"]) == ("cpu", "0.5.23", MODEL)
-    # Smoke asked the random model and took its noise: finished and non-empty, the content unchecked.
+    # Smoke: the test model answers "Say OK" with " OK" (the content is not what smoke judges here).
     smoke = gate(promoted, "smoke")["evidence"]
-    assert smoke["expect_ok"] is False and smoke["content"].strip()
+    assert smoke["expect_ok"] is False and smoke["content"].strip() == "OK"
     print(f"combined: promoted in {promoted['_wall_s']} s (playbook wall time)")
+
+
+def test_the_needle_passes_on_the_combined_server(promoted: dict) -> None:
+    # The test model recalls the gate's own planted values: every cell of the grid, by the gate's k-of-n rule.
+    needle = gate(promoted, "needle")
+    cells = needle["evidence"]["cells"]
+    assert [(c["context_tokens"], c["depth"], c["outcome"]) for c in cells] == [
+        (n, d, "recalled") for n in (300, 1500) for d in (0.25, 0.75)], needle["summary"]
+    assert all(c["sized"] for c in cells), [(c["context_tokens"], c["prompt_tokens"]) for c in cells]
+    trials = [t for c in cells for t in c["trials"]]
+    assert all(t["answer"].strip() == t["code"] for t in trials if t["recalled"]), trials
+    print(f"real engine needle, combined: {len(cells)} cells, {sum(t['recalled'] for t in trials)} of {len(trials)} "
+          f"trials recalled, {needle['seconds']:.1f} s; {needle['summary']}")
 
 
 def test_the_perf_gate_measured_the_real_server_and_recorded_its_figures(promoted: dict) -> None:
@@ -146,23 +162,50 @@ def test_a_kv_pool_too_small_for_the_real_server_fails_readiness_at_once(engine_
 
 
 def test_an_override_the_model_rejects_fails_readiness_at_once(engine_host: SimHost, promoted: dict) -> None:
-    # 4 query heads cannot share 3 KV heads: the real model fails its warm-up forward.
-    proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides={"num_key_value_heads": 3}),
+    # 3 query heads cannot share 2 KV heads: the real model fails its warm-up forward.
+    proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides={"num_key_value_heads": 2}),
                                 timeout=900)
     assert_failed_at_start(engine_host, proc, promoted["release"],
                            "RuntimeError: Number of heads in key and value must divide the number of heads in")
 
 
-def test_the_needle_fails_on_the_random_model_as_a_recall_failure_and_rolls_back(engine_host: SimHost,
+def test_an_override_the_server_reports_but_does_not_apply_fails_the_config_gate_and_rolls_back(
+        engine_host: SimHost, promoted: dict) -> None:
+    # rope_theta 20000 -> 30000: sglang 0.5.23 under transformers 5 logs it and reports it in /server_info, and its
+    # Llama keeps the base of rope_parameters. The test model's heads break at any other base, so an applied change
+    # would move its answers; the config gate asks the last good release's prompts again and finds them identical.
+    proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides={"rope_theta": 30000.0}),
+                                timeout=900)
+    assert proc.returncode != 0
+    report = engine_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "config"), proc.stdout[-4000:]
+    config = gate(report, "config")
+    proofs = {p["key"]: p for p in config["evidence"]["proofs"]}
+    assert (proofs["rope_theta"]["log"], proofs["rope_theta"]["server_info"], proofs["rope_theta"]["behaviour"]) == (
+        True, True, "not applied"), proofs
+    assert "rope_theta=30000.0 is reported (log, /server_info) but not applied: all " in config["summary"]
+    assert "20000.0 -> 30000.0" in config["summary"], config["summary"]
+    assert f"release {promoted['release']} is serving again and verified" in proc.stdout
+    assert_serving(engine_host, promoted["release"])
+    print(f"real engine config gate, rope_theta 20000 -> 30000: {config['status']} in {config['seconds']:.1f} s: "
+          f"{config['summary'][:300]}")
+
+
+# The RoPE base as the model reads it under transformers 5 (rope_parameters): an override sglang applies.
+APPLIED_ROPE_BASE = {"rope_parameters": {"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25}}
+
+
+def test_a_rope_base_the_model_was_not_built_for_fails_the_needle_and_rolls_back(engine_host: SimHost,
                                                                                   promoted: dict) -> None:
-    # A changed release (another override), gated by the needle too: the random model recalls nothing.
+    # A changed release whose override the real server applies: twice the RoPE base the test model's heads were
+    # solved for moves them off the previous tokens (tests/real_engine/testmodel/rope.py), so it recalls nothing.
     # The gate list goes in the inventory, not in -e: an extra var would also replace the list the
     # rollback verifies the previous release with (readiness and smoke), and fail that on the needle.
     needle = engine_host.inventory / "group_vars" / "all" / "zz_needle.yml"
     needle.write_text(yaml.safe_dump({"dsv4_gates_names": ["readiness", ["config", "smoke"], "needle"],
-                                      "needle_required_tokens": 600}))
+                                      **NEEDLE_GRID}))
     try:
-        proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides={"rope_theta": 30000.0}),
+        proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides=APPLIED_ROPE_BASE),
                                     timeout=900)
     finally:
         needle.unlink()
@@ -171,15 +214,17 @@ def test_the_needle_fails_on_the_random_model_as_a_recall_failure_and_rolls_back
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "needle"), proc.stdout[-4000:]
     assert [(g["name"], g["status"]) for g in report["gates"]][:3] == [
         ("readiness", "passed"), ("config", "passed"), ("smoke", "passed")]
+    # The config gate saw the answers move against the last good release's: the override is shown applied.
+    proofs = {p["key"]: p for p in gate(report, "config")["evidence"]["proofs"]}
+    assert proofs["rope_parameters"]["behaviour"] == "applied", proofs
     found = gate(report, "needle")
     cells = found["evidence"]["cells"]
     # A true recall failure: every request was answered (200, no error), and no answer held the needle.
     assert cells and all(c["status"] == 200 and c["error"] is None for c in cells), cells
-    assert not any(c["recalled"] for c in cells), cells
-    # The 600-token cell (a few tokens over once tokenized) is a required cell: a recall failure, with its trials.
-    assert re.search(r"\d+ of \d+ cells within 600 tokens missed the needle; first: \d+ tokens .* 0/\d+ recalled",
+    assert not any(t["recalled"] for c in cells for t in c["trials"]), cells
+    assert re.search(r"\d+ of \d+ cells within 1500 tokens missed the needle; first: 300 tokens .* 0/\d+ recalled",
                      found["summary"]), found["summary"]
-    assert f"release {promoted['release']} is serving again and verified" in proc.stdout
+    assert f"release {promoted['release']} is serving again and verified" in proc.stdout, proc.stdout[-5000:]
     assert_serving(engine_host, promoted["release"])
 
 

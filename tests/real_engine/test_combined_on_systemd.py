@@ -1,4 +1,4 @@
-"""The real sglang 0.5.23 (CPU, tiny random Llama) on a real systemd host of the nspawn kit, over ssh.
+"""The real sglang 0.5.23 (CPU, the hand-built test model) on a real systemd host of the nspawn kit, over ssh.
 
 One throwaway Debian host (tests/systemd/hostkit.py: its own network namespace, which the real
 server needs, as gloo binds every interface) gets the tier's inventory with ``service_manager:
@@ -202,9 +202,9 @@ def test_combined_real_server_is_promoted_on_a_systemd_host(lab: kit.Lab, invent
 
 def test_a_release_the_model_rejects_fails_readiness_and_the_host_is_rolled_back(
         lab: kit.Lab, inventory: Path, tmp_path: Path, state: dict) -> None:
-    # 4 query heads cannot share 3 KV heads: the real model fails its warm-up forward.
+    # 3 query heads cannot share 2 KV heads: the real model fails its warm-up forward.
     deployment = yaml.safe_load((inventory / "group_vars" / "all" / "deployment.yml").read_text())
-    bad = {"combined": {**deployment["combined"], "model_overrides": {"num_key_value_heads": 3}}}
+    bad = {"combined": {**deployment["combined"], "model_overrides": {"num_key_value_heads": 2}}}
     started = time.monotonic()
     proc = lab.playbook("deploy.yml", inventory, "-e", json.dumps(bad), reports=tmp_path, timeout=1200)
     wall = round(time.monotonic() - started, 1)

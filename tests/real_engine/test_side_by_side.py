@@ -90,3 +90,16 @@ def test_error_bodies_of_bad_requests(sides: dict[str, dict]) -> None:
         assert shape(sim_body) == shape(real_body), (name, sim_body, real_body)
         if isinstance(real_body, dict) and "type" in real_body:
             assert sim_body["type"] == real_body["type"], (name, sim_body, real_body)
+
+
+def test_the_gates_verdicts_on_the_same_prompts(sides: dict[str, dict]) -> None:
+    # Both sides answer the needle gate's prompts (the same seed, grid and trials; each server's own token count
+    # sizes them) and the parity gate's fixed set: the real server with the hand-built test model, which recalls
+    # by construction, the simulator with its own recall. Every gate's verdict must be the same on both.
+    verdicts = {side: [(g["name"], g["status"]) for g in sides[side]["report"]["gates"]] for side in ("sim", "real")}
+    assert verdicts["sim"] == verdicts["real"], verdicts
+    needle = {side: next(g for g in sides[side]["report"]["gates"] if g["name"] == "needle")
+              for side in ("sim", "real")}
+    cells = {side: [(c["context_tokens"], c["depth"], c["outcome"], c["sized"]) for c in g["evidence"]["cells"]]
+             for side, g in needle.items()}
+    assert cells["sim"] == cells["real"], cells

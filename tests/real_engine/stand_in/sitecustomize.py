@@ -13,14 +13,6 @@ pages would not do: a decode slot freed by an earlier run of the same prompt may
 entry; nor would permuting them: attention over the whole prompt does not see the order.) A file, not an
 environment switch, so that a test turns it on and off on a running PD pair (a restart costs a minute
 here). The seeds' first hypothesis, a KV transfer that loses part of the cache, made real.
-
-For that fault to show, the model's output must depend on the KV it attends to. sglang's dummy weights
-(``--load-format dummy``) are drawn from +-1e-3: every layer's contribution is then a thousandth of the
-residual stream, the logits follow the last token alone, and half the KV replaced moved no logprob (delta 0,
-three runs). With ``DSV4_TEST_DUMMY_WEIGHT_RANGE`` set (the tier sets 0.5 on every server, so PD and combined
-still draw the same weights: sglang seeds each parameter alike) they are drawn from +-range instead; measured
-offline with the tier's config in bf16, +-0.5 is the smallest of 0.05/0.2/0.5 where the fault changes the
-greedy tokens after the first (24- and 300-token prompts), and it gives no NaN.
 """
 
 from __future__ import annotations
@@ -34,9 +26,7 @@ from types import ModuleType
 from typing import Any
 
 TARGET = "sglang.srt.disaggregation.mooncake.conn"
-LOADER = "sglang.srt.model_loader.loader"
 DROP_SWITCH = os.environ.get("DSV4_TEST_KV_DROP_FILE", "")
-WEIGHT_RANGE = os.environ.get("DSV4_TEST_DUMMY_WEIGHT_RANGE", "")
 
 
 def _dropping_half(send: Any) -> Any:
@@ -64,29 +54,17 @@ def _dropping_half(send: Any) -> Any:
     return wrapper
 
 
-def _wider(initialize: Any, bound: float) -> Any:
-    """``initialize_dummy_weights`` drawing from +-``bound`` (its seed and everything else as they are)."""
-
-    @functools.wraps(initialize)
-    def wrapper(model: Any, low: float = -1e-3, high: float = 1e-3, **kwargs: Any) -> None:
-        initialize(model, low=-bound, high=bound, **kwargs)
-
-    return wrapper
-
-
 def _patch(module: ModuleType) -> None:
     if module.__name__ == TARGET:
         module.MooncakeKVSender.supports_host_tensor_indices = False
         if DROP_SWITCH:
             manager = module.MooncakeKVManager
             manager._send_kvcache_generic = _dropping_half(manager._send_kvcache_generic)
-    elif module.__name__ == LOADER and WEIGHT_RANGE:
-        module.initialize_dummy_weights = _wider(module.initialize_dummy_weights, float(WEIGHT_RANGE))
 
 
 class _PatchOnLoad(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
-        if name not in (TARGET, LOADER):
+        if name != TARGET:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:

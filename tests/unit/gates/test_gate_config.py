@@ -195,3 +195,29 @@ def test_tcp_asked_for_or_no_mooncake_line_is_no_failure(stub):
     servers = [server(stub, "prefill", "prefill", LOG_0518), server(stub, "decode", "decode", LOG_0523 + MOONCAKE_TCP)]
     assert check_config(EXPECTED, servers, expected_transports={"prefill": "rdma", "decode": "tcp"}).status \
         is GateStatus.PASSED
+
+
+def test_each_key_says_what_proved_it_and_an_override_shown_not_applied_fails(stub):
+    servers = [server(stub, "combined", "combined", LOG_0523)]
+    plain = check_config(EXPECTED, servers)
+    assert plain.status is GateStatus.PASSED
+    assert [(p["key"], p["log"], p["server_info"], p["behaviour"]) for p in plain.evidence["proofs"]] == [
+        ("index_topk", True, True, "not shown")]
+    assert "per key" not in plain.summary  # nothing compared: the summary claims no more than before
+
+    shown = check_config(EXPECTED, servers, behaviour={"index_topk": {"shown": "applied", "why": "2 of 9 moved"}})
+    assert shown.status is GateStatus.PASSED
+    assert shown.summary.endswith("per key: index_topk reported by log and /server_info, shown applied in behaviour")
+
+    ignored = check_config(EXPECTED, servers, behaviour={"index_topk": {"shown": "not applied", "why": "identical"}})
+    assert ignored.status is GateStatus.FAILED
+    assert ignored.summary.startswith("override index_topk=1024 is reported (log, /server_info) but not applied: "
+                                      "identical; the server computes as without it")
+
+
+def test_a_key_the_server_info_does_not_report_is_proved_by_the_log_alone(stub):
+    servers = [server(stub, "combined", "combined", LOG_0523, reply=info('{"index_topk": 2048}'))]
+    result = check_config(EXPECTED, servers)
+    assert result.status is GateStatus.FAILED
+    assert [(p["log"], p["server_info"], p["reported_by"]) for p in result.evidence["proofs"]] == [
+        (True, False, ["log"])]
