@@ -76,7 +76,8 @@ def start_listener(ports: list[dict], ttl_s: float) -> dict:
     argv = [sys.executable, "-c", _CHILD, json.dumps({"ports": ports, "ttl_s": ttl_s}), MARK]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
-    assert child.stdout is not None
+    if child.stdout is None:  # stdout=PIPE always gives one; this only narrows the type
+        raise RuntimeError("the listener's stdout is not a pipe")
     line = child.stdout.readline()
     child.stdout.close()
     answer = json.loads(line) if line else {"bound": [], "busy": [], "failed": {"*": "the listener did not start"}}

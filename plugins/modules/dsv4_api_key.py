@@ -10,7 +10,7 @@ description:
   - Reads O(path) with C(O_NOFOLLOW) and checks the open file (a regular file, writable by its owner only, owned by
     root or O(owner), at most 4 KiB) before reading it; a FIFO, a device or a link planted there is refused with
     its path, owner and mode, and nothing is read.
-  - The whole result is hidden (no_log): the key is its RV(key).
+  - "The whole result is hidden (no_log): the key is its RV(key)."
 options:
   path:
     type: path
