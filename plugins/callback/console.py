@@ -23,7 +23,7 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
-# ansible.cfg beside the playbooks (a clone of dsv4deploy has it), or ANSIBLE_STDOUT_CALLBACK=dsv4.deploy.console
+# ANSIBLE_STDOUT_CALLBACK=dsv4.deploy.console, or in the ansible.cfg beside the playbooks:
 # [defaults]
 # stdout_callback = dsv4.deploy.console
 """

@@ -205,6 +205,8 @@ def main() -> None:
         module.exit_json(changed=False, **out, **answer)
     salt = module.params["salt"]
     if not os.path.isdir(os.path.dirname(out["path"])):
+        if module.check_mode:  # the install's own check run does not make the folder either: it would, then this
+            module.exit_json(changed=True, **out)
         module.fail_json(msg=f"{os.path.dirname(out['path'])} does not exist: the install makes it first", **out)
     try:
         changed = keep(root, salt, module.check_mode)

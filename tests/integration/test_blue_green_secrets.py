@@ -76,8 +76,8 @@ def test_blue_green_promotes_with_a_secret_env_and_a_vault_key(bg_host: SimHost)
     # The slot's release had the same secret files as home, with the same modes, while it served the gates...
     envs = {name: seen for name, seen in watch.seen.items() if name.endswith(".env")}
     assert sorted(n.rsplit("-", 1)[1] for n in envs) == ["decode.env", "prefill.env"], watch.seen.keys()
-    assert set(envs.values()) == {(0o600, f'HF_TOKEN="{new}"\n')}, envs
-    assert watch.seen.get("api_key") == (0o400, key), watch.seen.get("api_key", "no api_key in the slot")
+    assert set(envs.values()) == {(0o440, f'HF_TOKEN="{new}"\n')}, envs
+    assert watch.seen.get("api_key") == (0o440, key), watch.seen.get("api_key", "no api_key in the slot")
     # ...and they went with it; home holds the new release's, which its servers read.
     assert not (_slot(bg_host) / "secrets").exists()
     assert not _listening(bg_host.base_port + PORT_OFFSET)
