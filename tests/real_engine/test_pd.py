@@ -163,8 +163,9 @@ def test_with_the_kv_fault_the_isolation_playbook_says_pd_specific_from_the_need
              for name in ("pd", "combined")}
     outcomes = {name: {(c["context_tokens"], c["depth"]): c["outcome"] for c in g["evidence"]["cells"]}
                 for name, g in sides.items()}
-    assert outcomes["combined"] == {(n, d): "recalled" for n in (300, 1500) for d in (0.25, 0.75)}, outcomes
-    assert outcomes["pd"] == {(n, d): "missed" for n in (300, 1500) for d in (0.25, 0.75)}, outcomes
+    grid = [(n, d) for n in (300, 1500) for d in (0.2, 0.4, 0.6, 0.8)]
+    assert outcomes["combined"] == {cell: "recalled" for cell in grid}, outcomes
+    assert outcomes["pd"] == {cell: "missed" for cell in grid}, outcomes
     # The same PD release serves again, verified, and the temporary combined one is gone.
     assert (report["status"], report["restored"], report["serving_release"]) == ("ok", True, release)
     assert engine_host.active_release() == release
