@@ -102,8 +102,8 @@ def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_sec
     assert "**CLEAN**" in md and "Recall curve" in md and "restored and verified" in md
     assert "ISOLATED: **CLEAN**" in proc.stdout
     twin = sim_host.install_root / "secrets" / "sglang-dsv4.env"
-    assert twin.read_text() == f'HF_TOKEN="{token}"\n' and (twin.stat().st_mode & 0o777) == 0o600, \
-        "the combined twin's env file holds the secret, 0600"
+    assert twin.read_text() == f'HF_TOKEN="{token}"\n' and (twin.stat().st_mode & 0o777) == 0o440, \
+        "the combined twin's env file holds the secret, 0440 (root's, the service user's group reads it)"
     assert token not in proc.stdout + proc.stderr, "the secret never shows in the experiment's output"
     assert not [p for p in sim_host.reports.rglob("*") if p.is_file() and token.encode() in p.read_bytes()], \
         "the secret is in no report"
