@@ -141,7 +141,7 @@ setup_newest() {
     [ -n "$newest" ] || { log "no Python 3.12+ found for .venv-newest: set PYTHON_NEWEST"; exit 1; }
     [ -x .venv-newest/bin/python ] || { log "creating .venv-newest with $newest"; "$newest" -m venv .venv-newest; }
     log "installing dsv4deploy with the newest ansible-core into .venv-newest"
-    .venv-newest/bin/pip install -q -e '.[sim]' 'ansible-core>=2.21' pytest pytest-xdist pytest-rerunfailures hypothesis 2>&1 | grep -v '^WARNING: Location' || true
+    .venv-newest/bin/pip install -q -e '.[sim]' 'ansible-core>=2.21' pytest pytest-xdist pytest-rerunfailures hypothesis antsibull-changelog 2>&1 | grep -v '^WARNING: Location' || true
     .venv-newest/bin/python -c 'import dsv4deploy, ansible, sglang_router, supervisor' \
       || { log "the .venv-newest install is incomplete"; exit 1; }
 }
