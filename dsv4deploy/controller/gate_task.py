@@ -17,15 +17,9 @@ from dsv4deploy.controller.progress import Heartbeat
 from dsv4deploy.gates import GateStatus, skipped
 from dsv4deploy.gates.bake import BakeSettings
 from dsv4deploy.gates.blame import hosts_named
+from dsv4deploy.gates.chain import chain_problem, counts_as_failed, run_chain
 from dsv4deploy.gates.result import Stopwatch, make_result
-from dsv4deploy.gates.runner import (
-    GateSettingsError,
-    chain_problem,
-    counts_as_failed,
-    retired_warnings,
-    run_chain,
-    run_gate,
-)
+from dsv4deploy.gates.runner import GateSettingsError, retired_warnings, run_gate
 from dsv4deploy.report import predraw_heatmap
 
 display = Display()

@@ -37,15 +37,7 @@ from dsv4deploy.gates import (
 )
 from dsv4deploy.gates.bake import BakeSettings, run_bake
 from dsv4deploy.gates.canary import canary_analyses
-from dsv4deploy.gates.chain import (  # noqa: F401  (re-exported: the gates' names and chain live there)
-    GATE_NEEDS,
-    GATES,
-    chain_problem,
-    counts_as_failed,
-    group_problem,
-    names_problems,
-    run_chain,
-)
+from dsv4deploy.gates.chain import GATES, names_problems
 from dsv4deploy.gates.occupancy import OccupancySampler
 from dsv4deploy.gates.perf import PerfLoad, run_perf
 from dsv4deploy.gates.quality_runner import accuracy_gate, bake_canary, override_behaviour, parity_gate

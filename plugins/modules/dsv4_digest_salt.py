@@ -108,7 +108,6 @@ SALT = re.compile(r"[0-9a-f]{64}\Z")
 LEGACY_MARK = b"<secret sha256:"
 # The line a serve script names its API key's digest on (templates/serve/_base.sh.j2).
 KEY_MARK = re.compile(rb"^# The key's content, keyed by the host's digest salt: hmac ([0-9a-f]{12})", re.M)
-KEY_MAX_BYTES = 65536
 
 
 def salt_path(root: str) -> str:

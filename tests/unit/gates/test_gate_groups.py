@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dsv4deploy.gates.runner import (
+from dsv4deploy.gates.chain import (
     GATE_NEEDS,
     GATES,
     chain_problem,
