@@ -487,10 +487,12 @@ def _unreachable(asked: list[dict[str, str]], probes: Mapping[str, Any]) -> list
 
 def _died_result(watch: Stopwatch, died: list[dict[str, Any]]) -> GateResult:
     """Readiness failed at once: a program exited or was restarted while the hosts waited for it."""
-    lines = [f"{d['name']} on host {d['host']} {_fate(d)}: "
-             f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait"
-             + (f"\n--- {d.get('log_source') or 'log'} ---\n{d['log']}" if d.get("log") else "")
-             for d in died]
+    # Every program's one line first, then the logs: a cause shortened to its head (the rollout's one line)
+    # still names each program and host; with several ranks, the one that died first may be the second.
+    heads = [f"{d['name']} on host {d['host']} {_fate(d)}: "
+             f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait" for d in died]
+    logs = [f"--- {d['name']} ({d['host']}): {d.get('log_source') or 'log'} ---\n{d['log']}" for d in died if d.get("log")]
+    lines = ["; ".join(heads), *logs]
     failures = [{"what": f"{d['name']} ({d['host']})", "status": None, "body": d.get("log", ""), "error": d["why"]}
                 for d in died]
     return make_result("readiness", GateStatus.FAILED, watch, "\n".join(lines), {"died": died, "failures": failures})

@@ -68,7 +68,7 @@ def format_status(answers: list[HostStatus]) -> list[str]:
         lines.append(f"  engine: sglang {a.engine}" if a.engine else "  engine: not recorded")
         width = max([len("SERVICE"), *(len(s["name"]) for s in a.services)])
         lines.append(f"    {'SERVICE'.ljust(width)}  STATE    PID")
-        lines += [f"    {s['name'].ljust(width)}  {s['state'].ljust(7)}  {s.get('pid') or '-'}" for s in a.services]
+        lines += [f"    {s['name'].ljust(width)}  {s['state'].ljust(8)}  {s.get('pid') or '-'}" for s in a.services]
         lines.append(f"  {_timer_line(a.verify_timer)}")
     return lines
 

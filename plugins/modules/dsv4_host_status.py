@@ -46,8 +46,8 @@ engine:
   type: str
   returned: always
 services:
-  description: The active release's services, in drain order, each with C(name) and C(state) (running or stopped)
-    and C(pid).
+  description: The active release's services, in drain order, each with C(name), C(state) (running; starting, while its
+    service manager has not yet counted it up, as supervisord's startsecs; or stopped) and C(pid).
   type: list
   elements: dict
   returned: always
@@ -124,8 +124,9 @@ def services(mgr: object, root: str) -> list[dict]:
     """The active release's services (drain order) with their state."""
     names = chosen(root, None, "all")
     found = report(mgr, names)["services"]
-    return [{"name": n, "state": "running" if found[n].get("running") else "stopped", "pid": found[n].get("pid")}
-            for n in names]
+    # A program within supervisord's startsecs has a process but is not RUNNING yet: "starting", not "stopped".
+    return [{"name": n, "state": "running" if found[n].get("running") else "starting" if found[n].get("serving")
+             else "stopped", "pid": found[n].get("pid")} for n in names]
 
 
 def main() -> None:

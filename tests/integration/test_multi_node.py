@@ -182,8 +182,12 @@ def test_a_rank_killed_during_readiness_fails_the_deploy_naming_its_nodes_log(
     assert proc.returncode != 0, out[-8000:]
     flat = " ".join(out.split())
     # The readiness wait names the rank, its host and how it ended, with the lines of nb's log of it.
-    named = flat[flat.index(f"{RANK1} (nb)"):]
-    assert "terminated by SIGKILL" in named[:300] and "Node rank 1 joined" in named[:3000], named[:3000]
+    # (the gate's line first names every program that died, then gives each one's log)
+    assert f"{RANK1} on host nb did not start" in flat and f"--- {RANK1} (nb): " in flat, flat[-6000:]
+    named = flat[flat.index(f"{RANK1} on host nb did not start"):]
+    assert "terminated by SIGKILL" in named[:300], named[:3000]
+    its_log = flat[flat.index(f"--- {RANK1} (nb): "):]
+    assert "Node rank 1 joined" in its_log[:3000], its_log[:3000]
     assert sim_host.report()["verdict"] == "rolled_back", sim_host.report()
     _restored(sim_host, nodes, before)
 

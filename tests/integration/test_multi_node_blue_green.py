@@ -177,7 +177,8 @@ def test_a_slot_rank_killed_during_readiness_fails_beside_and_leaves_both_nodes_
     assert proc.returncode != 0 and "production was not touched, no rollback" in out, out[-8000:]
     flat = " ".join(out.split())
     # The readiness wait names the slot's rank on nb and how it ended.
-    named = flat[flat.index("-decode-rank1 (nb)"):]
+    assert "-decode-rank1 on host nb did not start" in flat, flat[-6000:]
+    named = flat[flat.index("-decode-rank1 on host nb did not start"):]
     assert "terminated by SIGKILL" in named[:300], named[:3000]
     print(f"multi-node blue_green, a slot rank killed, under the continuous client: {client.figures.line()}")
     assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()

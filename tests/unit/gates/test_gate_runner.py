@@ -41,6 +41,25 @@ def test_a_program_that_died_on_its_host_fails_readiness_at_once_asking_nothing(
     assert result.evidence["failures"][0]["what"] == "sglang-dsv4-decode (gpu2)"
 
 
+def test_ranks_that_died_on_two_hosts_are_all_named_before_any_log(stub):
+    # Rank 1 killed on nb takes rank 0 on na down with it: the cause, shortened to its head on the console, must
+    # still name both, whichever host's wait reported first.
+    server = stub({})
+    dead = {"na": ("sglang-dsv4-decode", "exited (exit status 1; not expected)"),
+            "nb": ("sglang-dsv4-decode-rank1", "exited (terminated by SIGKILL; not expected)")}
+    probes = {host: {"local": True, "died": {"name": name, "host": host, "why": why, "seconds": 3.0,
+                                               "log": "x" * 2000 + f" last words of {host}", "was_healthy": False}}
+              for host, (name, why) in dead.items()}
+    workers = [{"name": name, "role": "decode", "url": server.url, "host": host} for host, (name, _) in dead.items()]
+    result = run_gate("readiness", plan(server.url, workers=workers), GateSettings(readiness_deadline_s=600),
+                      probes=probes)
+    head = result.summary.split("\n", 1)[0]
+    assert "sglang-dsv4-decode on host na did not start" in head
+    assert "sglang-dsv4-decode-rank1 on host nb did not start: it exited (terminated by SIGKILL" in head
+    assert "xxxx" not in head  # no log inside the line that names them
+    assert "--- sglang-dsv4-decode-rank1 (nb): " in result.summary and "last words of nb" in result.summary
+
+
 def test_a_router_the_wait_never_started_is_named_with_why(stub):
     # The host's wait was to start the router once its workers answered /health; they never did, so the
     # router's own "not ready" (here: 503) must not be the whole story.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ansible_collections.dsv4.deploy.plugins.modules.dsv4_host_status import services
 from dsv4deploy.plan.status import HostStatus, format_status
 from tests.unit.plugins.runner import run_module
 
@@ -48,7 +49,7 @@ def test_an_active_release_with_nothing_running_and_a_failed_timer_run(tmp_path:
     assert lines[0] == f"gpu1 ({root})"
     assert lines[1].startswith("  release r1 (verified, installed 20")
     assert lines[2] == "  engine: sglang 0.5.23"
-    assert "    sglang-dsv4-router   stopped  -" in lines
+    assert "    sglang-dsv4-router   stopped   -" in lines
     assert lines[-1] == "  verify timer: last run 2025-12-05 02:00:00 UTC, FAILED (tool_calls), on release r1"
 
 
@@ -59,3 +60,23 @@ def test_a_release_whose_gates_have_not_passed_and_no_timer(tmp_path: Path) -> N
     lines = format_status([HostStatus("gpu1", str(root), active="r1", release_status="unverified")])
     assert lines[-1] == "  verify timer: no result under this install root (not installed here, or not run yet)"
     assert format_status([HostStatus("gpu2", "/x", error="unreachable: ssh")]) == ["gpu2 (/x)", "  unreachable: ssh"]
+
+
+class _Manager:
+    """A service manager's answers (the systemd/supervisord clients are tested on their own)."""
+
+    def __init__(self, states: dict[str, str]) -> None:
+        self.states = states
+
+    def status(self, name: str) -> dict:
+        state = self.states[name]
+        return {"name": name, "state": state, "running": state == "RUNNING", "pid": 7 if state != "STOPPED" else None}
+
+
+def test_a_program_within_its_startsecs_is_starting_not_stopped(tmp_path: Path) -> None:
+    root = _installed(tmp_path, verified=True)
+    found = services(_Manager({"sglang-dsv4-router": "STARTING", "sglang-dsv4-prefill": "RUNNING"}), str(root))
+    assert [(s["name"], s["state"], s["pid"]) for s in found] == [
+        ("sglang-dsv4-router", "starting", 7), ("sglang-dsv4-prefill", "running", 7)]
+    lines = format_status([HostStatus("gpu1", str(root), active="r1", release_status="verified", services=found)])
+    assert "    sglang-dsv4-router   starting  7" in lines
