@@ -491,7 +491,8 @@ def _died_result(watch: Stopwatch, died: list[dict[str, Any]]) -> GateResult:
     # still names each program and host; with several ranks, the one that died first may be the second.
     heads = [f"{d['name']} on host {d['host']} {_fate(d)}: "
              f"it {d['why']}, {float(d.get('seconds') or 0):.1f} s into the readiness wait" for d in died]
-    logs = [f"--- {d['name']} ({d['host']}): {d.get('log_source') or 'log'} ---\n{d['log']}" for d in died if d.get("log")]
+    logs = [f"--- {d['name']} ({d['host']}): {d.get('log_source') or 'log'} ---\n{d['log']}"
+            for d in died if d.get("log")]
     lines = ["; ".join(heads), *logs]
     failures = [{"what": f"{d['name']} ({d['host']})", "status": None, "body": d.get("log", ""), "error": d["why"]}
                 for d in died]
