@@ -39,14 +39,14 @@ def _plausible_wrong(value: str, salt: str) -> str:
 
 
 def question_of(text: str) -> str | None:
-    """The question the text ends with (its last line, at most three sentences), if it asks one."""
+    """The question the text ends with (its last line, at most three sentences), if it asks one; or the line
+    before, when the last only says how to answer (a question, then "End your answer with ...")."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    if not lines:
-        return None
-    sentences = [m.group(0).strip() for m in SENTENCE.finditer(lines[-1]) if m.group(0).strip()][-3:]
-    question = " ".join(sentences)
-    if "?" in question or any(_ASKING.match(s) for s in sentences):
-        return question
+    for line in reversed(lines[-2:]):
+        sentences = [m.group(0).strip() for m in SENTENCE.finditer(line) if m.group(0).strip()][-3:]
+        question = " ".join(sentences)
+        if "?" in question or any(_ASKING.match(s) for s in sentences):
+            return question
     return None
 
 

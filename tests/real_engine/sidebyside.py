@@ -7,11 +7,41 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from dsv4deploy.gates.haystack import build_haystack
 from tests.integration.simhost import SimHost
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def recall_questions(count: int = 60, tokens: int = 300) -> list[dict[str, str]]:
+    """Questions with exact answers that the test model can answer: needle prompts of ``tokens`` tokens at
+    spread depths whose planted value is a number (the answer the accuracy gate reads). The gate appends
+    its instruction line; the model copies the number (tests/real_engine/testmodel/vocab.py)."""
+    out: list[dict[str, str]] = []
+    trial = 0
+    while len(out) < count:
+        hay = build_haystack(tokens, (trial % 9) / 8, seed=23, trial=trial, chars_per_token=4.4)
+        trial += 1
+        # A number that repeats three of its own digits in a row cannot be copied unambiguously (a tie).
+        if hay.value.isdigit() and len({hay.value[i:i + 3] for i in range(4)}) == 4:
+            out.append({"question": hay.content, "answer": hay.value})
+    return out
+
+
+def recall_questions_file() -> Path:
+    """recall_questions() as the accuracy gate's JSONL, under build/ (the same file each run)."""
+    path = REPO / "build" / "real-engine" / "recall-questions.jsonl"
+    text = "".join(json.dumps(q) + "\n" for q in recall_questions())
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
 
 # The gates of the tier's first combined deploy, and of the simulator's beside it: readiness, config and
 # smoke, the needle (the test model recalls by construction: a grid of 2 lengths x 2 depths, a cell
@@ -20,11 +50,17 @@ from tests.integration.simhost import SimHost
 # streamed load (2 cores, shared): 4 requests, 2 at once, 8 output tokens each. Its tolerances are
 # generous: the judgement (verify against the recorded figures), not the machine's load, is under test,
 # and a loaded CI machine varies a lot. One real server start serves the needle and perf tests,
-# test_combined's and test_side_by_side's.
+# test_combined's and test_side_by_side's. Last, the accuracy gate on questions the test model answers
+# (recall_questions: 60 needle prompts of 300 tokens whose answer is a number; the construction, run
+# offline by tests/real_engine/testmodel/reference.py, answers 60 of 60): judged against 0.99, it passes
+# after 44 right answers in a row at its default risks.
+ACCURACY = {"accuracy_questions": str(recall_questions_file()), "accuracy_count": 60, "accuracy_expected": 0.99,
+            "accuracy_max_tokens": 16, "accuracy_concurrency": 2}
 NEEDLE_GRID = {"needle_lengths": [300, 1500], "needle_depths": [0.25, 0.75], "needle_required_tokens": 1500,
                "needle_trials": 5, "needle_min_recalled": 4, "needle_concurrency": 2}
 FIRST_DEPLOY_GATES = ["-e", json.dumps({
-    "dsv4_gates_names": ["readiness", ["config", "smoke"], "needle", "parity", "perf"], **NEEDLE_GRID,
+    "dsv4_gates_names": ["readiness", ["config", "smoke"], "needle", "parity", "perf", "accuracy"], **NEEDLE_GRID,
+    **ACCURACY,
     "perf_requests": 4, "perf_concurrency": 2, "perf_prompt_tokens": 32, "perf_output_tokens": 8,
     "perf_tolerance": 4.0, "perf_ttft_tolerance": 8.0, "perf_noise_floor_s": 0.5, "perf_deadline_s": 120})]
 # What the gates and operators ask a server (GET), during warm-up and once up.

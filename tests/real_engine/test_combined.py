@@ -25,7 +25,7 @@ import yaml
 
 from tests.integration.simhost import SimHost
 from tests.real_engine.enginehost import alive, descendants, process_name, usage
-from tests.real_engine.sidebyside import FIRST_DEPLOY_GATES, NEEDLE_GRID
+from tests.real_engine.sidebyside import ACCURACY, FIRST_DEPLOY_GATES, NEEDLE_GRID
 
 pytestmark = pytest.mark.real_engine
 
@@ -97,6 +97,17 @@ def test_the_needle_passes_on_the_combined_server(promoted: dict) -> None:
     assert all(t["answer"].strip() == t["code"] for t in trials if t["recalled"]), trials
     print(f"real engine needle, combined: {len(cells)} cells, {sum(t['recalled'] for t in trials)} of {len(trials)} "
           f"trials recalled, {needle['seconds']:.1f} s; {needle['summary']}")
+
+
+def test_the_accuracy_gate_passes_on_questions_the_model_answers(promoted: dict) -> None:
+    # 60 needle prompts whose answer is a number, the gate's instruction line after each; the construction
+    # answers all 60 offline (ACCURACY): judged against 0.99, the sequential test passes it.
+    accuracy = gate(promoted, "accuracy")
+    assert accuracy["status"] == "passed", accuracy["summary"]
+    evidence = accuracy["evidence"]
+    assert evidence["right"] == evidence["n"] >= 44, evidence
+    print(f"real engine accuracy, combined: {evidence['right']} of {evidence['n']} right, "
+          f"{accuracy['seconds']:.1f} s; {accuracy['summary']}")
 
 
 def test_the_perf_gate_measured_the_real_server_and_recorded_its_figures(promoted: dict) -> None:
@@ -202,8 +213,8 @@ def test_a_rope_base_the_model_was_not_built_for_fails_the_needle_and_rolls_back
     # The gate list goes in the inventory, not in -e: an extra var would also replace the list the
     # rollback verifies the previous release with (readiness and smoke), and fail that on the needle.
     needle = engine_host.inventory / "group_vars" / "all" / "zz_needle.yml"
-    needle.write_text(yaml.safe_dump({"dsv4_gates_names": ["readiness", ["config", "smoke"], "needle"],
-                                      **NEEDLE_GRID}))
+    needle.write_text(yaml.safe_dump({"dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "accuracy"]],
+                                      **NEEDLE_GRID, **ACCURACY}))
     try:
         proc = engine_host.playbook("deploy.yml", *combined_with(engine_host, model_overrides=APPLIED_ROPE_BASE),
                                     timeout=900)
@@ -224,6 +235,9 @@ def test_a_rope_base_the_model_was_not_built_for_fails_the_needle_and_rolls_back
     assert not any(t["recalled"] for c in cells for t in c["trials"]), cells
     assert re.search(r"\d+ of \d+ cells within 1500 tokens missed the needle; first: 300 tokens .* 0/\d+ recalled",
                      found["summary"]), found["summary"]
+    # The accuracy gate beside it reads the same loss: the numbers are no longer copied.
+    accuracy = gate(report, "accuracy")
+    assert accuracy["status"] == "failed" and accuracy["evidence"]["right"] == 0, accuracy["summary"]
     assert f"release {promoted['release']} is serving again and verified" in proc.stdout, proc.stdout[-5000:]
     assert_serving(engine_host, promoted["release"])
 

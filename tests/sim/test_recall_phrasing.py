@@ -76,3 +76,12 @@ def test_the_best_matching_fact_wins_among_several() -> None:
 def test_instructions_that_ask_nothing_fall_through_to_the_other_behaviours() -> None:
     assert ask("Say OK") == "OK"
     assert HELD_OUT[2][2] not in ask(f"{HELD_OUT[2][0]}\nThanks for the update on the pallets.")
+
+
+@pytest.mark.parametrize(("fact", "question", "value"), HELD_OUT[:2])
+def test_a_question_followed_by_how_to_answer_is_answered(fact: str, question: str, value: str) -> None:
+    # The accuracy gate's form: the question, then a line that only says how to answer.
+    how = "Solve the problem. End your answer with 'The answer is N.' where N is a number."
+    assert ask(padded(fact, question, 800, 0.5) + "\n" + how) == value
+    # Only the line before: a fact stated two lines up is not a question.
+    assert value not in ask(f"{question}\nThanks for the update on the pallets.\n{how}")

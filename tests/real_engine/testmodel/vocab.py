@@ -24,16 +24,27 @@ VOCAB_LIMIT = 2048
 DEFAULT_ANSWER = "ĠOK"
 
 
-def haystack_module() -> ModuleType:
-    """dsv4deploy.gates.haystack, loaded from its file: the tier's python has sglang, not the tool's deps."""
-    name = "dsv4deploy_gates_haystack"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "dsv4deploy" / "gates" / "haystack.py")
+def gate_module(name: str) -> ModuleType:
+    """``dsv4deploy.gates.NAME``, loaded from its file: the tier's python has sglang, not the tool's deps (the
+    modules loaded this way import only the standard library)."""
+    key = f"dsv4deploy_gates_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, REPO / "dsv4deploy" / "gates" / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[key] = module
         spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sys.modules[key]
+
+
+def haystack_module() -> ModuleType:
+    """dsv4deploy.gates.haystack (the needle gate's prompts)."""
+    return gate_module("haystack")
+
+
+def accuracy_prompt(question: str) -> str:
+    """What the accuracy gate sends for ``question``: the question, then its instruction on a line of its own."""
+    return f"{question}\n{gate_module('questions').INSTRUCTION}"
 
 
 def _corpus() -> list[str]:
@@ -44,6 +55,9 @@ def _corpus() -> list[str]:
         # As a value uses it: after a space (its first word) and after a hyphen (a code's last word).
         texts.append(f" {word}-{word} {word}" * 400)
     texts.append(" OK" * 800)
+    # The accuracy gate's instruction, after a question: its words merge into tokens of their own, so a lone
+    # space (a number's first token) occurs nowhere but before a value's digits.
+    texts.append(accuracy_prompt("") * 400)
     return texts
 
 
