@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from ansible_collections.dsv4.deploy.plugins.action.dsv4_lock import boot_identity
 
 REPO = Path(__file__).resolve().parents[3]
 MODULES = REPO / "plugins" / "modules"
@@ -55,3 +58,14 @@ def run_play(tmp_path: Path, tasks: list[dict], extra_vars: dict | None = None) 
     _, found, shown = run.stdout.partition("TASK [Keep the results]")
     assert found and "=> {" in shown, run.stdout + run.stderr
     return json.JSONDecoder().raw_decode(shown[shown.index("=> {") + 3:])[0]["msg"]
+
+
+def dead_runs_lock(tmp_path: Path, path: Path, run_id: str) -> int:
+    """The deploy lock at `path` held by run `run_id` of alice@ops on this controller (its host name, boot and
+    namespace), in phase switch, whose ansible-playbook (a process that has exited) is gone; that pid."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    taken = run_module("dsv4_lock", tmp_path, path=str(path), run_id=run_id, owner="alice@ops", phase="switch",
+                       controller=socket.gethostname(), controller_boot=boot_identity(), controller_pid=child.pid)
+    assert taken["changed"], taken
+    return child.pid
