@@ -39,6 +39,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, StubServer]
             gates(asked.url, name=["smoke"], settings={"smoke_deadline": 5}),
             gates(asked.url, name=["smoke"], bake={"seconds": "a while"}),
             gates(asked.url, name=["smoke"], api_key_problem="cannot read the API key file /etc/dsv4/key on gpu1"),
+            gates(asked.url, name=[]),
         ])
     finally:
         for server in (good, garbled, asked):
@@ -80,13 +81,14 @@ def test_check_mode_asks_nothing_and_names_every_gate_skipped(run: tuple[dict, l
 def test_an_unknown_gate_or_a_group_that_cannot_run_together_is_refused_naming_it(
         run: tuple[dict, list[dict]]) -> None:
     _, results = run
-    in_name, in_then, together = results[3], results[4], results[5]
+    in_name, in_then, together, empty = results[3], results[4], results[5], results[9]
     assert in_name["failed"] and "value of name must be one or more of:" in in_name["msg"]
     assert in_name["msg"].endswith("Got no match for: smok"), in_name["msg"]
     assert in_then["failed"] and in_then["msg"].startswith("dsv4_run_gates: unknown gate soke; choose from readiness")
     assert together["failed"] and together["msg"] == (
         "dsv4_run_gates: gate smoke needs readiness passed first: run them one after the other (separate entries "
         "of dsv4_gates_names), not together")
+    assert empty["failed"] and empty["msg"] == "dsv4_run_gates: name a gate to run", empty
 
 
 def test_bad_settings_and_an_unreadable_key_are_refused_before_any_gate_asks(run: tuple[dict, list[dict]]) -> None:

@@ -1,7 +1,8 @@
 """dsv4_worker_probe run by ansible-playbook on a host (here localhost over the local connection), with a real
 supervisord and a program that dies as it starts: the readiness wait names the program, its host and its last
 log line, and with `verdict` the readiness gate's failure comes back in the same task; in check mode the wait
-starts nothing; a wait that cannot run says why, naming the host; gates with no host-side part run nothing."""
+starts nothing; a wait that cannot run says why, naming the host; gates with no host-side part run nothing.
+The workers the wait registers with a router that takes them at run time, from a real 2P2D plan."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.dsv4.deploy.plugins.action.dsv4_worker_probe import register_workers
+from dsv4deploy.sglang import routers
 from tests.ports import free_port
 from tests.unit.plugins.conftest import BIN_DIR, PROGRAM, release_root, supervisord_runs, write_release
 from tests.unit.plugins.runner import run_play
+from tests.unit.rollout.test_rolling_plan import _plan, xpyd_spec
 
 DIES = "echo 'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB'\nexit 1"
 
@@ -93,3 +97,20 @@ def test_gates_with_no_host_side_part_run_nothing_and_a_missing_plan_is_named(ru
     nothing, no_plan = results[5], results[6]
     assert nothing["probe"] == {"local": True, "seconds": 0.0, "workers": {}} and not nothing["changed"], nothing
     assert no_plan["failed"] and no_plan["msg"] == "missing required arguments: plan"
+
+
+def test_the_router_is_told_every_worker_as_its_worker_api_takes_them() -> None:
+    plan = _plan(xpyd_spec())
+    told = register_workers(plan, "gpu1")
+    impl = routers.implementation(plan["router"])
+    assert (told["program"], told["router"], told["router_version"], told["router_url"]) == (
+        plan["router_service"], impl.name, impl.version, plan["router_url"])
+    # Every worker of the plan, whichever host runs it; a prefill with its bootstrap port, a decode without.
+    assert [(w["name"], w["url"], w["worker_type"], w["bootstrap_port"]) for w in told["workers"]] == [
+        (w["name"], w["url"], w["role"], w["bootstrap_port"]) for w in plan["workers"]]
+    assert {w["worker_type"] for w in told["workers"]} == {"prefill", "decode"}
+    assert all(w["model_id"] == "deepseek-v4-flash" for w in told["workers"])
+    assert all((w["bootstrap_port"] is None) == (w["worker_type"] == "decode") for w in told["workers"])
+    # The router's key: the file a worker of this host reads; a host with no worker has none to give.
+    assert told["api_key_file"] == "/opt/dsv4deploy/secrets/api_key"
+    assert register_workers(plan, "router-only")["api_key_file"] == ""
