@@ -85,8 +85,10 @@ def test_a_latest_that_is_not_a_link_is_named_not_replaced(run: tuple[Path, list
     tmp_path, results = run
     blocked = results[5]
     latest = tmp_path / "blocked" / "latest"
-    assert blocked["failed"] and f"{latest} exists and is not a symlink" in blocked["msg"], blocked
-    # The folder is left as it was, and the report written beside it is kept.
+    # The folder is left as it was, and the report written beside it is kept; the message says where, and the fix.
     assert latest.is_dir() and not latest.is_symlink() and not any(latest.iterdir())
     kept = [p for p in latest.parent.iterdir() if p != latest]
     assert len(kept) == 1 and (kept[0] / "report.json").is_file()
+    assert blocked["failed"] and blocked["msg"].endswith(
+        f"{latest} exists and is not a symlink; refusing to replace it (this report is in {kept[0]}); fix: move "
+        f"{latest} aside, and the next report links it to the newest"), blocked["msg"]
