@@ -156,7 +156,8 @@ def update_latest(reports_root: Path | str, release: str) -> Path:
         raise ValueError(f"no report directory {root / release} to point {LATEST} at")
     link = root / LATEST
     if link.exists() and not link.is_symlink():
-        raise ValueError(f"{link} exists and is not a symlink; refusing to replace it")
+        raise ValueError(f"{link} exists and is not a symlink; refusing to replace it (this report is in "
+                         f"{root / release}); fix: move {link} aside, and the next report links it to the newest")
     tmp = root / f".{LATEST}.{os.getpid()}.tmp"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(release)

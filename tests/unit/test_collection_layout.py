@@ -101,3 +101,11 @@ def test_every_role_declares_its_inputs() -> None:
         specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
         main = specs["argument_specs"]["main"]
         assert main["short_description"] and main.get("options"), f"{role.name} documents its inputs"
+
+
+def test_every_action_plugin_has_a_unit_test_file_of_its_own() -> None:
+    # One test file per plugin, mirroring the code: a reader of a plugin finds its tests by name.
+    tests = REPO / "tests" / "unit" / "plugins" / "action"
+    lacking = [p.stem for p in sorted((REPO / "plugins" / "action").glob("dsv4_*.py"))
+               if not (tests / f"test_{p.stem}.py").is_file()]
+    assert not lacking, f"action plugins without tests/unit/plugins/action/test_<plugin>.py: {lacking}"

@@ -3,6 +3,7 @@ down; the gate tests' stub servers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -39,25 +40,35 @@ def write_release(root: Path, release: str, script: str) -> None:
     link.symlink_to(base)
 
 
-@pytest.fixture
-def install_root(tmp_path: Path) -> Iterator[Path]:
-    """An install root whose active release runs one program that logs its API key, then sleeps. Short,
-    under /tmp: supervisord's socket path must fit AF_UNIX's 108 bytes (pytest-xdist's tmp_path may not)."""
+@contextlib.contextmanager
+def release_root(scratch: Path) -> Iterator[Path]:
+    """An install root whose active release runs one program that logs its API key, then sleeps; its
+    supervisord (if one was started) shut down at the end. Short, under /tmp: supervisord's socket path must
+    fit AF_UNIX's 108 bytes (pytest-xdist's tmp_path may not). `scratch` holds the shutdown's args file."""
     base = Path(tempfile.mkdtemp(prefix="dsv4u-", dir="/tmp"))
     root = base / "root"
     write_release(root, "r1", f"echo \"server_args=ServerArgs(api_key='{KEY}', port=30000)\"\nexec sleep 300")
-    yield root
-    run_module("dsv4_service_state", tmp_path, manager="supervisor", install_root=str(root), state="removed",
-               supervisor_bin_dir=BIN_DIR)
-    pidfile = root / "supervisor" / "supervisord.pid"
-    if pidfile.exists():  # the shutdown failed: end the supervisord this test started, by its pid
-        pid = int(pidfile.read_text())
-        try:
-            os.kill(pid, signal.SIGTERM)
-            time.sleep(1)
-        except ProcessLookupError:
-            pass
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        yield root
+    finally:
+        run_module("dsv4_service_state", scratch, manager="supervisor", install_root=str(root), state="removed",
+                   supervisor_bin_dir=BIN_DIR)
+        pidfile = root / "supervisor" / "supervisord.pid"
+        if pidfile.exists():  # the shutdown failed: end the supervisord this test started, by its pid
+            pid = int(pidfile.read_text())
+            try:
+                os.kill(pid, signal.SIGTERM)
+                time.sleep(1)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def install_root(tmp_path: Path) -> Iterator[Path]:
+    """release_root for one test."""
+    with release_root(tmp_path) as root:
+        yield root
 
 
 def supervisord_runs(root: Path) -> bool:

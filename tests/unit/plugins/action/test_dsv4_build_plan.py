@@ -3,16 +3,10 @@ state that lacks its input fails naming it, before anything changes."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[4]
+from tests.unit.plugins.runner import run_play
+
 CALLS = {
     "no state": {"fact": "x"},
     "unknown state": {"state": "locate"},
@@ -26,23 +20,9 @@ CALLS = {
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """Every call of CALLS as a task of one play on localhost; each registered result, by name."""
-    tmp_path = tmp_path_factory.mktemp("build_plan")
-    out_file = tmp_path / "results.json"
-    tasks = [{"name": name, "dsv4_build_plan": args, "register": f"r{i}", "ignore_errors": True}
-             for i, (name, args) in enumerate(CALLS.items())]
-    keep = "{{ {" + ", ".join(f"'{name}': r{i}" for i, name in enumerate(CALLS)) + "} | to_json }}"
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [*tasks, {"name": "Keep the results",
-                           "ansible.builtin.copy": {"content": keep, "dest": str(out_file)}}]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
-    run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", str(playbook),
-                          "-e", f"ansible_python_interpreter={sys.executable}"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert out_file.exists(), run.stdout + run.stderr
-    return json.loads(out_file.read_text())
+    found = run_play(tmp_path_factory.mktemp("build_plan"),
+                     [{"name": name, "dsv4_build_plan": args} for name, args in CALLS.items()])
+    return dict(zip(CALLS, found, strict=True))
 
 
 def test_a_task_without_state_or_with_an_unknown_one_is_refused_naming_it(results: dict[str, dict]) -> None:

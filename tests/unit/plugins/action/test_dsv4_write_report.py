@@ -4,14 +4,10 @@ their log lines, the fix) is written as data into report.json, and the log lines
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
+from tests.unit.plugins.runner import run_play
 
-REPO = Path(__file__).resolve().parents[4]
 CAUSE = {"stage": "smoke", "message": "gate smoke failed on gpu2: 500 from the router", "task": "Stop here",
          "gate": "smoke", "hosts": ["gpu2"], "logs": {"gpu2": ["sglang-dsv4-decode: KV transfer failed"]},
          "fix": "fix what they name and deploy again"}
@@ -22,15 +18,8 @@ def test_a_failed_runs_cause_is_written_as_data_and_its_log_lines_under_their_ho
     task = {"dsv4_write_report": {"reports_dir": str(tmp_path / "reports"), "verdict": "rolled_back", "plan": plan,
                                   "previous_release": "r1", "serving_release": "r1", "failed_gate": "smoke",
                                   "failure": CAUSE["message"], "failure_logs": CAUSE["logs"], "cause": CAUSE}}
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "connection": "local",
-                                         "tasks": [{"name": "Write the report", **task}]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
-    run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", str(playbook),
-                          "-e", f"ansible_python_interpreter={sys.executable}"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
+    written = run_play(tmp_path, [{"name": "Write the report", **task}])[0]
+    assert not written.get("failed") and len(written["paths"]) >= 2, written
     latest = tmp_path / "reports" / "latest"
     report = json.loads((latest / "report.json").read_text())
     assert report["cause"] == CAUSE and report["failed_gate"] == "smoke"
