@@ -30,14 +30,20 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Alert:
-    """One alerting rule."""
+    """One alerting rule: what it measures, and the condition on that which fires it."""
 
     name: str
-    expr: str
+    measure: str
+    condition: str
     for_: str
     severity: str
     summary: str
     description: str
+
+    @property
+    def expr(self) -> str:
+        """The rule's PromQL expression."""
+        return f"{self.measure} {self.condition}"
 
     def as_rule(self) -> dict:
         """The rule as Prometheus' rule file writes it."""
@@ -56,35 +62,35 @@ def alerts(deployment: str, has_router: bool, t: Thresholds = Thresholds()) -> l
     if t.verify_timer:
         stale_s = 3 * t.verify_interval_s
         out += [
-            Alert("DSV4GateFailed", f"dsv4deploy_gate_passed{{{sel}}} == 0", "0m", "critical",
+            Alert("DSV4GateFailed", f"dsv4deploy_gate_passed{{{sel}}}", "== 0", "0m", "critical",
                   "{{ $labels.deployment }}: verification gate {{ $labels.gate }} failed",
                   "The verify timer's last run failed the {{ $labels.gate }} probe against what serves. "
                   "Run `ansible-playbook dsv4.deploy.verify` for the full gates, then roll back if it fails."),
             Alert("DSV4VerificationStale",
-                  f"time() - dsv4deploy_last_verification_timestamp_seconds{{{sel}}} > {stale_s} "
-                  f"or absent(dsv4deploy_last_verification_timestamp_seconds{{{sel}}})", "5m", "warning",
+                  f"time() - dsv4deploy_last_verification_timestamp_seconds{{{sel}}}",
+                  f"> {stale_s} or absent(dsv4deploy_last_verification_timestamp_seconds{{{sel}}})", "5m", "warning",
                   f"{{{{ $labels.deployment }}}}: no verification in {stale_s} s",
                   "The verify timer has not written a result for three intervals (or node_exporter does not "
                   "export it): its unit failed, its host is down or the timer was removed. "
                   "See `systemctl status dsv4-verify-<deployment>` on its host."),
         ]
-    out.append(Alert("DSV4WorkerDown", f'up{{job="{JOB_WORKERS}",{sel}}} == 0', t.down_for, "critical",
+    out.append(Alert("DSV4WorkerDown", f'up{{job="{JOB_WORKERS}",{sel}}}', "== 0", t.down_for, "critical",
                      "{{ $labels.deployment }}: worker {{ $labels.worker }} on {{ $labels.host }} is down",
                      "Prometheus cannot read the worker's /metrics: the server exited, hangs or its host is "
                      "unreachable. `dsv4deploy status` says what serves there."))
     if has_router:
-        out.append(Alert("DSV4RouterDown", f'up{{job="{JOB_ROUTER}",{sel}}} == 0', t.down_for, "critical",
+        out.append(Alert("DSV4RouterDown", f'up{{job="{JOB_ROUTER}",{sel}}}', "== 0", t.down_for, "critical",
                          "{{ $labels.deployment }}: router on {{ $labels.host }} is down",
                          "Prometheus cannot read the router's metrics port: no request reaches the workers."))
     out += [
-        Alert("DSV4KVCacheHigh", f"sglang:token_usage{{{sel}}} > {t.kv_usage}", "5m", "warning",
+        Alert("DSV4KVCacheHigh", f"sglang:token_usage{{{sel}}}", f"> {t.kv_usage}", "5m", "warning",
               f"{{{{ $labels.worker }}}}: KV cache over {t.kv_usage:.0%} full",
               "sglang:token_usage has stayed above the threshold for 5 minutes: requests queue or are "
               "retracted. Lower max_running_requests or add decode capacity."),
         Alert("DSV4ErrorRateHigh",
               f"sum by (deployment, host, worker) (rate(sglang:num_aborted_requests_total{{{sel}}}[5m])) / "
-              f"sum by (deployment, host, worker) (rate(sglang:num_requests_total{{{sel}}}[5m])) > {t.error_ratio}",
-              "5m", "warning",
+              f"sum by (deployment, host, worker) (rate(sglang:num_requests_total{{{sel}}}[5m]))",
+              f"> {t.error_ratio}", "5m", "warning",
               f"{{{{ $labels.worker }}}}: over {t.error_ratio:.0%} of requests aborted",
               "Aborted requests per finished request over 5 minutes (+Inf when none finished). "
               "Read the worker's log for the cause."),
