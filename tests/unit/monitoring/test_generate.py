@@ -119,3 +119,17 @@ def test_bad_thresholds_are_refused_naming_the_flag(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and flag in err and says in err
     assert not list(tmp_path.iterdir())
+
+
+def test_combined_server_has_no_router_job_and_no_router_alert(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = generate(capsys, tmp_path, "-i", LOCAL, "-e", "topology=combined")
+    assert (code, err) == (0, "")
+    assert read_json(tmp_path / "targets/dsv4deploy-workers.json") == [
+        {"targets": ["127.0.0.1:31000"],
+         "labels": {"deployment": "local", "host": "local", "role": "combined", "worker": "sglang-dsv4"}}]
+    assert not (tmp_path / "targets/dsv4deploy-router.json").exists()
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["dsv4deploy-workers", "dsv4deploy-node"]
+    rules = yaml.safe_load((tmp_path / "rules/dsv4deploy.rules.yml").read_text())["groups"][0]["rules"]
+    assert "DSV4RouterDown" not in [r["alert"] for r in rules] and len(rules) == 5
