@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dsv4deploy.cli.common import EXIT_OK, load_deployment
+from dsv4deploy.cli.common import EXIT_OK, CliError, default_inventory, load_deployment
+from dsv4deploy.cli.plan import refuse_out_inside_inventory
 
 
 def _fraction(text: str) -> float:
@@ -42,13 +43,20 @@ def run_monitoring(args: argparse.Namespace) -> int:
     from dsv4deploy.monitoring import MonitoringSettings, monitoring_files, write_monitoring_files
     from dsv4deploy.monitoring.rules import Thresholds
 
-    spec, _ = load_deployment(args.inventory, args.extra_vars, check_fit=False)
+    inventories = args.inventory or default_inventory()
+    refuse_out_inside_inventory(args.out, inventories, "Ansible would read prometheus.yml and the targets as "
+                                "inventory on the next -i there", "monitoring")
+    spec, _ = load_deployment(inventories, args.extra_vars, check_fit=False)
     thresholds = Thresholds(verify_interval_s=args.verify_interval_s, kv_usage=args.kv_usage,
                             error_ratio=args.error_ratio, verify_timer=not args.no_verify_timer)
     settings = MonitoringSettings(scrape_interval=args.scrape_interval, node_exporter_port=args.node_exporter_port,
                                   thresholds=thresholds)
     files, notes = monitoring_files(spec, settings)
-    for path in write_monitoring_files(files, args.out):
+    try:
+        written = write_monitoring_files(files, args.out)
+    except OSError as exc:
+        raise CliError([f"cannot write to {args.out}: {exc.strerror or exc}"]) from None
+    for path in written:
         print(path)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)

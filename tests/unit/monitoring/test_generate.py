@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,15 @@ def test_combined_server_has_no_router_job_and_no_router_alert(tmp_path: Path,
     assert [j["job_name"] for j in config["scrape_configs"]] == ["dsv4deploy-workers", "dsv4deploy-node"]
     rules = yaml.safe_load((tmp_path / "rules/dsv4deploy.rules.yml").read_text())["groups"][0]["rules"]
     assert "DSV4RouterDown" not in [r["alert"] for r in rules] and len(rules) == 5
+
+
+def test_an_output_folder_inside_the_inventory_is_refused_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = tmp_path / "inv"
+    shutil.copytree(LOCAL, inventory)
+    before = sorted(p.relative_to(inventory) for p in inventory.rglob("*"))
+    code, _, err = generate(capsys, inventory / "mon", "-i", str(inventory))
+    assert code == 2
+    assert f"--out {inventory / 'mon'} is inside the inventory folder {inventory}" in err
+    assert f"fix: write them outside it, e.g. --out {tmp_path / 'monitoring'}" in err
+    assert sorted(p.relative_to(inventory) for p in inventory.rglob("*")) == before
