@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -146,3 +147,20 @@ def test_an_output_folder_inside_the_inventory_is_refused_before_anything_is_wri
     assert f"--out {inventory / 'mon'} is inside the inventory folder {inventory}" in err
     assert f"fix: write them outside it, e.g. --out {tmp_path / 'monitoring'}" in err
     assert sorted(p.relative_to(inventory) for p in inventory.rglob("*")) == before
+
+
+def used_sglang_metrics(out: Path) -> set[str]:
+    """Every sglang metric the generated rules and dashboard query (histograms by their family name)."""
+    text = (out / "rules/dsv4deploy.rules.yml").read_text() + "\n".join(
+        dashboard_queries(read_json(out / "grafana/dsv4deploy.json")))
+    return {re.sub(r"_bucket$", "", m) for m in re.findall(r"sglang:[a-z0-9_]+", text)}
+
+
+def test_every_sglang_metric_queried_is_one_the_simulated_server_exports(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dsv4deploy.sim.metrics import COUNTERS, GAUGES, HISTOGRAMS
+
+    generate(capsys, tmp_path, "-i", LOCAL)
+    used = used_sglang_metrics(tmp_path)
+    assert len(used) == 9
+    assert used <= {*COUNTERS, *GAUGES, *HISTOGRAMS}, used - {*COUNTERS, *GAUGES, *HISTOGRAMS}
