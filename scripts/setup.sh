@@ -54,10 +54,17 @@ pinned_venv() {
 }
 
 setup_tool() {
-  # systemd-analyze (unit verification) and bash are the only system tools the tests use.
+  # systemd-analyze (unit verification), bash and promtool (below) are the system tools the tests use.
   if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing systemd (for systemd-analyze verify)"
     apt_get update -qq && apt_get install -y -qq systemd >/dev/null
+  fi
+  # Debian's Prometheus and node_exporter: promtool checks the generated monitoring files, and the tests start
+  # their own binaries (loopback, temporary storage). Their services are not started: PID 1 is no init
+  # here, so invoke-rc.d refuses (the image's policy-rc.d denies it too).
+  if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing prometheus and prometheus-node-exporter (promtool, the monitoring tests)"
+    apt_get update -qq && apt_get install -y -qq prometheus prometheus-node-exporter >/dev/null
   fi
 
   if [ ! -x .venv/bin/python ]; then

@@ -28,6 +28,7 @@ from dsv4deploy.cli.common import (
 )
 from dsv4deploy.cli.gate import add_gate, run_gate
 from dsv4deploy.cli.init import add_init, run_init
+from dsv4deploy.cli.monitoring import add_monitoring, run_monitoring
 from dsv4deploy.cli.plan import (
     Plan,
     RenderedFiles,
@@ -93,6 +94,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                            add_releases, run_releases),
     "status": Subcommand("what serves where: each host's release, services, engine, verify timer (read-only)",
                          add_status, run_status),
+    "monitoring": Subcommand("write Prometheus scrape targets, alert rules and a Grafana dashboard", add_monitoring,
+                             run_monitoring),
     "init": Subcommand("write a starter inventory (local simulated host or an example layout)", add_init,
                        run_init, reads_inventory=False),
 }

@@ -196,13 +196,18 @@ def out_inside_inventory(out: Path, inventories: list[str]) -> str | None:
     return None
 
 
+def refuse_out_inside_inventory(out: Path, inventories: list[str], why: str, suggested: str) -> None:
+    """CliError when `out` lies in an inventory folder: `why` it must not, and a folder beside it instead."""
+    inside = out_inside_inventory(out, inventories)
+    if inside:
+        raise CliError([f"--out {out} is inside the inventory folder {inside}: {why}; fix: write them outside it, "
+                        f"e.g. --out {Path(inside).resolve().parent / suggested}"])
+
+
 def run_render(args: argparse.Namespace) -> int:
     inventories = args.inventory or default_inventory()
-    inside = out_inside_inventory(args.out, inventories)
-    if inside:
-        raise CliError([f"--out {args.out} is inside the inventory folder {inside}: Ansible would run the rendered "
-                        "scripts as dynamic inventory on the next -i there; fix: write them outside it, e.g. "
-                        f"--out {Path(inside).resolve().parent / 'rendered'}"])
+    refuse_out_inside_inventory(args.out, inventories, "Ansible would run the rendered scripts as dynamic "
+                                "inventory on the next -i there", "rendered")
     spec, _ = load_deployment(inventories, args.extra_vars)
     try:
         written = write_files(render_files(spec), args.out)

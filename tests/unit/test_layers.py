@@ -15,7 +15,7 @@ LAYERS: list[set[str]] = [
     {"sglang", "net"},
     {"spec", "gates"},
     {"plan", "report", "inventory"},
-    {"rollout", "isolate", "controller"},
+    {"rollout", "isolate", "controller", "monitoring"},
     {"cli", "watch", "collection_layout"},
 ]
 RANK = {name: rank for rank, layer in enumerate(LAYERS) for name in layer}

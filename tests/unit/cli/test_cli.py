@@ -15,6 +15,7 @@ import pytest
 
 from dsv4deploy import cli
 from tests.ports import free_port
+from tests.processes import stop_process
 
 REPO = Path(__file__).resolve().parents[3]
 LOCAL = str(REPO / "inventory" / "local")
@@ -235,7 +236,6 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
     tp 4: the simulated DeepSeek-V4-Flash weights do not fit one 96 GiB GPU.
     """
-    import signal
     import time
 
     import httpx
@@ -265,13 +265,7 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
             pytest.fail(f"simulated server did not become healthy:\n{log.read_text()}")
         yield url, log
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc)
 
 
 def test_gate_smoke_passes_against_the_simulated_server(capsys: pytest.CaptureFixture[str],
