@@ -70,7 +70,7 @@ def test_combined_is_promoted_by_readiness_config_and_smoke(engine_host: SimHost
     assert promoted["verdict"] == "promoted"
     assert [(g["name"], g["status"]) for g in promoted["gates"]] == [
         ("readiness", "passed"), ("config", "passed"), ("smoke", "passed"), ("needle", "passed"), ("parity", "passed"),
-        ("perf", "skipped")]
+        ("perf", "skipped"), ("accuracy", "passed")]
     assert engine_host.active_release() == promoted["release"]
     assert set(engine_host.pids()) == {SERVER}
     # The override is in the real start log and effective per the real /server_info.
