@@ -232,6 +232,8 @@ def summary(decision: Decision, figures: Mapping[str, Any], plan: AccuracyPlan,
     line = (f"{decision.outcome}: score {figures['score']:.1%} "
             f"(95% interval {low:.1%}-{high:.1%}, n={figures['n']}) against the expected {plan.expected:.1%} "
             f"minus a margin of {plan.margin:.1%} ({plan.questions}); {decision.reason}")
+    if decision.outcome in (Outcome.PASSED, Outcome.FAILED) and figures["n"] < plan.count:
+        line += "; the score is as observed when the sequential test stopped (biased toward its verdict)"
     if risks:
         # Wald's alpha counts failures only; a budget spent undecided refuses the release as well.
         line += (f"; at a budget of {plan.count} questions a release at the expected score is refused "

@@ -309,7 +309,8 @@ def test_the_seeds_corruption_rate_fails_within_a_few_sessions(stub):
     assert result.status is GateStatus.FAILED, result.summary
     assert result.evidence["finished"] <= 10 and result.evidence["corrupted_sessions"] >= 2
     assert "corruption above the acceptable rate (soak_max_corruption_rate 0.05" in result.summary
-    assert result.evidence["corruption"]["p_value"] < 0.01
+    assert "p_value" not in result.evidence["corruption"]
+    assert "reached the rejection bound" in result.evidence["corruption"]["statement"]
     # no fixed-sample p-value after sequential stopping: the test's own statement, and the rate labelled
     assert "p=" not in result.summary and "crossed its rejection bound" in result.summary
     assert "stopped early: the observed rate overstates the true one" in result.summary
