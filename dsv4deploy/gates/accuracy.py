@@ -5,9 +5,11 @@ split; :mod:`dsv4deploy.gates.questions`) are asked through the client-facing en
 concurrency, with the recipe's sampling settings. Each answer is right or wrong; the verdict is the
 evidence rules' sequential test (:class:`dsv4deploy.gates.evidence.BernoulliSPRT`) on the wrong-answer
 rate: acceptable is ``1 - expected`` (the model's reference score, e.g. Flash's GSM8K 96.13 from the
-cookbook), refused is ``1 - (expected - margin)``. It stops as soon as the evidence decides; a budget
-spent first is ``inconclusive``, with how many more questions would decide. The result shows the score
-with its standard error and exact interval, n, and the first wrong answers with what was expected.
+cookbook), refused is ``1 - (expected - margin)``. The answers are counted in question order
+(:class:`InQuestionOrder`), so how long an answer takes cannot move the verdict. It stops as soon as the
+evidence decides; a budget spent first is ``inconclusive``, with how many more questions would decide. The
+result shows the score with its standard error and exact interval, n, the first wrong answers with what was
+expected, and the test's exact risks at its budget (:func:`true_risks`).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class InQuestionOrder:
     An answer is counted once every question before it has been answered (or got no answer: no trial), so
     the test only ever sees a prefix of the questions, fixed before any answer was known. Fed in the order
     answers complete, slow wrong answers would come last and a stop at the decision would leave them
-    uncounted: P(pass) at the floor rose from 0.088 to 0.177 when wrong answers took twice as long.
+    uncounted: with wrong answers taking twice as long, a release at the floor would pass about 18 % of the
+    time, not the test's 8.8 %.
     """
 
     def __init__(self, test: BernoulliSPRT, *, stop: bool = True) -> None:
