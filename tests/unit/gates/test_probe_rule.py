@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 from scipy.stats import binom
@@ -11,6 +12,8 @@ from dsv4deploy.gates import bake
 from dsv4deploy.gates.bake import Analysis, BakeSettings, Phase, tool_probe_analysis
 from dsv4deploy.gates.probe_rule import ProbeRule, bake_fail_probability, former_bake_fail_probability
 from dsv4deploy.gates.result import GateResult, GateStatus
+
+from .test_gate_soak import CHAT, model
 
 
 def test_one_corrupted_session_no_longer_fails_a_clean_release_a_quarter_of_the_time() -> None:
@@ -67,3 +70,23 @@ def test_an_interval_fails_at_the_rules_counts_and_when_a_session_could_not_fini
     assert tool_probe_analysis(_tools(0, 3), rule).phase is Phase.FAILED
     unfinished = tool_probe_analysis(_tools(0, 0, GateStatus.FAILED), rule)
     assert unfinished.phase is Phase.FAILED and "did not finish" in unfinished.detail
+
+
+@pytest.mark.parametrize(("corrupted", "phase"), [(0, Phase.SUCCESSFUL), (1, Phase.SUCCESSFUL), (2, Phase.FAILED)])
+def test_a_bake_interval_judges_the_probes_sessions_by_the_rule(stub, monkeypatch, corrupted, phase) -> None:
+    # The canary needle is not the subject: it passes.
+    monkeypatch.setattr(bake, "run_needle", lambda *a, **k: GateResult(name="needle", status=GateStatus.PASSED,
+                                                                       seconds=0.1, summary="recalled"))
+    lock, seen = threading.Lock(), [0]
+
+    def first_calls_corrupted(call, request):
+        with lock:
+            seen[0] += 1
+            bad = seen[0] <= corrupted
+        return {"content": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather"} if bad else None
+
+    server = stub({CHAT: model(first_calls_corrupted)})
+    analyses = bake.probe_analyses(server.url, "dsv4", BakeSettings(seconds=600, interval_s=60), 0, None)
+    probe = next(a for a in analyses if a.name == "tool-call probe")
+    assert probe.phase is phase, probe.detail
+    assert probe.detail.startswith(f"{corrupted} corrupted and 0 mistaken of 16 sessions; an interval fails at 2")
