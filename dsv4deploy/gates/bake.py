@@ -43,9 +43,10 @@ from dsv4deploy.gates.evidence import rate_above_p_value
 from dsv4deploy.gates.http import describe_error, make_client
 from dsv4deploy.gates.needle import run_needle
 from dsv4deploy.gates.parity import PROMPT_COUNT
+from dsv4deploy.gates.probe_rule import ProbeRule
 from dsv4deploy.gates.recall_rule import RecallRule
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, make_result, notify
-from dsv4deploy.gates.soak import run_soak
+from dsv4deploy.gates.soak import SoakDesign, run_soak
 
 GATE = "bake"
 SERVER_REQUESTS = "sglang:num_requests_total"
@@ -260,17 +261,39 @@ def metric_analyses(change: Counters, settings: BakeSettings, pd: bool, has_rout
 
 
 def run_probes(endpoint: str, model: str, *, canary_tokens: int, probe_sessions: int, deadline_s: float,
-               seed: int, api_key: str | None) -> tuple[GateResult, GateResult]:
+               seed: int, api_key: str | None, counted_only: bool = False) -> tuple[GateResult, GateResult]:
     """The light probes, through the client-facing endpoint: a canary needle (one cell) and a tool-call
-    probe (one-turn soak sessions). Shared by the bake and the continuous verification timer."""
+    probe (one-turn soak sessions). Shared by the bake and the continuous verification timer. The tool-call
+    probe fails on one corrupted session; ``counted_only``: it fails only when a session could not finish,
+    and its counts are judged by the caller (the bake's :class:`ProbeRule`)."""
     # The canary is a probe of one request an interval, judged across intervals by the bake's own rule: one
     # trial, and a retried request is the bake's transfer-failure count's to judge, not a share of one.
     needle = run_needle(endpoint, model, context_lengths=[canary_tokens], depths=[0.5],
                         required_tokens=canary_tokens, deadline_s=deadline_s, concurrency=1, seed=seed,
                         api_key=api_key, rule=CANARY_RULE, max_retry_share=1.0)
+    design = SoakDesign(max_mistake_rate=1.0) if counted_only else None
     tools = run_soak(endpoint, model, sessions=probe_sessions, turns=1, concurrency=probe_sessions,
-                     max_corruption_rate=0.0, sequential=False, deadline_s=deadline_s, seed=seed, api_key=api_key)
+                     max_corruption_rate=1.0 if counted_only else 0.0, design=design, sequential=False,
+                     deadline_s=deadline_s, seed=seed, api_key=api_key)
     return needle, tools
+
+
+def probe_rule(settings: BakeSettings) -> ProbeRule:
+    """The counts that fail an interval's tool-call probe, for this bake's length and failure limit."""
+    return ProbeRule(settings.probe_sessions, settings.intervals(), settings.failure_limit)
+
+
+def tool_probe_analysis(tools: GateResult, rule: ProbeRule) -> Analysis:
+    """The tool-call probe judged by ``rule``: failed when a session could not finish or a count reached the
+    rule's, else successful; the detail names the counts and the rule's risk."""
+    if not tools.passed:
+        return Analysis("tool-call probe", Phase.FAILED, tools.summary)
+    corrupted, mistaken = int(tools.evidence["corrupted_sessions"]), int(tools.evidence["mistaken_sessions"])
+    phase = Phase.FAILED if rule.interval_fails(corrupted, mistaken) else Phase.SUCCESSFUL
+    n = tools.evidence["finished"]
+    return Analysis("tool-call probe", phase,
+                    f"{corrupted} corrupted and {mistaken} mistaken of {n} sessions; {rule.describe()}",
+                    round(corrupted / n, 4) if n else None)
 
 
 def probe_analyses(endpoint: str, model: str, settings: BakeSettings, index: int,
@@ -278,9 +301,9 @@ def probe_analyses(endpoint: str, model: str, settings: BakeSettings, index: int
     """The probes of one interval as analyses (a probe that fails is a failed analysis)."""
     needle, tools = run_probes(endpoint, model, canary_tokens=settings.canary_tokens,
                                probe_sessions=settings.probe_sessions, deadline_s=settings.probe_deadline_s,
-                               seed=index, api_key=api_key)
+                               seed=index, api_key=api_key, counted_only=True)
     return [Analysis("canary needle", Phase.SUCCESSFUL if needle.passed else Phase.FAILED, needle.summary),
-            Analysis("tool-call probe", Phase.SUCCESSFUL if tools.passed else Phase.FAILED, tools.summary)]
+            tool_probe_analysis(tools, probe_rule(settings))]
 
 
 def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]], settings: BakeSettings,
@@ -341,6 +364,7 @@ def run_bake(endpoint: str, model: str, *, workers: Sequence[Mapping[str, str]],
 def _result(watch: Stopwatch, settings: BakeSettings, intervals: list[Interval], verdict: Phase,
             total: int, router_metrics: str, server_metrics: list[str], notes: list[str]) -> GateResult:
     evidence: dict[str, Any] = {"verdict": str(verdict), "settings": settings.model_dump(),
+                                "tool_probe_rule": probe_rule(settings).evidence(),
                                 "router_metrics": router_metrics,
                                 # The servers whose /metrics were read (none: no abort or transfer analysis).
                                 "server_metrics": server_metrics,

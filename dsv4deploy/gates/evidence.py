@@ -4,7 +4,8 @@ A gate's verdict is a :class:`Decision`: ``passed``, ``failed``, ``inconclusive`
 did not decide within its budget or deadline) or ``error`` (could not measure: metrics unreadable, no
 traffic). Argo Rollouts keeps "could not measure" (its ``consecutiveErrorLimit``) apart from
 "inconclusive" (``inconclusiveLimit``); so do we. Every decision carries what it rests on: the observed
-rate with its exact interval, a p-value where a test was run, the rule's design risks, and, when it is
+rate with its exact interval, a p-value where a fixed-sample test was run (a sequential test states the
+bound it crossed instead, and its rate is labelled biased), the rule's design risks, and, when it is
 inconclusive, how many more trials would decide.
 
 The rate gates (soak, the bake's tool-call probe) decide with Wald's sequential probability ratio test
@@ -45,6 +46,9 @@ from typing import Any
 
 #: The confidence of every interval a decision shows.
 CONFIDENCE = 0.95
+#: How a rate observed when a sequential test stopped is to be read.
+RATE_NOTE = ("observed when the sequential test stopped: biased (a stop at the rejection bound overstates the "
+             "rate, one at the acceptance bound understates it), and its interval is the fixed-sample one")
 
 
 class Outcome(StrEnum):
@@ -223,7 +227,6 @@ class BernoulliSPRT:
         or the budget (the gate's deadline); the verdict is then inconclusive."""
         outcome = self.state()
         interval = exact_interval(self.events, self.trials) if self.trials else None
-        p_value = rate_above_p_value(self.events, self.trials, self.p0) if self.trials else None
         more: int | None = None
         head = f"{self.events} of {self.trials} {what}"
         if outcome is Outcome.FAILED:
@@ -241,6 +244,20 @@ class BernoulliSPRT:
                                 else "the trials stopped")
             reason = (f"{head}: undecided when {why}; {more} more clean {what} would pass it, "
                       f"{self.more_to_fail()} more with the fault would fail it")
-        return Decision(outcome, reason, self.events, self.trials, interval, p_value, self.risks(), more,
-                        {"llr": round(self.llr, 3), "bounds": [round(self.lower, 3), round(self.upper, 3)]})
+        # No fixed-sample p-value: after a stop chosen by the data it is not valid. The test's own statement is
+        # its bound crossed at its design risks; the rate (and its interval) are labelled, not corrected.
+        return Decision(outcome, reason, self.events, self.trials, interval, None, self.risks(), more,
+                        {"llr": round(self.llr, 3), "bounds": [round(self.lower, 3), round(self.upper, 3)],
+                         "statement": self.statement(outcome), "rate_note": RATE_NOTE})
+
+    def statement(self, outcome: Outcome) -> str:
+        """What the sequential test itself says, in place of a p-value."""
+        if outcome is Outcome.FAILED:
+            return (f"log likelihood ratio {self.llr:.3f} reached the rejection bound {self.upper:.3f}: "
+                    f"a rate of {self.p0:.1%} is refused, with risk at most {self.alpha:g} of refusing it wrongly")
+        if outcome is Outcome.PASSED:
+            return (f"log likelihood ratio {self.llr:.3f} reached the acceptance bound {self.lower:.3f}: "
+                    f"a rate of {self.p1:.1%} is refused, with risk at most {self.beta:g} of passing it wrongly")
+        return (f"log likelihood ratio {self.llr:.3f} between its bounds {self.lower:.3f} and {self.upper:.3f}: "
+                "neither rate refused")
 

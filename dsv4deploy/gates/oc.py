@@ -16,8 +16,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsv4deploy.gates import perf_oc
-from dsv4deploy.gates.evidence import BernoulliSPRT, Outcome
+from dsv4deploy.gates import perf_oc, probe_rule
+from dsv4deploy.gates.evidence import Outcome
 from dsv4deploy.gates.recall_rule import BAD_RECALL, CLEAN_RECALL, RecallRule
 from dsv4deploy.gates.runner import GateSettings
 from dsv4deploy.gates.soak import SoakDesign
@@ -46,7 +46,7 @@ PERF_MEASURED = [
 
 #: The integration tier's coarse design (tests/integration/simhost.py SMALL_SOAK): fast, not for production.
 CI_DESIGN = SoakDesign(acceptable_rate=0.01, max_rate=0.3, acceptable_mistake_rate=0.01, max_mistake_rate=0.3,
-                       alpha=0.05, beta=0.1)
+                       alpha=0.1, beta=0.1)
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def simulate(design: SoakDesign, budget: int, rate: float, runs: int = RUNS, see
     counts = {o: 0 for o in Outcome}
     trials: list[int] = []
     for _ in range(runs):
-        test = BernoulliSPRT(design.acceptable_rate, design.max_rate, design.alpha, design.beta, budget)
+        test = design.tests(budget)[0]
         outcome = None
         while outcome is None:
             outcome = test.observe(rng.random() < rate)
@@ -181,6 +181,27 @@ def _needle_section(runs: int) -> list[str]:
     ]
 
 
+#: The soak's default budget (GateSettings.soak_sessions).
+SOAK_BUDGET = GateSettings().soak_sessions
+
+
+def _joint_lines(d: SoakDesign) -> list[str]:
+    """The two tests' joint risks, exact (dsv4deploy.gates.sprt_oc), at the default budget and the former one."""
+    now, before = d.joint_risks(SOAK_BUDGET), d.joint_risks(300)
+    former = SoakDesign(alpha=2 * d.alpha).joint_risks(300)
+    return [
+        f"Either test failing refuses the release, and so does a budget spent undecided: each test runs at "
+        f"`soak_alpha` / 2 ({d.alpha / 2:g}),",
+        f"and the budget is {SOAK_BUDGET}. Exact joint figures (`SoakDesign.joint_risks`, dynamic programming over "
+        f"both tests' own decisions),",
+        f"a release at {d.acceptable_rate:.1%} corruption and {d.acceptable_mistake_rate:.0%} mistakes: refused "
+        f"{now['refused_when_clean']:.4f} (failed {now['failed_when_clean']:.4f}, inconclusive "
+        f"{now['inconclusive_when_clean']:.4f}); at 300 sessions {before['refused_when_clean']:.4f}; the former",
+        f"design (each test at {d.alpha:g}, 300 sessions) {former['refused_when_clean']:.4f}. A release at "
+        f"{d.max_rate:.0%} corruption is promoted {now['promoted_when_bad']:.4f}.",
+    ]
+
+
 def render(runs: int = RUNS) -> str:
     """The whole of docs/evidence.md."""
     d = SoakDesign()
@@ -196,25 +217,32 @@ def render(runs: int = RUNS) -> str:
         "",
         f"Defaults: a clean release has at most `soak_acceptable_rate` {d.acceptable_rate:.1%} corrupted sessions,",
         f"a bad one at least `soak_max_corruption_rate` {d.max_rate:.0%}; the risk of refusing a clean one is",
-        f"`soak_alpha` {d.alpha:g}, of promoting a bad one `soak_beta` {d.beta:g}; the budget is `soak_sessions` 300.",
+        f"`soak_alpha` {d.alpha:g}, of promoting a bad one `soak_beta` {d.beta:g}; the budget is `soak_sessions` "
+        f"{SOAK_BUDGET}.",
         "The test passes after 65 clean sessions in a row, fails on 2 corrupted sessions among the first",
         "few, and ends `inconclusive` at the budget (the deploy then refuses the release unless",
         "`dsv4_gates_inconclusive: pass`). Model mistakes are judged by a second test of the same kind",
         f"({d.acceptable_mistake_rate:.0%} against {d.max_mistake_rate:.0%}); the soak passes when both pass.",
+        *_joint_lines(d),
+        "A verdict states the test's own statement (its log likelihood ratio and the bound it crossed, at its",
+        "risks), not a fixed-sample p-value, which a stop chosen by the data makes invalid; the rate observed at",
+        "the stop is labelled biased (a failing stop overstates it, a passing one understates it), not corrected.",
         "The last column is the rule the soak had before this one (50 sessions, at most 2 % corrupted),",
         "computed exactly.",
         "",
-        *_table(d, 300, runs, with_before=True),
+        *_table(d, SOAK_BUDGET, runs, with_before=True),
         "",
         "## Soak in the integration tier (not for production)",
         "",
-        "`tests/integration/simhost.py` `SMALL_SOAK`: 1 % against 30 %, risks 0.05 and 0.10, budget 12 sessions:",
+        "`tests/integration/simhost.py` `SMALL_SOAK`: 1 % against 30 %, `soak_alpha` 0.10 (0.05 a test), `soak_beta`",
+        "0.10, budget 12 sessions:",
         "a clean release passes after 7 sessions. It shows the gate runs; its power is the default's.",
         "",
         *_table(CI_DESIGN, 12, runs, with_before=False),
         "",
         *_needle_section(runs),
         *perf_section(runs),
+        *probe_rule.section(),
         *isolation_section(),
     ]
     return "\n".join(out)

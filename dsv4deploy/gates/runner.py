@@ -101,10 +101,11 @@ class GateSettings(BaseModel):
     # The soak decides by Wald's sequential test (dsv4deploy.gates.evidence, docs/evidence.md): it tells a
     # clean release (at most soak_acceptable_rate corrupted sessions) from a bad one (at least
     # soak_max_corruption_rate), refusing a clean one with risk soak_alpha and promoting a bad one with risk
-    # soak_beta; model mistakes (a well-formed call that is not the one asked for) against their own pair.
-    # soak_sessions is the budget: a clean release passes after 65 sessions, the seeds' PD fault (15 %)
-    # fails in about 20; undecided at the budget or the deadline, the soak is inconclusive.
-    soak_sessions: int = Field(300, ge=1)
+    # soak_beta; model mistakes (a well-formed call that is not the one asked for) against their own pair,
+    # each test at soak_alpha / 2. soak_sessions is the budget: a clean release passes after 65 sessions, the
+    # seeds' PD fault (15 %) fails in about 20; undecided at the budget or the deadline, the soak is
+    # inconclusive (which refuses too: 400 keeps the joint refusal of a clean release within soak_alpha).
+    soak_sessions: int = Field(400, ge=1)
     soak_turns: int = Field(4, ge=1)
     # 32 in flight: a clean verdict's 65 sessions then take about as long as the former 50-session soak took at
     # 16 (bench: soak_verdict_time), and the decode is loaded as the seeds' corruption needed.
@@ -183,7 +184,7 @@ class GateSettings(BaseModel):
                     f"soak_sessions {self.soak_sessions} cannot pass even a clean release: the sequential test "
                     f"(clean at most {self.soak_acceptable_rate:g}, refused from {self.soak_max_corruption_rate:g}, "
                     f"risks soak_alpha {self.soak_alpha:g} and soak_beta {self.soak_beta:g}) needs {needed} clean "
-                    f"sessions; fix: soak_sessions {needed} or more (300 is the default), or a wider design "
+                    f"sessions; fix: soak_sessions {needed} or more (400 is the default), or a wider design "
                     f"(a higher soak_max_corruption_rate or soak_acceptable_rate)")
         if self.needle_min_recalled > self.needle_trials:
             raise ValueError(f"needle_min_recalled {self.needle_min_recalled} must be at most needle_trials "

@@ -48,6 +48,7 @@ from dsv4deploy.gates.chat import ChatReply, ReplyKind, post_chat, with_retries
 from dsv4deploy.gates.evidence import BernoulliSPRT, Outcome, exact_interval, rate_above_p_value
 from dsv4deploy.gates.http import check_url, make_client
 from dsv4deploy.gates.result import GateResult, GateStatus, Progress, Stopwatch, clip, make_result, notify
+from dsv4deploy.gates.sprt_oc import joint_oc
 from dsv4deploy.gates.toolcalls import (
     MISTAKE,
     SYSTEM,
@@ -85,7 +86,9 @@ class SoakSession(BaseModel):
 class SoakDesign(BaseModel):
     """What the soak tells apart, and at what risk: a clean release has at most ``acceptable_rate``
     corrupted sessions (``acceptable_mistake_rate`` mistaken ones), a bad one at least ``max_rate``
-    (``max_mistake_rate``). ``alpha`` is the risk of refusing a clean release, ``beta`` of promoting a bad one."""
+    (``max_mistake_rate``). ``alpha`` is the risk of refusing a clean release, both tests together: each runs
+    at ``alpha / 2`` (Bonferroni), since either failing refuses it; :meth:`joint_risks` computes the exact
+    joint figure, budget spent undecided included. ``beta`` is the risk of promoting a bad one."""
 
     acceptable_rate: float = 0.005
     max_rate: float = 0.05
@@ -99,12 +102,23 @@ class SoakDesign(BaseModel):
     def tests(self, budget: int) -> tuple[BernoulliSPRT, BernoulliSPRT]:
         """The two sequential tests, corruption first (ValueError naming the setting when one cannot work)."""
         try:
-            return (BernoulliSPRT(self.acceptable_rate, self.max_rate, self.alpha, self.beta, budget),
-                    BernoulliSPRT(self.acceptable_mistake_rate, self.max_mistake_rate, self.alpha, self.beta,
+            return (BernoulliSPRT(self.acceptable_rate, self.max_rate, self.alpha / 2, self.beta, budget),
+                    BernoulliSPRT(self.acceptable_mistake_rate, self.max_mistake_rate, self.alpha / 2, self.beta,
                                   budget))
         except ValueError as exc:
             raise ValueError(f"soak design: {exc} (soak_acceptable_rate < soak_max_corruption_rate, "
                              f"soak_acceptable_mistake_rate < soak_max_mistake_rate, soak_alpha/soak_beta)") from None
+
+
+    def joint_risks(self, budget: int) -> dict[str, float]:
+        """The two tests' exact joint risks at ``budget`` sessions (:func:`dsv4deploy.gates.sprt_oc.joint_oc`): a
+        release at both acceptable rates refused (failed, or undecided at the budget) and one at
+        ``max_rate`` corruption promoted."""
+        corruption, mistakes = self.tests(budget)
+        clean = joint_oc(corruption, mistakes, self.acceptable_rate, self.acceptable_mistake_rate)
+        bad = joint_oc(corruption, mistakes, self.max_rate, self.acceptable_mistake_rate)
+        return {"refused_when_clean": round(clean.refused(), 4), "failed_when_clean": round(clean.failed, 4),
+                "inconclusive_when_clean": round(clean.inconclusive, 4), "promoted_when_bad": round(bad.passed, 4)}
 
 
 def run_soak(
@@ -482,9 +496,12 @@ def _judge_sequential(results: list[SoakSession], referee: _Referee, samples: li
     outcome = referee.outcome() or Outcome.INCONCLUSIVE
     evidence["decision"] = str(outcome)
     design = SoakDesign.model_validate(extra["design"])
-    risks = (f"sequential test: a clean release (corrupted at most {design.acceptable_rate:.1%}) is refused "
-             f"with risk {design.alpha:g}, a bad one (at least {design.max_rate:.1%}) promoted with risk "
-             f"{design.beta:g}")
+    joint = design.joint_risks(extra["sessions"])
+    evidence["risks_at_budget"] = joint
+    risks = (f"sequential tests: a clean release (corrupted at most {design.acceptable_rate:.1%}, mistaken at most "
+             f"{design.acceptable_mistake_rate:.0%}) is refused with risk {design.alpha:g}, each test at "
+             f"{design.alpha / 2:g} (exact at {extra['sessions']} sessions: {joint['refused_when_clean']:.4f}, "
+             f"undecided included), a bad one (at least {design.max_rate:.1%}) promoted with risk {design.beta:g}")
     if outcome is Outcome.FAILED:
         evidence["failures"] = list(samples)
         which = corruption if corruption.outcome is Outcome.FAILED else mistakes

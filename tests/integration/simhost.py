@@ -25,10 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("DSV4_VENV_BIN", REPO / ".venv" / "bin"))
 # The soak gate at a size that shows it runs and passes, for tests whose subject is not the soak (its
 # power to catch corruption is test_gate_promises' and test_fault_matrix's): a coarse design (clean at most
-# 1 %, bad at least 30 %, risks 5 % and 10 %) that passes a clean release after 7 sessions of 2 turns, about
+# 1 %, bad at least 30 %, risks 10 % (5 % a test) and 10 %) that passes a clean release after 7 sessions of
+# 2 turns, about
 # 1 s of a deploy instead of the default's 65 sessions of 4 turns (~25 s).
 SMALL_SOAK_VARS = {"soak_sessions": 12, "soak_turns": 2, "soak_acceptable_rate": 0.01, "soak_max_corruption_rate": 0.3,
-                   "soak_acceptable_mistake_rate": 0.01, "soak_max_mistake_rate": 0.3, "soak_alpha": 0.05,
+                   "soak_acceptable_mistake_rate": 0.01, "soak_max_mistake_rate": 0.3, "soak_alpha": 0.1,
                    "soak_beta": 0.1}
 SMALL_SOAK = ["-e", json.dumps(SMALL_SOAK_VARS)]
 # The needle grid at two cells, for tests whose subject is not the needle (the inventory's 18 cells up to

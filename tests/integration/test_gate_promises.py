@@ -18,7 +18,7 @@ from tests.integration.test_deploy_flow import assert_serving
 
 pytestmark = pytest.mark.integration
 
-# The soak at its defaults (the sequential test, budget 300 sessions of 4 turns: the subject here); the
+# The soak at its defaults (the sequential tests, budget 400 sessions of 4 turns: the subject here); the
 # needle at two cells (a grid given after FAST replaces it).
 FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "needle_deadline_s=120", *SMALL_NEEDLE]
 

@@ -46,3 +46,4 @@ def test_a_perfect_score_is_shown_with_its_exact_interval_not_plus_or_minus_zero
     figures = score_figures(44, 44)
     line = summary(judge([True] * 44, GSM8K), figures, GSM8K)
     assert "score 100.0% (95% interval 92.0%-100.0%, n=44)" in line and "±" not in line
+    assert "as observed when the sequential test stopped (biased" in line

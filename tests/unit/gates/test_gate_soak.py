@@ -266,10 +266,13 @@ def test_a_clean_release_passes_as_soon_as_the_test_decides_and_runs_no_more(stu
     result = sequential(server)
     assert result.status is GateStatus.PASSED, result.summary
     ev = result.evidence
-    # 65 clean sessions reach the pass bound at 0.5 % vs 5 %, alpha .01, beta .05; the lanes had a few under way
+    # 65 clean sessions reach the pass bound at 0.5 % vs 5 %, alpha .01 split over the two tests, beta .05; the
+    # lanes had a few under way
     assert ev["finished"] == 65 and ev["corruption"]["outcome"] == "passed"
-    assert ev["corruption"]["risks"] == {"acceptable_rate": 0.005, "refused_rate": 0.05, "alpha": 0.01, "beta": 0.05,
-                                         "budget": 300}
+    assert ev["corruption"]["risks"] == {"acceptable_rate": 0.005, "refused_rate": 0.05, "alpha": 0.005,
+                                         "beta": 0.05, "budget": 300}
+    # The joint risk, exact at this budget: 300 sessions leave 1.1 % refused (undecided counted), above the 1 %
+    assert ev["risks_at_budget"]["refused_when_clean"] == pytest.approx(0.0111, abs=1e-4)
     assert server.count(CHAT) <= 2 * (65 + 4)
     assert "passed after 65 sessions" in result.summary and "refused with risk 0.01" in result.summary
     stopped = [r for r in ev["session_results"] if r["stopped"]]
@@ -306,7 +309,8 @@ def test_the_seeds_corruption_rate_fails_within_a_few_sessions(stub):
     assert result.status is GateStatus.FAILED, result.summary
     assert result.evidence["finished"] <= 10 and result.evidence["corrupted_sessions"] >= 2
     assert "corruption above the acceptable rate (soak_max_corruption_rate 0.05" in result.summary
-    assert result.evidence["corruption"]["p_value"] < 0.01
+    assert "p_value" not in result.evidence["corruption"]
+    assert "reached the rejection bound" in result.evidence["corruption"]["statement"]
     # no fixed-sample p-value after sequential stopping: the test's own statement, and the rate labelled
     assert "p=" not in result.summary and "crossed its rejection bound" in result.summary
     assert "stopped early: the observed rate overstates the true one" in result.summary
