@@ -20,9 +20,10 @@ from dsv4deploy.inventory.checks import (
 )
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, SpecError, load_spec
+from dsv4deploy.spec.homes import TRUST_KEYS
 
 # Host variables load_spec reads besides HOST_KEYS.
-_HOST_EXTRA_KEYS = ("ansible_host",)
+_HOST_EXTRA_KEYS = ("ansible_host", *TRUST_KEYS)
 
 
 class InventoryError(ValueError):

@@ -24,6 +24,7 @@ from dsv4deploy.rollout.settings import VARS as ROLLOUT_VARS
 from dsv4deploy.rollout.settings import load_rollout
 from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, secret_env
+from dsv4deploy.spec.homes import TRUST_KEYS
 
 # One state, one job and one fact (documented per state in modules/dsv4_build_plan.py):
 #   planned - the inventory's plan; beside - blue_green's plan in the other slot; surge - a roll's surge slot;
@@ -134,7 +135,8 @@ class ActionModule(ValidatedAction):
         try:
             common = {k: self.templated(task_vars[k]) for k in DEPLOYMENT_KEYS if k in task_vars}
             host_data = {
-                h: {k: plain(hostvars[h][k]) for k in (*HOST_KEYS, "ansible_host") if k in hostvars[h]}
+                h: {k: plain(hostvars[h][k]) for k in (*HOST_KEYS, "ansible_host", *TRUST_KEYS)
+                    if k in hostvars[h]}
                 for h in play_hosts
             }
             # The inventory as written first: a misspelt name explains the defaults it leads to.
