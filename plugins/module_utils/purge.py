@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import re
 import shutil
 import stat
 
@@ -97,9 +98,15 @@ def _made_by_us(root: str, name: str, owner: dict) -> bool:
     return name in owner["created"]
 
 
+# The scratch names we make, exactly: tempfile.mkstemp's 8 characters after a write's prefix (files.write_atomic,
+# the lock's), and the pointer switch's `.current-<pid>` (release_store).
+SCRATCH_NAME = re.compile(r"(?:\.tmp-(?:salt-)?|\.deploy\.lock-)[a-z0-9_]{8}\Z|\.current-[0-9]{1,10}\Z")
+
+
 def _our_scratch(path: str, name: str) -> bool:
-    """A scratch name of ours: a file or link (never a folder) with our prefix, made by root (or this user)."""
-    if not name.startswith(ownership.OUR_SCRATCH):
+    """A scratch name of ours: a file or link (never a folder) named as we name them, made by root (or this
+    user); a person's `.tmp-backup` stays."""
+    if not SCRATCH_NAME.match(name):
         return False
     try:
         st = os.lstat(path)

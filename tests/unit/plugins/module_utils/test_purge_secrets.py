@@ -36,9 +36,12 @@ def test_our_recorded_secret_files_go_and_a_user_s_later_files_and_a_scratch_nam
     (secrets / "api_key").write_text("mine")
     (root / ".tmp-theirs").mkdir()
     (root / ".tmp-theirs" / "data").write_text("keep")
-    (root / ".tmp-ours").write_text("")
+    (root / ".tmp-a1b2c3d4").write_text("")  # an interrupted write_atomic's temp file (mkstemp's 8 characters)
+    (root / ".current-4242").symlink_to("releases/r1")
+    (root / ".tmp-backup").write_text("a person's")
     out, _ = purge.purge(str(root))
-    assert {f"secrets/{n}" for n in ours} | {".tmp-ours"} <= set(out["removed"])
+    assert {f"secrets/{n}" for n in ours} | {".tmp-a1b2c3d4", ".current-4242"} <= set(out["removed"])
+    assert (root / ".tmp-backup").read_text() == "a person's" and ".tmp-backup" in out["left"]
     assert sorted(p.name for p in secrets.iterdir()) == ["api_key", "app.env"]
     assert {"secrets/app.env", "secrets/api_key"} <= set(out["left"])
     assert (root / ".tmp-theirs" / "data").read_text() == "keep"
