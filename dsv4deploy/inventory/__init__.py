@@ -156,6 +156,8 @@ def _template_keys(loader: Any, hostvars: Mapping[str, Any], keys: tuple[str, ..
         try:
             out[key] = plain(templar.template(hostvars[key]))
         except AnsibleError as exc:
+            if key in TRUST_KEYS:  # may need play-time facts: the host's own walk judges the paths then
+                continue
             raise InventoryError(f"{key} (host {host}): {_ansible_message(exc)}; fix: define the variable "
                                  "(inventory or -e) or correct the template") from None
     return out

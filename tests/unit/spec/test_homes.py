@@ -110,3 +110,14 @@ def test_validate_reads_the_verification_paths_from_the_inventory(tmp_path_facto
     said = out.out + out.err
     assert "dsv4_verify_timer_textfile_dir (host gpu1): '/home/sglang/textfile'" in said
     assert "dsv4_verify_timer_python (host gpu1): '/root/venv/bin/python'" in said
+
+
+def test_a_connection_variable_that_needs_play_time_facts_does_not_stop_validate(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    from dsv4deploy.cli import main
+
+    site = tmp_path_factory.mktemp("s") / "site"
+    assert main(["init", str(site), "--example", "pd-single-host"]) == 0
+    with (site / "host_vars" / "gpu1.yml").open("a") as fh:
+        fh.write('ansible_user: "{{ ansible_facts.env.SUDO_USER }}"\n')
+    assert main(["validate", "-i", str(site)]) == 0
