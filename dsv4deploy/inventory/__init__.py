@@ -20,9 +20,10 @@ from dsv4deploy.inventory.checks import (
 )
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, SpecError, load_spec
+from dsv4deploy.spec.homes import TRUST_KEYS
 
 # Host variables load_spec reads besides HOST_KEYS.
-_HOST_EXTRA_KEYS = ("ansible_host",)
+_HOST_EXTRA_KEYS = ("ansible_host", *TRUST_KEYS)
 
 
 class InventoryError(ValueError):
@@ -155,6 +156,8 @@ def _template_keys(loader: Any, hostvars: Mapping[str, Any], keys: tuple[str, ..
         try:
             out[key] = plain(templar.template(hostvars[key]))
         except AnsibleError as exc:
+            if key in TRUST_KEYS:  # may need play-time facts: the host's own walk judges the paths then
+                continue
             raise InventoryError(f"{key} (host {host}): {_ansible_message(exc)}; fix: define the variable "
                                  "(inventory or -e) or correct the template") from None
     return out

@@ -13,7 +13,7 @@ from dsv4deploy.spec.extra_args import check_extra_args
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
 from dsv4deploy.spec.reachability import reachability_problems
 from dsv4deploy.spec.recipes import check_recipes
-from dsv4deploy.spec.secret_flags import secret_flag_problems
+from dsv4deploy.spec.secret_flags import secret_flag_problems, url_credential_env_problems
 from dsv4deploy.spec.values import check_values
 
 # -- cross-field checks ------------------------------------------------------------------------
@@ -37,6 +37,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += check_recipes(spec)
     problems += check_extra_args(spec, RENDERED_SERVER_FLAGS)
     problems += secret_flag_problems(spec)
+    problems += url_credential_env_problems(spec)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
     problems += _check_router_policies(spec)

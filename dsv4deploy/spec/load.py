@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsv4deploy.spec.checks import check_deployment
+from dsv4deploy.spec.homes import home_path_problems
 from dsv4deploy.spec.models import DEPLOYMENT_KEYS, HOST_KEYS, Deployment, Problem, SpecError
 from dsv4deploy.spec.values import slot_named_roots
 
@@ -35,7 +36,7 @@ def load_spec(common: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any
         raise SpecError(_problems_from_pydantic(exc.errors(), data)) from None
     for name, hv in hostvars.items():
         spec.hosts[name]._addressed = "ansible_host" in hv or _looks_like_ip(name)
-    problems = check_deployment(spec) or slot_named_roots(spec)
+    problems = (check_deployment(spec) + home_path_problems(spec, hostvars)) or slot_named_roots(spec)
     if problems:
         raise SpecError(problems)
     return spec

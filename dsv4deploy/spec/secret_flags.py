@@ -1,4 +1,4 @@
-"""Secret-looking flags in `extra_args` (issue #37 item 5): refused before anything reaches a host.
+"""Secrets in `extra_args` and URL credentials in plain settings: refused before anything reaches a host.
 
 An `extra_args` value is written into the serve script (0755), `spec.json` (0644), the plan, `--diff`
 and the report, so a secret given there (`--admin-api-key SECRET`) is readable by every local user.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from dsv4deploy.spec.models import Deployment, Problem
+from dsv4deploy.spec.secret_env import is_secret
 
 SECRET_WORD = re.compile(r"^(?:api)?keys?$|^tokens?$|^secrets?$|^passw(?:or)?d$", re.IGNORECASE)
 # A plural 'tokens' is a count (--max-prefill-tokens); every other secret word counts in either number.
@@ -59,3 +60,32 @@ def secret_flag_problems(spec: Deployment) -> list[Problem]:
                         "secret env file <install_root>/secrets/<service>.env, and the API key as "
                         "api_key: {file: PATH} or {vault_var: NAME}"))
     return out
+
+
+def _plain_env_places(spec: Deployment) -> list[tuple[str, str | None, dict[str, str]]]:
+    """Every environment mapping of the spec as (field path, host or None for all, mapping)."""
+    places: list[tuple[str, str | None, dict[str, str]]] = [
+        ("server_env", None, spec.server_env), ("server_env_extra", None, spec.server_env_extra)]
+    places += [(f"server_env_extra_by_role.{role}", None, env) for role, env in spec.server_env_extra_by_role.items()]
+    places += [(f"{path}.env", w.host, w.env) for path, w in spec.workers()]
+    if spec.topology == "pd" and spec.router:
+        places.append(("router.env", spec.router.host, spec.router.env))
+    return places
+
+
+def url_credential_env_problems(spec: Deployment) -> list[Problem]:
+    """A problem for each plain (non-secret) environment value holding a URL with user:password@.
+
+    A plain value is written into spec.json (0644), the serve script, the plan and the report, so a proxy
+    or mirror URL with credentials (HTTPS_PROXY=http://u:pw@proxy) would be readable by every local user.
+    The value is never quoted in the problem.
+    """
+    return [Problem(field=f"{path}.{name}", host=host,
+                    message="the value is a URL holding a user name and password (scheme://user:password@host), "
+                            "and a plain environment value is written into spec.json, the serve script, the plan "
+                            "and the report, readable by every local user",
+                    fix=f"list {name} in secret_env (its value then goes only to the root-owned secret env file "
+                        "<install_root>/secrets/<service>.env), or remove the credentials from the URL")
+            for path, host, env in _plain_env_places(spec)
+            for name, value in env.items()
+            if not is_secret(name, spec.secret_env) and URL_CREDENTIALS.search(value)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from ansible.errors import AnsibleError
+
 from dsv4deploy.controller.action import ValidatedAction
 from dsv4deploy.gates import reach
 from dsv4deploy.gates.runner import GateSettingsError, plan_index_topk, weakened
@@ -24,6 +26,7 @@ from dsv4deploy.rollout.settings import VARS as ROLLOUT_VARS
 from dsv4deploy.rollout.settings import load_rollout
 from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, secret_env
+from dsv4deploy.spec.homes import TRUST_KEYS
 
 # One state, one job and one fact (documented per state in modules/dsv4_build_plan.py):
 #   planned - the inventory's plan; beside - blue_green's plan in the other slot; surge - a roll's surge slot;
@@ -135,6 +138,7 @@ class ActionModule(ValidatedAction):
             common = {k: self.templated(task_vars[k]) for k in DEPLOYMENT_KEYS if k in task_vars}
             host_data = {
                 h: {k: plain(hostvars[h][k]) for k in (*HOST_KEYS, "ansible_host") if k in hostvars[h]}
+                | self._trust_vars(hostvars[h])
                 for h in play_hosts
             }
             # The inventory as written first: a misspelt name explains the defaults it leads to.
@@ -284,6 +288,19 @@ class ActionModule(ValidatedAction):
                       msg=f"combined release {plan['combined']['release_id']} on "
                           f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")
         return result
+
+    @staticmethod
+    def _trust_vars(host_vars: Any) -> dict[str, Any]:
+        """Who the host's modules run as and the verification's paths (spec.homes), where they template now: one
+        that needs play-time facts is left to the host's own walk."""
+        out = {}
+        for key in TRUST_KEYS:
+            try:
+                if key in host_vars:
+                    out[key] = plain(host_vars[key])
+            except AnsibleError:
+                continue
+        return out
 
     def _unreachable_endpoint(self, plan: dict[str, Any], hostvars: Any) -> str | None:
         """Why the gates (and clients) on the controller could never reach the endpoint, or None.

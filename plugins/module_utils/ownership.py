@@ -70,6 +70,9 @@ def legacy_proof(root: str, name: str) -> bool:
 
 # What dsv4deploy writes into secrets/: the API key, the per-host digest salt, each service's secret env file.
 SECRET_FILES = ("api_key", "digest_salt")
+# The marker's record of the file names dsv4deploy wrote into secrets/ (plugins/module_utils/secrets_dir.py);
+# a marker without it is from before that record.
+SECRET_FILES_KEY = "secret_files"
 
 
 def secrets_proof(path: str) -> bool:
@@ -124,5 +127,5 @@ def claim(root: str, check_mode: bool = False) -> None:
     # adopted root's provable entries count as made.
     adopted = [n for n in names if legacy and n in OURS and n not in foreign and n != "deploy.lock"]
     marker = {"id": uuid.uuid4().hex, "claimed_at": time.time(), "foreign": foreign,
-              "root_was_empty": not foreign, "adopted": legacy, "created": adopted}
+              "root_was_empty": not foreign, "adopted": legacy, "created": adopted, SECRET_FILES_KEY: []}
     write_atomic(os.path.join(root, OWNER_MARKER), json.dumps(marker, indent=2, sort_keys=True) + "\n")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import re
 import shutil
 import stat
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import layout, ownership, trust
+from ansible_collections.dsv4.deploy.plugins.module_utils import layout, ownership, secrets_dir, trust
 from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
 
 
@@ -91,14 +92,21 @@ def _made_by_us(root: str, name: str, owner: dict) -> bool:
     path = os.path.join(root, name)
     if name == "deploy.lock":  # taken before the first install wrote the marker
         return ownership.is_our_lock(path)
-    if name == "secrets":  # written by the deploy's tasks
-        return ownership.secrets_proof(path)
+    if name == "secrets" and secrets_dir.recorded_files(owner) is None:
+        # A marker from before the secrets' record: the folder is proven by its content.
+        return name in owner["created"] or ownership.secrets_proof(path)
     return name in owner["created"]
 
 
+# The scratch names we make, exactly: tempfile.mkstemp's 8 characters after a write's prefix (files.write_atomic,
+# the lock's), and the pointer switch's `.current-<pid>` (release_store).
+SCRATCH_NAME = re.compile(r"(?:\.tmp-(?:salt-)?|\.deploy\.lock-)[a-z0-9_]{8}\Z|\.current-[0-9]{1,10}\Z")
+
+
 def _our_scratch(path: str, name: str) -> bool:
-    """A scratch name of ours: a file or link (never a folder) with our prefix, made by root (or this user)."""
-    if not name.startswith(ownership.OUR_SCRATCH):
+    """A scratch name of ours: a file or link (never a folder) named as we name them, made by root (or this
+    user); a person's `.tmp-backup` stays."""
+    if not SCRATCH_NAME.match(name):
         return False
     try:
         st = os.lstat(path)
@@ -117,19 +125,26 @@ def _services_ever(root: str) -> set[str]:
     return names
 
 
-def _purge_secrets(path: str, services: set[str], check_mode: bool, removed: list, left: dict) -> None:
-    """Remove the files dsv4deploy writes into secrets/ (the API key, the salt, an env file of a service it ran),
-    each a regular file; anything else stays, and so does the folder then."""
+def _purge_secrets(path: str, owner: dict, services: set[str], check_mode: bool, removed: list,
+                   left: dict, folder_ours: bool = True) -> None:
+    """Remove the files the ownership marker records dsv4deploy wrote into secrets/ (a marker from before that
+    record: the API key, the salt, an env file of a service it ran), each a regular file; anything else stays,
+    and so does the folder then, or when it is not `folder_ours`."""
+    recorded = secrets_dir.recorded_files(owner)
     for name in sorted(os.listdir(path)):
         entry = os.path.join(path, name)
-        ours = name in ownership.SECRET_FILES or (name.endswith(".env") and name[:-len(".env")] in services)
+        ours = name in recorded if recorded is not None else (
+            name in ownership.SECRET_FILES or (name.endswith(".env") and name[:-len(".env")] in services))
         if not ours or not stat.S_ISREG(os.lstat(entry).st_mode):
-            left[f"secrets/{name}"] = "not a secret file dsv4deploy writes"
+            left[f"secrets/{name}"] = ("not a secret file dsv4deploy wrote" if recorded is not None
+                                       else "not a secret file dsv4deploy writes")
             continue
         removed.append(f"secrets/{name}")
         if not check_mode:
             os.unlink(entry)
-    if not any(n.startswith("secrets/") for n in left):
+    if not folder_ours:
+        left["secrets"] = "not created by dsv4deploy (only the secret files it wrote there were removed)"
+    elif not any(n.startswith("secrets/") for n in left):
         removed.append("secrets")
         if not check_mode:
             os.rmdir(path)
@@ -170,8 +185,9 @@ def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
         if name == "releases" and os.path.isdir(path) and not os.path.islink(path):
             _purge_releases(check_mode, root, mine, removed, left)
             continue
-        if name == "secrets" and mine and os.path.isdir(path) and not os.path.islink(path):
-            _purge_secrets(path, services, check_mode, removed, left)
+        if name == "secrets" and os.path.isdir(path) and not os.path.islink(path) and (
+                mine or (name not in foreign and secrets_dir.recorded_files(owner))):
+            _purge_secrets(path, owner, services, check_mode, removed, left, folder_ours=mine)
             continue
         if not mine:
             left[name] = ("was there before dsv4deploy's first install" if name in foreign else

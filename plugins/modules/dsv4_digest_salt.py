@@ -15,6 +15,10 @@ description:
     there is none yet (RV(new)), which it does not write.
   - O(state=present) (the release install, after preflight) writes O(salt) when the file does not hold it; a link
     or anything but a regular file there is replaced, never followed.
+  - O(state=folder) (the release install, before any secret file is written) makes C(INSTALL_ROOT/secrets) root's
+    with group O(group), mode 0750, set on the open folder (never through a link), and records it in the install
+    root's ownership marker as dsv4deploy's, with O(files), the names the install writes there - a purge removes
+    those only. An older install's folder holding only our secret files is recorded as ours too.
   - With O(key_file) (the API key's file on this host), O(state=read) also returns the key's content as a digest
     keyed by the salt (RV(key_digest)), never the content, and the digest the active release was made with
     (RV(active_key_digest)); the release carries it, so that a rotated key makes a new release.
@@ -25,9 +29,18 @@ options:
     description: [The deployment's install root (the home, not a blue_green slot).]
   state:
     type: str
-    choices: [read, present]
+    choices: [read, present, folder]
     default: read
     description: [What to do.]
+  group:
+    type: int
+    default: 0
+    description: [With O(state=folder), the group that reads the secrets (the service user's).]
+  files:
+    type: list
+    elements: str
+    default: []
+    description: [With O(state=folder), the names of the secret files the install writes into the folder.]
   salt:
     type: str
     default: ""
@@ -99,7 +112,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import trust
+from ansible_collections.dsv4.deploy.plugins.module_utils import secrets_dir, trust
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
 
 SALT_FILE = os.path.join("secrets", "digest_salt")
@@ -186,7 +199,9 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["read", "present"], "default": "read"},
+            "state": {"type": "str", "choices": ["read", "present", "folder"], "default": "read"},
+            "group": {"type": "int", "default": 0},
+            "files": {"type": "list", "elements": "str", "default": []},
             "salt": {"type": "str", "default": "", "no_log": True},
             "key_file": {"type": "path", "default": ""},
         },
@@ -202,6 +217,12 @@ def main() -> None:
             if problem:
                 answer["key_problem"] = problem
         module.exit_json(changed=False, **out, **answer)
+    if module.params["state"] == "folder":
+        try:
+            changed = secrets_dir.ensure(root, module.params["group"], module.params["files"], module.check_mode)
+        except (ValueError, OSError) as exc:
+            module.fail_json(msg=f"cannot keep the secrets folder of {root}: {exc}", **out)
+        module.exit_json(changed=changed, **out)
     salt = module.params["salt"]
     if not os.path.isdir(os.path.dirname(out["path"])):
         if module.check_mode:  # the install's own check run does not make the folder either: it would, then this

@@ -51,6 +51,11 @@ CASES = [
     # #37 item 8: roots a purge would share with others.
     ("install_root (host local)", {"install_root": "/home/alice"}),
     ("install_root (host local)", {"install_root": "/var/lib/docker/dsv4"}),
+    # Root's modules and a key the home's owner could swap (the modules run as root, the servers as nobody).
+    ("api_key.file (host local): '/home/alice/api_key' lies inside the home folder /home/alice",
+     {"api_key": {"file": "/home/alice/api_key"}, "service_user": "nobody"}),
+    ("server_env_extra.HTTPS_PROXY: the value is a URL holding a user name and password",
+     {"server_env_extra": {"HTTPS_PROXY": "http://u:pw@proxy:3128"}}),
 ]
 # #37 item 4: continuous verification's settings, written into units, programs and paths root creates.
 NOT_PLAIN = "a continuous-verification setting is not plain"

@@ -138,6 +138,10 @@ def test_vault_key_and_secret_env_land_root_s_0440_the_servers_use_them_and_they
     salt_file = secrets / "digest_salt"
     assert stat.S_IMODE(salt_file.stat().st_mode) == 0o400
     salt = salt_file.read_text().strip()
+    # Root's record of what it wrote there, which a purge removes (the folder itself was the older install's,
+    # holding the planted link: not proven ours, so a purge leaves it and whatever else is in it).
+    marker = json.loads((sim_host.install_root / ".dsv4deploy-owner.json").read_text())
+    assert marker["secret_files"] == ["api_key", "digest_salt", "sglang-dsv4-decode.env", "sglang-dsv4-prefill.env"]
     shown = json.loads((sim_host.install_root / "current" / "spec.json").read_text())["deployment"]
     keyed = hmac.new(bytes.fromhex(salt), token.encode(), hashlib.sha256).hexdigest()[:12]
     assert shown["server_env_extra"]["HF_TOKEN"] == f"<secret hmac:{keyed}>"
@@ -156,3 +160,10 @@ def test_vault_key_and_secret_env_land_root_s_0440_the_servers_use_them_and_they
     assert rotated.returncode == 0 and "a real run would install release" in said, said[-4000:]
     assert "api key changed on local: a new release restarts what reads it" in said, said[-4000:]
     assert key not in rotated.stdout
+    # A purge takes from secrets/ what the record says dsv4deploy wrote there; a person's own file stays.
+    (secrets / "app.env").write_text("MINE=1\n")
+    purged = sim_host.playbook("stop.yml", "-e", "dsv4_stop_purge=true")
+    assert purged.returncode == 0, purged.stdout[-4000:]
+    assert sorted(p.name for p in secrets.iterdir()) == ["app.env"]
+    assert (secrets / "app.env").read_text() == "MINE=1\n"
+    assert "secrets/app.env (not a secret file dsv4deploy wrote)" in purged.stderr

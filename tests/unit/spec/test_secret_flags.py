@@ -56,3 +56,35 @@ def test_a_url_without_credentials_passes() -> None:
     common, hosts = base()
     common["prefill"][0]["extra_args"] = ["--encoder-urls", "http://enc:8000/v1?x=a@b"]
     load_spec(common, hosts)
+
+
+@pytest.mark.parametrize(("where", "field"), [
+    ("server_env", "server_env.HTTPS_PROXY"),
+    ("worker", "prefill[0].env.HTTPS_PROXY"),
+    ("router", "router.env.HTTPS_PROXY"),
+])
+def test_credentials_inside_a_plain_env_url_are_refused_naming_the_field(where: str, field: str) -> None:
+    # Before: accepted, and the proxy's password was written into the 0644 spec.json and the serve script.
+    common, hosts = base()
+    env = {"HTTPS_PROXY": "http://u:pw@proxy:3128"}
+    if where == "server_env":
+        common["server_env"] = env
+    elif where == "worker":
+        common["prefill"][0]["env"] = env
+    else:
+        common["router"]["env"] = env
+    with pytest.raises(SpecError) as err:
+        load_spec(common, hosts)
+    [problem] = [p for p in err.value.problems if "user name and password" in p.message]
+    assert problem.field == field and "secret_env" in problem.fix
+    assert "pw@" not in problem.message + problem.fix
+    if where == "worker":
+        assert problem.host == common["prefill"][0]["host"]
+
+
+def test_a_url_with_credentials_in_a_secret_env_value_passes() -> None:
+    # Listed in secret_env (or secret by name), the value goes only to the root-owned secret env file.
+    common, hosts = base()
+    common["server_env"] = {"HTTPS_PROXY": "http://u:pw@proxy:3128", "MIRROR_TOKEN": "https://u:pw@m"}
+    common["secret_env"] = ["HTTPS_PROXY"]
+    load_spec(common, hosts)
