@@ -175,9 +175,10 @@ def install_root_problems(name: str, root: str, service_manager: str = "systemd"
         return [problem("is not a normalised path ('..', '.', '//' or a trailing '/')")]
     if len(parts) < 2 or root in SYSTEM_DIRS or (parts[0] in SYSTEM_TOPS and root[:11] != "/usr/local/"):
         return [problem("is a system directory (stop.yml -e dsv4_stop_purge=true removes the install root)")]
-    if parts[0] == "root" or parts[:3] == ["var", "lib", "docker"] or (
+    # A folder inside a home is judged by who runs the host's modules (dsv4deploy.spec.homes).
+    if parts[:3] == ["var", "lib", "docker"] or (
             len(parts) == 2 and parts[0] == "home") or (len(parts) == 3 and parts[:2] == ["usr", "local"]):
-        return [problem("is a home directory, under /root, a top folder of /usr/local or Docker's data folder, "
+        return [problem("is a home directory, a top folder of /usr/local or Docker's data folder, "
                         "where a purge would remove what others keep there")]
     if service_manager == "supervisor" and len((root + SUPERVISOR_SOCKET).encode()) > SOCKET_PATH_MAX:
         return [problem(f"is too long: supervisord's socket {root}{SUPERVISOR_SOCKET} exceeds "

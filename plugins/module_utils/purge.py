@@ -70,13 +70,12 @@ def _purge_releases(check_mode: bool, root: str, ours: bool, removed: list, left
 
 
 def unsafe_root(root: str) -> str:
-    """Why `root` is a folder no install root may be (a home, /root's, a /usr/local top, Docker's), or ''."""
+    """Why `root` is a folder no install root may be (a home, a /usr/local top, Docker's), or ''. A folder of
+    its own inside a home is purged like any other: only what dsv4deploy recorded making goes."""
     parts = [p for p in root.split("/") if p]
     homes = {os.path.normpath(u.pw_dir) for u in pwd.getpwall() if u.pw_dir.startswith("/") and u.pw_dir != "/"}
-    if root in homes or (parts[:1] == ["home"] and len(parts) == 2):
+    if root in homes or root == "/root" or (parts[:1] == ["home"] and len(parts) == 2):
         return "it is a user's home directory"
-    if parts[:1] == ["root"]:
-        return "it is under root's home (/root)"
     if parts[:2] == ["usr", "local"] and len(parts) == 3:
         return "it is a top folder of /usr/local"
     if parts[:3] == ["var", "lib", "docker"]:

@@ -68,6 +68,21 @@ def test_a_host_whose_modules_run_as_the_service_user_keeps_its_home_paths() -> 
     load_spec(common, hosts)
 
 
+def test_the_quickstart_run_by_root_from_roots_home_validates_and_another_service_user_there_does_not() -> None:
+    # README's first command as root: the site, and so its install root, under /root; the modules run as root,
+    # the service user. (Until this, anything under /root was refused whoever ran it: the quickstart failed.)
+    common, hosts = base()
+    hosts["gpu1"].update(ansible_connection="local", service_user="root", service_user_root_ok=True,
+                         install_root="/root/dsv4-site/site/.state")
+    if pwd.getpwuid(os.geteuid()).pw_name == "root":
+        load_spec(common, hosts)
+    hosts["gpu1"]["service_user"] = "sglang"
+    hosts["gpu1"].pop("service_user_root_ok")
+    with pytest.raises(SpecError) as err:
+        load_spec(common, hosts)
+    assert any(p.field == "install_root" and "/root" in p.message for p in err.value.problems), err.value.problems
+
+
 def test_become_makes_the_modules_roots_and_the_home_paths_refused() -> None:
     common, hosts = base()
     hosts["gpu1"].update(ansible_user="sglang", install_root="/home/sglang/dsv4")

@@ -204,7 +204,7 @@ def test_a_symlinked_release_is_neither_pruned_nor_a_failure_after_the_switch(tm
     assert os.readlink(root / "current") == "releases/r3"
 
 
-@pytest.mark.parametrize("root", ["/home/alice", "/root/dsv4", "/usr/local/lib", "/var/lib/docker/x"])
+@pytest.mark.parametrize("root", ["/home/alice", "/root", "/usr/local/lib", "/var/lib/docker/x"])
 def test_purge_refuses_homes_and_shared_system_folders(tmp_path: Path, root: str) -> None:
     out = run_module(RELEASES, tmp_path, install_root=root, state="purged")
     assert out["failed"] and "refusing to purge" in out["msg"], out
