@@ -18,7 +18,9 @@ from tests.unit.plugins.conftest import BIN_DIR, PROGRAM, release_root, supervis
 from tests.unit.plugins.runner import run_play
 from tests.unit.rollout.test_rolling_plan import _plan, xpyd_spec
 
-DIES = "echo 'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB'\nexit 1"
+# It dies a second after its start (as a server does while loading): one that exits at once may be refused by
+# supervisord's start itself (SPAWN_ERROR, on a loaded machine), before any wait.
+DIES = "echo 'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB'\nsleep 1\nexit 1"
 
 
 def plan(url: str) -> dict:
