@@ -69,6 +69,7 @@ from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, 
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
 from ansible_collections.dsv4.deploy.plugins.module_utils.service import ServiceError
+from ansible_collections.dsv4.deploy.plugins.module_utils.textfile_publish import Refused, read_source
 
 # One sample of the textfile format: name{labels} value (docs/verify-timer.md lists the metrics).
 SAMPLE = re.compile(r'^(dsv4deploy_\w+)\{([^}]*)\}\s+(\S+)', re.M)
@@ -103,11 +104,17 @@ def engine(root: str) -> str:
 def verify_timer(root: str) -> dict:
     """The verify timer's last result under `root`: when, each gate's pass, and the release it judged."""
     out: dict = {}
-    for path in sorted(glob.glob(os.path.join(root, "verify-timer", "metrics", "*.prom"))):
+    metrics = os.path.join(root, "verify-timer", "metrics")
+    try:
+        owner = os.stat(metrics).st_uid
+    except OSError:
+        return out
+    # The service user's folder: a name there may be a FIFO or a link to a root-only file, read as the publish
+    # step reads it (no link followed, no blocking, bounded) or not at all.
+    for path in sorted(glob.glob(os.path.join(metrics, "*.prom"))):
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError:
+            text = read_source(path, owner).decode("utf-8", errors="replace")
+        except Refused:
             continue
         for name, labels, value in SAMPLE.findall(text):
             tags = dict(LABEL.findall(labels))

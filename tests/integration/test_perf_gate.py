@@ -8,7 +8,9 @@ compared, naming the setting. These tests run in order on one host."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -294,7 +296,7 @@ def test_continuous_verification_writes_textfile_metrics_a_prometheus_parser_rea
 
 
 def _watch_processes(config: Path) -> list[int]:
-    """PIDs of processes whose command line names the watch's settings file."""
+    """PIDs of processes whose command line names `config` (settings file; its folder: the publish step too)."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
@@ -319,6 +321,13 @@ def _verification(prom: Path, deadline_s: float, after: float = 0) -> dict:
                 return samples
         time.sleep(0.5)
     raise AssertionError(f"no verification after {after} in {prom} within {deadline_s} s")
+
+
+def _assert_published(prom: Path, source: Path) -> None:
+    """`prom` is the publish step's: a regular file of root's, 0644, naming the file it was copied from."""
+    st = os.lstat(prom)
+    assert stat.S_ISREG(st.st_mode) and (st.st_uid, st.st_mode & 0o777) == (0, 0o644), (prom, st)
+    assert prom.read_text().splitlines()[0] == f"# Published by dsv4deploy from {source}"
 
 
 def _timer_args(textfile_dir: Path, python: Path | str = VENV_BIN / "python") -> list[str]:
@@ -348,6 +357,10 @@ def test_continuous_verification_runs_under_the_hosts_supervisord_and_its_remova
         for gate in ("canary_needle", "tool_calls"):
             assert first[("dsv4deploy_gate_passed", (*labels, ("gate", gate)))] == 1
         assert first[("dsv4deploy_corruption_rate", labels)] == 0
+        # node_exporter reads root's own copy, published by root's program beside the verification: a regular
+        # file, never a link into the service user's folder.
+        _assert_published(prom, sim_host.install_root / "verify-timer" / "metrics" / prom.name)
+        assert "RUNNING" in sim_host.supervisorctl("status", f"dsv4-verify-{program}-publish")
         # It runs again by itself, every interval.
         _verification(prom, 30, after=first[("dsv4deploy_last_verification_timestamp_seconds", labels)])
         assert _watch_processes(config), "the program runs the watch with its settings"
@@ -355,7 +368,7 @@ def test_continuous_verification_runs_under_the_hosts_supervisord_and_its_remova
         removed = sim_host.playbook("verify_timer.yml", *args, "-e", "dsv4_verify_timer_state=absent")
     assert removed.returncode == 0, removed.stdout[-5000:]
     assert f"dsv4-verify-{program}" not in sim_host.supervisorctl("status")
-    assert _watch_processes(config) == []
+    assert _watch_processes(config) == [] and _watch_processes(config.parent) == []  # the publish step too
     assert not (sim_host.install_root / "verify-timer").exists() and not prom.exists()
     assert textfile_dir.is_dir()  # the textfile directory stays (node_exporter's, not ours)
     # The release's programs still serve.
@@ -402,9 +415,10 @@ def test_a_verification_that_cannot_start_fails_with_its_log_and_a_purge_removes
     assert proc.returncode == 0, proc.stdout[-5000:]
     prom = textfile_dir / f"dsv4deploy-{program}.prom"
     _verification(prom, 60)
+    _assert_published(prom, sim_host.install_root / "verify-timer" / "metrics" / prom.name)
     proc = sim_host.playbook("stop.yml", "-e", "dsv4_stop_purge=true")
     assert proc.returncode == 0, proc.stdout[-5000:]
-    assert _watch_processes(config) == [] and sim_host.pids() == {}
+    assert _watch_processes(config.parent) == [] and sim_host.pids() == {}  # the publish step too
     assert not prom.exists() and not (sim_host.install_root / "verify-timer").exists()
     assert other.read_text() == "node_custom 1\n" and sorted(p.name for p in textfile_dir.iterdir()) == ["node.prom"]
     # Nothing of the verification's was left for the install root's purge to warn about.

@@ -10,9 +10,12 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +56,17 @@ def as_nobody(*argv: str) -> subprocess.CompletedProcess:
                            *argv], capture_output=True, text=True, timeout=30, check=False)
 
 
+def wait_for(check: Callable[[], Any], deadline_s: float, what: str) -> Any:
+    """The first true value `check` returns within `deadline_s`."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} within {deadline_s} s")
+
+
 def timer_args(textfile_dir: Path) -> list[str]:
     return ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
             "-e", f"dsv4_verify_timer_python={VENV_PYTHON}", "-e", "dsv4_verify_timer_interval_s=30",
@@ -68,11 +82,15 @@ def test_the_service_user_cannot_reach_root_or_node_exporters_folder(host: SimHo
     assert proc.returncode == 0, proc.stdout[-5000:]
     vt = host.install_root / "verify-timer"
     name = json.loads((vt / "installed.json").read_text())["deployment"]
-    # node_exporter's folder keeps its owner and mode; our file is a root-made link into our metrics folder.
+    # node_exporter's folder keeps its owner and mode; our file in it is root's own copy, never a link.
     assert (textfile_dir.stat().st_uid, textfile_dir.stat().st_mode & 0o777) == (0, 0o755)
     link = textfile_dir / f"dsv4deploy-{name}.prom"
-    assert link.is_symlink() and os.readlink(link) == str(vt / "metrics" / link.name)
-    for path in (vt, vt / "supervisor", vt / "watch.json", vt / "installed.json"):
+    published = wait_for(lambda: link.exists() and link.read_text(), 60, f"{link} published")
+    st = os.lstat(link)
+    assert stat.S_ISREG(st.st_mode) and (st.st_uid, st.st_mode & 0o777) == (0, 0o644), st
+    assert published.startswith(f"# Published by dsv4deploy from {vt / 'metrics' / link.name}\n")
+    for path in (vt, vt / "supervisor", vt / "publish", vt / "publish" / "textfile_publish.py",
+                 vt / "publish" / "files.py", vt / "watch.json", vt / "installed.json"):
         assert path.stat().st_uid == 0, path
     # nobody as the service user: it owns its metrics folder, and that only.
     os.chown(vt / "metrics", 65534, 65534)
@@ -87,39 +105,63 @@ def test_the_service_user_cannot_reach_root_or_node_exporters_folder(host: SimHo
     # Item 2: node_exporter's folder stays closed: no file of its own, no replacing another collector's.
     assert as_nobody("sh", "-c", f"echo evil 1 > {textfile_dir}/evil.prom").returncode != 0
     assert as_nobody("rm", "-f", str(other)).returncode != 0
-    # In its own folder it may write (its metrics), and may plant a link; root never follows it.
+    # Nor root's publish step (its program file, its code) that copies the metrics into node_exporter's folder.
+    assert as_nobody("sh", "-c", f"echo 'import os' > {vt}/publish/files.py").returncode != 0
+    # In its own folder it may write (its metrics), and may plant a FIFO or a link; root's publish step refuses
+    # either without blocking and leaves the published file as it was. (The verification is stopped first so
+    # that it does not replace them: a service user would not run it.)
+    host.supervisorctl("stop", f"dsv4-verify-{name}")
+    log = host.install_root / "logs" / f"dsv4-verify-{name}-publish.log"
     victim = host.root / "victim.txt"
-    victim.write_text("root's\n")
+    victim.write_text("dsv4deploy_root_secret 42\n")  # root's alone, and it would even parse
+    victim.chmod(0o600)
     metrics = vt / "metrics" / link.name
-    assert as_nobody("sh", "-c", f"rm -f {metrics}; ln -s {victim} {metrics}").returncode == 0
+    for plant, why in ((f"mkfifo {metrics}", "is a FIFO, not a regular file"),
+                       (f"ln -s {victim} {metrics}", "is a symbolic link")):
+        assert as_nobody("sh", "-c", f"rm -f {metrics}; {plant}").returncode == 0
+        wait_for(lambda why=why: why in log.read_text(), 30, f"the publish step's refusal in {log}")
+        assert link.read_text() == published and not link.is_symlink()
+        assert "RUNNING" in host.supervisorctl("status", f"dsv4-verify-{name}-publish")  # did not hang or die
 
     proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir), "-e", "dsv4_verify_timer_state=absent")
     assert proc.returncode == 0, proc.stdout[-5000:]
-    assert victim.read_text() == "root's\n"
-    assert not vt.exists() and not link.is_symlink()
+    assert victim.read_text() == "dsv4deploy_root_secret 42\n"
+    assert not vt.exists() and not link.exists()
     assert sorted(p.name for p in textfile_dir.iterdir()) == ["node.prom"] and other.read_text() == "node_custom 1\n"
 
 
 def test_another_install_roots_verification_of_the_same_name_is_neither_overwritten_nor_removed(
         host: SimHost) -> None:
     """#37 item 14: /opt/dsv4deploy and /srv/dsv4deploy both made dsv4-verify-dsv4deploy; one overwrote and
-    removed the other's. Here the other deployment (same derived name, another install root) linked its file."""
+    removed the other's. Here the other deployment (same derived name, another install root) linked its file, or
+    published it."""
     textfile_dir = host.root / "shared-textfile"
     textfile_dir.mkdir(mode=0o755)
     name = "install"  # the name derived from this host's install root (.../install), as the server units derive it
     theirs = textfile_dir / f"dsv4deploy-{name}.prom"
-    theirs.symlink_to("/srv/install/verify-timer/metrics/" + theirs.name)
-    for state in ("present", "absent"):
-        proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir), "-e", f"dsv4_verify_timer_state={state}")
-        if state == "present":
-            assert proc.returncode != 0
-            out = " ".join(proc.stdout.split())
-            assert f"{theirs} belongs to another deployment on this host" in out, out[-3000:]
-            assert "set deployment_name to a name of this deployment's own" in out
-            assert not (host.install_root / "verify-timer").exists()
+    source = "/srv/install/verify-timer/metrics/" + theirs.name
+    # Its older install's link, then the file its publish step writes (root's, naming its own metrics file).
+    for kind in ("link", "published"):
+        theirs.unlink(missing_ok=True)
+        if kind == "link":
+            theirs.symlink_to(source)
         else:
-            assert proc.returncode == 0, proc.stdout[-5000:]
-        assert os.readlink(theirs) == "/srv/install/verify-timer/metrics/" + theirs.name
+            theirs.write_text(f"# Published by dsv4deploy from {source}\ndsv4deploy_x 1\n")
+        for state in ("present", "absent"):
+            proc = host.playbook("verify_timer.yml", *timer_args(textfile_dir),
+                                 "-e", f"dsv4_verify_timer_state={state}")
+            if state == "present":
+                assert proc.returncode != 0
+                out = " ".join(proc.stdout.split())
+                assert f"{theirs} belongs to another deployment on this host" in out, out[-3000:]
+                assert "set deployment_name to a name of this deployment's own" in out
+                assert not (host.install_root / "verify-timer").exists()
+            else:
+                assert proc.returncode == 0, proc.stdout[-5000:]
+            if kind == "link":
+                assert os.readlink(theirs) == source
+            else:
+                assert theirs.read_text().startswith(f"# Published by dsv4deploy from {source}\n")
 
 
 def test_a_python_without_the_gates_dependencies_is_refused_before_anything_is_written(host: SimHost) -> None:

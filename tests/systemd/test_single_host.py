@@ -131,9 +131,20 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
         for gate in ("canary_needle", "tool_calls"):
             assert samples[("dsv4deploy_gate_passed", (*labels, ("gate", gate)))] == 1
         assert samples[("dsv4deploy_last_verification_timestamp_seconds", labels)] > 0
-        # Written by the service user in its own folder, readable by node_exporter; linked by root.
-        written = gpu1.exec(["stat", "-L", "-c", "%U %a", f"{textfile_dir}/dsv4deploy-{deployment}.prom"]).stdout
-        assert written.split() == ["sglang", "644"], written
+        # Written by the service user in its own folder; node_exporter reads root's own copy, which the unit's
+        # ExecStopPost (+: as root) published from it: a regular file, never a link into the service user's folder.
+        published, source = f"{textfile_dir}/dsv4deploy-{deployment}.prom", f"{vt}/metrics/dsv4deploy-{deployment}.prom"
+        assert gpu1.exec(["stat", "-c", "%U %a", source]).stdout.split() == ["sglang", "644"]
+        assert gpu1.exec(["stat", "-c", "%F|%U %a", published]).stdout.split("|") == ["regular file", "root 644\n"]
+        assert prom.startswith(f"# Published by dsv4deploy from {source}\n"), prom[:200]
+        # The service user swaps its file for a FIFO, then for a link to a root-only file: the publish step, run as
+        # the unit runs it, refuses each at once and leaves the published file as it was.
+        publish = gpu1.sh(f"sed -n 's/^ExecStopPost=+//p' /etc/systemd/system/{unit}.service").stdout.strip()
+        for plant, why in ((f"mkfifo {source}", "is a FIFO"), (f"ln -s /etc/shadow {source}", "is a symbolic link")):
+            gpu1.exec(["runuser", "-u", "sglang", "--", "sh", "-c", f"rm -f {source} && {plant}"])
+            ran = gpu1.exec(["sh", "-c", publish], check=False, timeout=30)
+            assert ran.returncode == 1 and why in ran.stdout, (publish, ran.stdout, ran.stderr)
+            assert gpu1.exec(["cat", published]).stdout == prom
         assert gpu1.exec(["stat", "-c", "%U %a", textfile_dir]).stdout.split() == ["root", "755"]
     finally:
         removed = lab.playbook("verify_timer.yml", inventory, *args, "-e", "dsv4_verify_timer_state=absent",

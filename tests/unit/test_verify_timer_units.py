@@ -18,7 +18,15 @@ P = "__dsv4_verify_timer_"  # the role's internal names
 VARS = {f"{P}deployment": "prod", f"{P}unit": "dsv4-verify-prod", f"{P}user": "daemon",
         f"{P}config": "/opt/dsv4deploy/verify-timer/watch.json", f"{P}metrics": "/opt/dsv4deploy/verify-timer/metrics",
         "dsv4_verify_timer_python": "/usr/bin/python3",
-        "dsv4_verify_timer_textfile_dir": "/var/lib/prometheus/node-exporter", "dsv4_verify_timer_interval_s": 300}
+        "dsv4_verify_timer_textfile_dir": "/var/lib/prometheus/node-exporter", "dsv4_verify_timer_interval_s": 300,
+        # As vars/main.yml builds it.
+        f"{P}publish_argv": ["/usr/bin/python3", "-E", "-s", "-B",
+                             "/opt/dsv4deploy/verify-timer/publish/textfile_publish.py",
+                             "--source", "/opt/dsv4deploy/verify-timer/metrics/dsv4deploy-prod.prom",
+                             "--dest", "/var/lib/prometheus/node-exporter/dsv4deploy-prod.prom", "--owner", "daemon"]}
+PUBLISH = ("/usr/bin/python3 -E -s -B /opt/dsv4deploy/verify-timer/publish/textfile_publish.py "
+           "--source /opt/dsv4deploy/verify-timer/metrics/dsv4deploy-prod.prom "
+           "--dest /var/lib/prometheus/node-exporter/dsv4deploy-prod.prom --owner daemon")
 
 
 def _render(tmp_path: Path) -> dict[str, Path]:
@@ -39,8 +47,10 @@ def test_the_service_runs_the_watch_once_as_the_service_user_and_the_timer_repea
     assert "ExecStart=/usr/bin/python3 -m dsv4deploy.watch --config /opt/dsv4deploy/verify-timer/watch.json --once" \
         in service
     assert "Type=oneshot" in service and "User=daemon" in service
-    # It writes its one file in its own metrics folder (linked from node_exporter's), nothing else.
+    # It writes its one file in its own metrics folder, nothing else; root's publish step (+: outside the sandbox)
+    # copies it into node_exporter's after every run, a failed one too (ExecStopPost).
     assert "\nReadWritePaths=/opt/dsv4deploy/verify-timer/metrics\n" in service
+    assert f"\nExecStopPost=+{PUBLISH}\n" in service and "\nExecStartPost=" not in service
     assert "\nProtectSystem=strict\n" in service and "\nCapabilityBoundingSet=\n" in service
     assert "OnUnitActiveSec=300" in timer and "Unit=dsv4-verify-prod.service" in timer
 
@@ -93,8 +103,12 @@ def test_supervisord_reads_the_verification_program_beside_the_releases(tmp_path
     opts.configfile = sup.conf
     opts.process_config(do_usage=False)
     groups = {g.name: g.process_configs[0] for g in opts.process_group_configs}
-    assert sorted(groups) == ["dsv4-verify-prod", "sglang-dsv4"]
+    assert sorted(groups) == ["dsv4-verify-prod", "dsv4-verify-prod-publish", "sglang-dsv4"]
     program = groups["dsv4-verify-prod"]
     assert program.command == ("/usr/bin/python3 -m dsv4deploy.watch --config "
                                f"'{root}/verify-timer/100% watch.json' --every 30")
     assert program.autostart is True and program.stdout_logfile == f"{root}/logs/dsv4-verify-prod.log"
+    # Root's publish step: no user= (supervisord's own, root), the system Python, polling at most every 5 s.
+    publish = groups["dsv4-verify-prod-publish"]
+    assert publish.command == f"{PUBLISH} --every 5" and publish.uid is None and publish.umask == 0o022
+    assert publish.autostart is True and publish.stdout_logfile == f"{root}/logs/dsv4-verify-prod-publish.log"

@@ -4,6 +4,7 @@ release and how it stands, its engine, its services' state, and the verify timer
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ansible_collections.dsv4.deploy.plugins.modules.dsv4_host_status import services
@@ -51,6 +52,22 @@ def test_an_active_release_with_nothing_running_and_a_failed_timer_run(tmp_path:
     assert lines[2] == "  engine: sglang 0.5.23"
     assert "    sglang-dsv4-router   stopped   -" in lines
     assert lines[-1] == "  verify timer: last run 2025-12-05 02:00:00 UTC, FAILED (tool_calls), on release r1"
+
+
+def test_the_timer_s_files_swapped_by_the_service_user_are_neither_waited_on_nor_followed(tmp_path: Path) -> None:
+    """Its metrics folder is the service user's: a FIFO there would hang the status (root's), a link would read a
+    root-only file into it. Both are passed over, the plain file of the folder's owner still read."""
+    root = _installed(tmp_path, verified=True)
+    metrics = root / "verify-timer" / "metrics"
+    metrics.mkdir(parents=True)
+    os.mkfifo(metrics / "dsv4deploy-a.prom")
+    secret = tmp_path / "root-only.prom"
+    secret.write_text(PROM.replace('release="r1"', 'release="leaked"'))
+    secret.chmod(0o600)
+    (metrics / "dsv4deploy-b.prom").symlink_to(secret)
+    (metrics / "dsv4deploy-c.prom").write_text(PROM)
+    out = run_module("dsv4_host_status", tmp_path, check_mode=True, install_root=str(root), manager="supervisor")
+    assert out["verify_timer"]["release"] == "r1"
 
 
 def test_a_release_whose_gates_have_not_passed_and_no_timer(tmp_path: Path) -> None:
