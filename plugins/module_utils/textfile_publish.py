@@ -21,6 +21,7 @@ import re
 import stat
 import sys
 import time
+from typing import TextIO
 
 try:
     from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
@@ -146,6 +147,13 @@ def run_once(source: str, dest: str, owner_uid: int) -> tuple[int, str]:
         return 1, f"cannot write {dest}: {exc}"
 
 
+def _say(line: str, stream: TextIO | None = None) -> None:
+    """One log line, flushed at once (supervisord and the journal show it as it happens)."""
+    stream = stream or sys.stdout
+    stream.write(f"dsv4deploy publish: {line}\n")
+    stream.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Publish once, or every `--every` seconds forever (a supervisord program), logging each change."""
     parser = argparse.ArgumentParser(prog="textfile_publish.py", description=__doc__.splitlines()[0])
@@ -157,16 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         owner_uid = pwd.getpwnam(args.owner).pw_uid
     except KeyError:
-        print(f"dsv4deploy publish: no user {args.owner!r} on this host", file=sys.stderr)
+        _say(f"no user {args.owner!r} on this host", sys.stderr)
         return 2
     last = ""
     while True:
         status, line = run_once(args.source, args.dest, owner_uid)
         if args.every is None:
-            print(f"dsv4deploy publish: {line}", flush=True)
+            _say(line)
             return status
         if line != last and not line.endswith("is up to date"):
-            print(f"dsv4deploy publish: {line}", flush=True)
+            _say(line)
         last = line
         time.sleep(max(1.0, args.every))
 
