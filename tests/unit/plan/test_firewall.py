@@ -67,3 +67,14 @@ def test_the_command_writes_one_file_per_host_and_refuses_a_bad_client(tmp_path:
     assert "--client: '192.0.2.0/33' is not an IP address or network" in capsys.readouterr().err
 
 
+
+
+def test_the_ephemeral_range_is_the_one_given(tmp_path: Path, capsys) -> None:
+    inventory = str(Path(__file__).resolve().parents[3] / "inventory" / "examples" / "1p1d-three-hosts")
+    out = tmp_path / "fw"
+    assert main(["firewall", "-i", inventory, "--out", str(out), "--ephemeral-ports", "40000-50000"]) == 0
+    assert "tcp dport 40000-50000 drop" in drops((out / "decode1.nft").read_text())
+    assert not any("-" in rule for rule in drops((out / "router1.nft").read_text()))  # no PD server there
+    with pytest.raises(SystemExit):
+        main(["firewall", "-i", inventory, "--out", str(out), "--ephemeral-ports", "50000-40000"])
+    assert "is not a port range within 1-65535, low first" in capsys.readouterr().err
