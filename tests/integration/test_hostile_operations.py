@@ -1,13 +1,14 @@
-"""Root's other operations against the service user: verify, the verify timer's publish step, rollback, stop and
-purge on the embedded host (the deployment's supervisord and the playbooks run as root; `nobody`, through
-setpriv, is the service user and owns what a service user owns: its API key file and the verification's
-`metrics/`).
+"""Root's other operations against the service user: verify, the verify timer's publish step, rollback, isolate,
+stop and purge on the embedded host (the deployment's supervisord and the playbooks run as root; `nobody`, through
+setpriv, is the service user and owns the verification's `metrics/`, what a service user owns under the install
+root).
 
-The paths the service user can write are found, not listed: `find -writable` run as nobody over everything root
-touches (the install root, the key, node_exporter's folder). Each such path is swapped in turn for a link to a
-root-only canary file, a link to a root-only canary folder, or a FIFO (a folder: renamed aside and recreated),
-where its parent lets the service user replace it; then the operation runs. No canary is read, sent, written,
-chowned, chmodded or deleted, and the operation either succeeds or refuses naming the path.
+The paths the service user owns or can write are found, not listed: `find` run as nobody over everything root
+touches (the install root, the key, node_exporter's folder). Each one whose folder the service user may also write
+is swapped in turn for a link to a root-only canary file, a link to a root-only canary folder, or a FIFO; then the
+operation runs (isolate, the dearest, with the first kind only). No canary is read, sent, written, chowned,
+chmodded or deleted, and the operation either succeeds or refuses naming the path. A folder it could rename aside
+and recreate there is none: that is asserted.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ FAST = ["-e", json.dumps({"dsv4_gates_names": ["readiness", "smoke"]}), "-e", "r
         "-e", "smoke_deadline_s=30"]
 KINDS = ["link-to-file", "link-to-folder", "fifo"]
 # Root's playbooks, each run after the swap (the publish step is the verify timer's root part: it runs on its own).
-OPERATIONS = {"verify": ("verify.yml",), "rollback": ("rollback.yml",), "stop": ("stop.yml",)}
+OPERATIONS = {"verify": ("verify.yml",), "rollback": ("rollback.yml",), "stop": ("stop.yml",),
+              "isolate": ("isolate.yml", "-e", "dsv4_isolate_suite=smoke")}
 
 
 def as_nobody(*argv: str) -> subprocess.CompletedProcess:
@@ -67,9 +69,10 @@ def host() -> Iterator[dict]:
         assert proc.returncode == 0, proc.stdout[-5000:]
         vt = sim.install_root / "verify-timer"
         name = json.loads((vt / "installed.json").read_text())["deployment"]
-        # What a service user owns on a real host: its key (the systemd tier's is sglang's 0400) and metrics/.
+        # What the service user owns here: the verification's metrics/. (The key stays root's: here the service
+        # user is root, and preflight refuses a key another user owns; the systemd tier's sglang owns its key.)
         key = Path(_key_file(sim))
-        for path in (key, vt / "metrics", *(vt / "metrics").iterdir()):
+        for path in (vt / "metrics", *(vt / "metrics").iterdir()):
             os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
         canary = base / "canary"
         canary.write_text(f"{SECRET}\n")
@@ -135,10 +138,10 @@ def h(host: dict) -> dict:
 
 def test_what_the_service_user_can_write(h: dict) -> None:
     """The table's rows: the kernel's answer is what the docs say (docs/security.md), and of those only the
-    metrics file lies in a folder the service user may write, so only it can be swapped; the folders and the key
-    cannot be renamed aside and recreated."""
+    metrics file lies in a folder the service user may write, so only it can be swapped; the folders cannot be
+    renamed aside and recreated, nor the key replaced."""
     metrics = h["vt"] / "metrics"
-    assert h["writable"] == sorted([h["key"], metrics, metrics / f"dsv4deploy-{h['name']}.prom"])
+    assert h["writable"] == sorted([metrics, metrics / f"dsv4deploy-{h['name']}.prom"])
     assert h["swappable"] == [metrics / f"dsv4deploy-{h['name']}.prom"]
     for path in (metrics, h["key"], h["vt"], h["sim"].install_root):
         assert as_nobody("mv", str(path), f"{path}.aside").returncode != 0, path
@@ -183,8 +186,10 @@ def run_case(h: dict, operation: str, kind: str) -> None:
         assert not secret_anywhere(h, *outputs), f"{operation}/{kind}: the canary's content was read"
 
 
-# In this order: the stop last, on the host the others leave serving.
-CASES = [(operation, kind) for operation in ("publish", "verify", "rollback", "stop") for kind in KINDS]
+# In this order: the stop last, on the host the others leave serving. The experiment (a combined server started
+# and the original restored: the deploy's root steps again) is the dearest, so it runs once.
+CASES = [*((operation, kind) for operation in ("publish", "verify", "rollback") for kind in KINDS),
+         ("isolate", "link-to-file"), *(("stop", kind) for kind in KINDS)]
 
 
 @pytest.mark.parametrize(("operation", "kind"), CASES, ids=[f"{o}-{k}" for o, k in CASES])

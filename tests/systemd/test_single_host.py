@@ -147,6 +147,9 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
         found = gpu1.exec(["runuser", "-u", "sglang", "--", "find", checks.INSTALL_ROOT, example_site.KEY_FILE,
                            textfile_dir, "(", "-writable", "-o", "-user", "sglang", ")"], check=False).stdout.split()
         assert sorted(found) == [example_site.KEY_FILE, f"{vt}/metrics", source], found
+        swapped = gpu1.exec(["runuser", "-u", "sglang", "--", "ln", "-sf", "/etc/shadow", example_site.KEY_FILE],
+                            check=False)
+        assert swapped.returncode != 0, "the service user replaced its key file"
         for plant, why in ((f"mkfifo {source}", "is a FIFO"), (f"ln -s /etc/shadow {source}", "is a symbolic link"),
                            (f"ln -s /root {source}", "is a symbolic link")):
             canaries = gpu1.exec(["stat", "-c", "%u %g %a %Y %Z %s", "/etc/shadow", "/root"]).stdout
