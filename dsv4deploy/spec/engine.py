@@ -39,7 +39,8 @@ class EngineSpec(BaseModel):
     index: str | None = None
     wheelhouse: str | None = None
     # An interpreter on each host whose site-packages the venv sees beneath its own (torch and the CUDA stack
-    # installed once), so only sglang's own wheel (and the router's) is installed per version.
+    # installed once): only sglang's own wheel (and the router's) is installed per version, without its
+    # dependencies (pip --no-deps), which the base must bring.
     base_python: str | None = None
     # The requirements to install instead of sglang==<sglang> (for a build under another name).
     packages: list[str] = []
@@ -116,15 +117,3 @@ def record_json(rec: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in rec.items() if k not in ("index", "wheelhouse")},
                       indent=2, sort_keys=True) + "\n"
 
-
-def change_line(host: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str | None:
-    """`engine 0.5.23 -> 0.5.23.post1 on HOST` when a deploy changes the host's engine, else None."""
-    def name(rec: dict[str, Any] | None) -> str:
-        if not rec:
-            return "the host's own sglang"
-        return str(rec.get("sglang"))
-    if (before or {}).get("venv") == (after or {}).get("venv"):
-        return None
-    same = name(before) == name(after)
-    return (f"engine {name(before)} -> {name(after)} on {host}"
-            + (f" (same version, another venv: {after['venv'] if after else 'none'})" if same else ""))

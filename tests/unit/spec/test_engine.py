@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.dsv4.deploy.plugins.module_utils.engines import change_line
 from dsv4deploy.plan import host_parsers
 from dsv4deploy.plan.render import content_hash, render_release
 from dsv4deploy.plan.services import build_services
 from dsv4deploy.spec import load_spec
-from dsv4deploy.spec.engine import change_line
 from tests.unit.spec.test_spec import HOSTS, problems, seeds_pd
 
 ENGINE = {"sglang": "0.5.23", "wheelhouse": "/srv/wheels"}
@@ -93,11 +93,11 @@ def test_a_launcher_the_engine_cannot_run_is_refused() -> None:
 def test_change_line() -> None:
     old = {"sglang": "0.5.23", "venv": "/r/engines/sglang-0.5.23-aaaa"}
     new = {"sglang": "0.5.23.post1", "venv": "/r/engines/sglang-0.5.23.post1-bbbb"}
-    assert change_line("gpu1", old, new) == "engine 0.5.23 -> 0.5.23.post1 on gpu1"
-    assert change_line("gpu1", old, dict(old)) is None
-    assert change_line("gpu1", None, new) == "engine the host's own sglang -> 0.5.23.post1 on gpu1"
-    assert change_line("gpu1", old, None) == "engine 0.5.23 -> the host's own sglang on gpu1"
-    assert change_line("gpu1", None, None) is None
+    assert change_line(old, new) == "engine 0.5.23 -> 0.5.23.post1"
+    assert change_line(old, dict(old)) is None
+    assert change_line(None, new) == "engine host-provided -> 0.5.23.post1"
+    assert change_line(old, None) == "engine 0.5.23 -> host-provided"
+    assert change_line(None, None) is None
     moved = {"sglang": "0.5.23", "venv": "/r/engines/sglang-0.5.23-cccc"}
-    assert change_line("gpu1", old, moved) == ("engine 0.5.23 -> 0.5.23 on gpu1 (same version, another venv: "
+    assert change_line(old, moved) == ("engine 0.5.23 -> 0.5.23 (same version, another venv: "
                                                "/r/engines/sglang-0.5.23-cccc)")
