@@ -21,7 +21,7 @@ OWNER_MARKER = ".dsv4deploy-owner.json"
 # A release id names a folder under releases/: one plain path component, never '.' or '..'.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # Where a release may hold files (the layout render writes): nothing else, nothing outside.
-RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|services\.json\Z|engine\.json\Z|manifest\.json\Z")
+RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|(spec|services|engine|manifest)\.json\Z")
 
 
 def sha256(data: bytes) -> str:

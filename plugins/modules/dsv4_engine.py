@@ -7,10 +7,10 @@ DOCUMENTATION = r"""
 module: dsv4_engine
 short_description: Install a release's sglang into a venv of its own under the install root
 description:
-  - Builds O(engine.venv) as O(user) unless a complete venv for the same requirements is there (reused as is):
+  - Builds O(engine.venv) as O(user) unless a complete venv for the same requirements is there (reused as is);
     C(python -m venv) under a temporary name, C(pip install) of O(engine.requirements) from O(engine.index) and/or
     O(engine.wheelhouse) (only from those), the base environment of O(engine.base_python) beneath it when given
-    (then only the named wheels are installed, C(--no-deps): the base brings their dependencies),
+    (then only the named wheels are installed, C(--no-deps), the base bringing their dependencies),
     a marker written last, then a rename. A half-built venv is never used; one left by a run that died is rebuilt.
   - Fails, naming the field and the fix, on an engine pip cannot install here (a wheelhouse that is not a folder,
     a version the index or wheelhouse does not have, an index it cannot reach); preflight runs it before anything
@@ -40,6 +40,15 @@ options:
     description: The interpreter that makes the venv (and runs pip) when O(engine.base_python) is not given.
     type: str
     default: python3
+extends_documentation_fragment:
+  - dsv4.deploy.dsv4deploy.posix
+attributes:
+  check_mode:
+    support: full
+    description: Nothing is built; the wheelhouse is checked and whether a build is needed is reported.
+  diff_mode:
+    support: none
+    description: A venv has no text to compare; RV(change) says which engine replaces which.
 author: dsv4deploy maintainers (@dsv4deploy)
 """
 
