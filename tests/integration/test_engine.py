@@ -80,6 +80,13 @@ def test_engine_is_installed_recorded_and_runs_the_servers(sim_host: SimHost, wh
 
 def test_upgrade_is_a_new_release_and_rollback_restores_the_old_engine(sim_host: SimHost, wheelhouse: Path) -> None:
     old_release, old = sim_host.active_release(), recorded_engine(sim_host)
+    # Check mode says what would change and builds nothing: preflight leaves out what needs the new interpreter.
+    set_engine(sim_host, "0.5.23.post1", wheelhouse)
+    preview = sim_host.playbook("deploy.yml", "--check", *READINESS)
+    said = " ".join(preview.stdout.split())
+    assert preview.returncode == 0, said[-4000:]
+    assert "engine 0.5.23 -> 0.5.23.post1 on local" in said, said[-4000:]
+    assert [p.name for p in (sim_host.install_root / "engines").iterdir()] == [Path(old["venv"]).name]
     new = deploy_engine(sim_host, "0.5.23.post1", wheelhouse, "0.5.23 -> 0.5.23.post1")
     assert sim_host.active_release() != old_release
     assert new["sglang"] == "0.5.23.post1" and new["venv"] != old["venv"]
