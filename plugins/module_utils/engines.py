@@ -86,7 +86,7 @@ def _in_child(user: str, work) -> tuple[int, str]:
     os.close(write_fd)
     with os.fdopen(read_fd, encoding="utf-8") as inp:
         text = inp.read()
-    _, status = os.waitpid(pid, 0)
+    status = os.waitpid(pid, 0)[1]
     return os.waitstatus_to_exitcode(status), text
 
 

@@ -7,16 +7,16 @@ DOCUMENTATION = r"""
 module: dsv4_engine
 short_description: Install a release's sglang into a venv of its own under the install root
 description:
-  - Builds O(engine.venv) as O(user) unless a complete venv for the same requirements is there (reused as is);
-    C(python -m venv) under a temporary name, C(pip install) of O(engine.requirements) from O(engine.index) and/or
-    O(engine.wheelhouse) (only from those), the base environment of O(engine.base_python) beneath it when given
+  - Builds C(engine.venv) as O(user) unless a complete venv for the same requirements is there (reused as is);
+    C(python -m venv) under a temporary name, C(pip install) of C(engine.requirements) from C(engine.index) and/or
+    C(engine.wheelhouse) (only from those), the base environment of C(engine.base_python) beneath it when given
     (then only the named wheels are installed, C(--no-deps), the base bringing their dependencies),
     a marker written last, then a rename. A half-built venv is never used; one left by a run that died is rebuilt.
   - Fails, naming the field and the fix, on an engine pip cannot install here (a wheelhouse that is not a folder,
     a version the index or wheelhouse does not have, an index it cannot reach); preflight runs it before anything
     stops. Returns the active release's engine (RV(before)) so the plan can say what changes.
-  - O(state=query) (the plan) builds nothing and only reads: whether the venv is complete, and RV(change).
-  - In check mode nothing is built; RV(changed) says whether it would be, after the wheelhouse is checked.
+  - O(state=query) (the plan) builds nothing and only reads whether the venv is complete, and RV(change).
+  - In check mode nothing is built; the result's C(changed) says whether it would be, after the wheelhouse is checked.
 options:
   state:
     description: C(present) builds the venv when needed; C(query) only reads.
@@ -37,7 +37,7 @@ options:
     type: str
     required: true
   creator:
-    description: The interpreter that makes the venv (and runs pip) when O(engine.base_python) is not given.
+    description: The interpreter that makes the venv (and runs pip) when C(engine.base_python) is not given.
     type: str
     default: python3
 extends_documentation_fragment:
