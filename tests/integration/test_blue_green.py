@@ -129,6 +129,10 @@ def test_blue_green_gate_failure_leaves_production_serving(bg_host: SimHost) -> 
     assert report["verdict"] == "failed" and "production was not touched" in json.dumps(report)
     assert_cause_named(report, report["cause"]["gate"], "local", out)
     assert report["failed_gate"] == report["cause"]["gate"], report["cause"]
+    # The log lines are the new release's, read in the slot where the gates ran (its programs carry the
+    # slot's deployment name), not the serving servers'.
+    logs = report["cause"]["logs"]["local"]
+    assert logs and all(line.startswith("sglang-dsv4_") for line in logs), logs
 
 
 def test_router_settings_change_is_named_first_and_replaces_the_router_once(bg_host: SimHost) -> None:

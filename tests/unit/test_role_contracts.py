@@ -279,3 +279,17 @@ def test_every_way_the_rollout_fails_ends_in_its_outcome_file() -> None:
     failing = sorted(p.name for p in (REPO / "roles" / "dsv4_rollout" / "tasks").glob("*.yml")
                      for task in tasks(load(p)) if {"fail", "ansible.builtin.fail"} & set(task))
     assert failing == ["outcome.yml"], f"end these through tasks/outcome.yml: {failing}"
+
+
+def test_no_role_but_dsv4_plan_sets_the_plan() -> None:
+    """The plan is one role's fact: a role that acts on another plan for a while (blue_green's slot, a roll's step, a
+    restored release) passes it to the role it includes as that role's input (dsv4_gates_plan, dsv4_release_plan),
+    so what the plan is never depends on which strategy ran last."""
+    units = {f"roles/{role.name}": [load(p) for p in sorted((role / "tasks").glob("*.yml"))]
+             for role in ROLES if role.name != "dsv4_plan"}
+    units |= {f"playbooks/{p.name}": [load(p)] for p in PLAYBOOKS}
+    setters = sorted(unit for unit, documents in units.items()
+                     if "dsv4_plan" in produced(documents)
+                     or any("dsv4_plan" in (task.get("vars") or {})
+                            for doc in documents for task in tasks(doc) if INCLUDE_ROLE & set(task)))
+    assert not setters, f"only roles/dsv4_plan sets dsv4_plan; pass the plan as the included role's input: {setters}"
