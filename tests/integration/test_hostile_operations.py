@@ -148,6 +148,26 @@ def test_what_the_service_user_can_write(h: dict) -> None:
     assert as_nobody("ln", "-sf", str(h["canary"]), str(h["key"])).returncode != 0
 
 
+def test_the_gates_read_no_key_through_a_link(h: dict) -> None:
+    """The gates' own read of the key (a run whose readiness wait does not read it: smoke alone) refuses a link
+    at the key's path, naming it, and sends nothing: the canary's content reaches no server and no output."""
+    key = h["key"]
+    kept = key.with_name(key.name + ".kept")
+    before = canaries(h)
+    key.rename(kept)
+    try:
+        key.symlink_to(h["canary"])
+        proc = h["sim"].playbook("verify.yml", "-e", json.dumps({"dsv4_gates_names": ["smoke"]}))
+    finally:
+        key.unlink(missing_ok=True)
+        kept.rename(key)
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, said[-3000:]
+    assert f"{key} is a symbolic link; a secret is read from the file itself" in said, said[-3000:]
+    assert canaries(h) == before
+    assert not secret_anywhere(h, proc.stdout, proc.stderr)
+
+
 def publish_argv(h: dict) -> list[str]:
     """The publish program's command from root's supervisord file, without its `--every` loop."""
     conf = h["vt"] / "supervisor" / f"dsv4-verify-{h['name']}.conf"
