@@ -117,7 +117,7 @@ def decide_rates(kp: int, np_: int, kc: int, nc: int, acceptable: float,
     ps = (*_side_p_values(kp, np_, acceptable), *_side_p_values(kc, nc, acceptable))
     shown = [p < significance for p in ps]
     pd_bad, pd_clean, combined_bad, combined_clean = shown
-    ratio = ratio_interval(kp, np_, kc, nc) if pd_bad and combined_bad else None
+    ratio = ratio_interval(kp, np_, kc, nc, 1 - significance) if pd_bad and combined_bad else None
     if not np_ or not nc:
         verdict = "inconclusive"
     elif pd_worse < significance and combined_clean:
