@@ -171,3 +171,58 @@ def choose_rounds(budget: int, session_s: float, switch_s: float, pd_rate: float
         return expected_seconds(operating_characteristics(d, pd_rate, combined_rate), d, session_s, switch_s)
 
     return min(options, key=cost)
+
+
+_WORST = ("error", "failed", "inconclusive", "skipped", "passed")
+
+
+def pool_soak(gates: Sequence[dict], rounds: int) -> list[dict]:
+    """One side's gate results with its soak blocks pooled into one soak result at the end.
+
+    The pooled evidence has the summed counts, every block's figures (``blocks``), the look it is (one
+    per block) and that look's level (``significance``) in a design of ``rounds`` rounds, which
+    :func:`dsv4deploy.isolate.compare.compare_soak` judges at. One block or none: the gates unchanged.
+    """
+    soaks = [g for g in gates if g.get("name") == "soak"]
+    if len(soaks) < 2 and rounds <= 1:
+        return list(gates)
+    if not soaks:
+        return list(gates)
+    evs = [g.get("evidence") or {} for g in soaks]
+    look = len(soaks)
+    levels = Design(block=1, rounds=max(rounds, look)).levels()
+    evidence = {
+        **evs[-1],
+        "corrupted_sessions": sum(int(e.get("corrupted_sessions", 0)) for e in evs),
+        "finished": sum(int(e.get("finished", 0)) for e in evs),
+        "occupancy": [o for e in evs for o in (e.get("occupancy") or [])],
+        "blocks": [{"block": i, "corrupted_sessions": int(e.get("corrupted_sessions", 0)),
+                    "finished": int(e.get("finished", 0))} for i, e in enumerate(evs, start=1)],
+        "look": look, "rounds": max(rounds, look), "significance": levels[look - 1],
+    }
+    if any(not e for e in evs):
+        evidence = {}  # a block that measured nothing leaves the side unmeasured
+    status = min((str(g.get("status")) for g in soaks), key=lambda s: _WORST.index(s) if s in _WORST else 0)
+    pooled = {**soaks[-1], "status": status, "seconds": sum(float(g.get("seconds", 0)) for g in soaks),
+              "summary": "; ".join(f"block {i}: {g.get('summary', '')}" for i, g in enumerate(soaks, start=1)),
+              "evidence": evidence}
+    return [g for g in gates if g.get("name") != "soak"] + [pooled]
+
+
+def look(pd_gates: Sequence[dict], combined_gates: Sequence[dict], rounds: int,
+         acceptable_default: float = ACCEPTABLE) -> dict[str, object]:
+    """The interim look after a round: ``{decided, verdict, look, significance, pd, combined}`` on the
+    pooled soak counts of each side; a side whose soak measured nothing decides (the experiment stops)."""
+    pd_soak = [g for g in pool_soak(pd_gates, rounds) if g.get("name") == "soak"]
+    combined_soak = [g for g in pool_soak(combined_gates, rounds) if g.get("name") == "soak"]
+    if not pd_soak or not combined_soak or not pd_soak[0]["evidence"] or not combined_soak[0]["evidence"]:
+        return {"decided": True, "verdict": "inconclusive", "look": 0, "significance": None, "pd": None,
+                "combined": None}
+    mine, theirs = pd_soak[0]["evidence"], combined_soak[0]["evidence"]
+    kp, np_, kc, nc = mine["corrupted_sessions"], mine["finished"], theirs["corrupted_sessions"], theirs["finished"]
+    acceptable = float((mine.get("design") or {}).get("acceptable_rate", acceptable_default))
+    level = float(mine["significance"])
+    verdict = decide_rates(kp, np_, kc, nc, acceptable, significance=level).verdict if np_ and nc else "inconclusive"
+    done = verdict != "inconclusive" or int(mine["look"]) >= rounds or not np_ or not nc
+    return {"decided": done, "verdict": verdict, "look": mine["look"], "significance": level,
+            "pd": [kp, np_], "combined": [kc, nc]}

@@ -268,7 +268,7 @@ class ActionModule(ValidatedAction):
             result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
             return result
         try:  # the suite's settings, judged by what the serving release runs (its index_topk)
-            # Both sides run the fixed soak of dsv4_isolate_soak_sessions (the role passes it to the suite).
+            # dsv4_isolate_soak_sessions is the soak's budget a side (the role splits it into its rounds' blocks).
             sessions = task_vars.get("dsv4_isolate_soak_sessions")
             settings = self.gate_settings(task_vars, plan["original"], {"soak_sessions": self.templated(sessions)}
                                           if sessions is not None else None)
@@ -283,7 +283,8 @@ class ActionModule(ValidatedAction):
                               "(isolate_port, or the host's listen address)")
             return result
         plan["suite"] = suite
-        plan["estimate"] = estimate(suite, settings)
+        rounds = task_vars.get("dsv4_isolate_soak_rounds")
+        plan["estimate"] = estimate(suite, settings, int(self.templated(rounds)) if rounds is not None else 1)
         result.update(changed=False, ansible_facts={args["fact"]: plan},
                       msg=f"combined release {plan['combined']['release_id']} on "
                           f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")

@@ -94,3 +94,34 @@ def test_the_exact_characteristics_are_the_procedures_own() -> None:
         stops_first += rounds == 1
     for seen, p in ((amplified, exact.verdicts["pd_amplified"]), (stops_first, exact.stop_at[0])):
         assert abs(seen / runs - p) <= 4 * (p * (1 - p) / runs) ** 0.5 + 1e-9, (seen, p)
+
+
+def test_a_sides_soak_blocks_pool_into_one_result_judged_at_its_look() -> None:
+    from dsv4deploy.isolate.sequential import pool_soak
+
+    def block(k: int, status: str = "passed") -> dict:
+        return {"name": "soak", "status": status, "seconds": 2.0, "summary": f"{k} corrupted",
+                "evidence": {"corrupted_sessions": k, "finished": 12, "occupancy": [{"role": "decode"}]}}
+
+    gates = [{"name": "readiness", "status": "passed"}, block(1), block(0, "failed")]
+    pooled = pool_soak(gates, 2)
+    assert [g["name"] for g in pooled] == ["readiness", "soak"]
+    soak = pooled[-1]
+    assert (soak["status"], soak["seconds"]) == ("failed", 4.0)
+    ev = soak["evidence"]
+    assert (ev["corrupted_sessions"], ev["finished"], ev["look"], ev["rounds"]) == (1, 24, 2, 2)
+    assert ev["significance"] == pytest.approx(Design().levels()[1]) and len(ev["occupancy"]) == 2
+    # The fixed design (one round, one block) is left as it was.
+    assert pool_soak(gates[:2], 1) == gates[:2]
+
+
+def test_the_plan_line_states_the_budget_its_rounds_and_their_switches() -> None:
+    from dsv4deploy.gates.runner import GateSettings
+    from dsv4deploy.isolate.estimate import SWITCH_S, estimate
+
+    settings = GateSettings(soak_sessions=700)
+    plan = estimate(["soak"], settings, rounds=2)
+    assert "at most 700 soak sessions a side in 2 rounds of 350" in plan["line"] and "4 switches" in plan["line"]
+    assert plan["seconds"] - estimate(["soak"], settings)["seconds"] == 2 * SWITCH_S
+    # Without a soak there are no rounds: one switch and the restore.
+    assert "for the switch and the restore" in estimate(["needle"], settings, rounds=2)["line"]
