@@ -237,9 +237,9 @@ model's limit at N tokens", apart from the verdict; misses beyond `needle_requir
 A cell stops at its verdict, so a length pairs at most 4 prompts a cell that PD alone misses: one cell a
 length cannot reach p < 0.05 (0.5^4 = 0.0625); two depths can.
 
-**Size.** Both sides run `dsv4_isolate_soak_sessions` 600 sessions (fixed, not sequential, in the
-playbook: the alternating design below stops sooner at the seeds' rates), about 2 x 19 batches at
-`soak_concurrency` 32; the plan line shows the sizes and the estimated time. At the former 150 a side,
+**Size.** The soak rows below are the fixed design, 600 sessions a side judged once (the playbook's
+before the alternating design further down, which it now runs and which stops sooner at the seeds'
+rates); the plan line shows the budget, its rounds and the estimated time. At the former 150 a side,
 the seeds' 18 % against 2 % read `pd_amplified` 58 % of the time (last soak row).
 
 Measured on the embedded host (`bench/isolation_seeds.py`, the 2-core CI machine shared with other
@@ -265,19 +265,19 @@ depths each.
 """
 
 
-SEQUENTIAL = """**The alternating group-sequential soak** (`dsv4deploy/isolate/sequential.py`; the design, its exact
-operating characteristics and the block count; `playbooks/isolate.yml` still runs the fixed design above:
-running this one, with a restart between the blocks, is the next step). Sides alternate in rounds on the
-same hosts: a block of sessions on PD, then the same number on the combined server (A-B), and after each
-round the pooled counts are judged by the same `decide_rates` at that look's level. It stops at the first
-decided look, or at the budget (rounds x block sessions a side, 700 by default), whose verdict stands. Each
-look's level is the Hwang-Shih-DeCani spending (gamma -4, O'Brien-Fleming-like) of 0.05 over the looks
-(0.006 then 0.044 at two looks), for every test of the verdict including the ratio interval; the levels sum
-to 0.05, so by Bonferroni over the looks no test rejects a true hypothesis with probability above 0.05,
-whatever the correlation between looks. Pooling the blocks is valid because every block gives both sides the
-same number of sessions: a drift over time adds the same expected count to both sides and cannot make one
-look worse (`tests/unit/isolate/test_sequential.py` measures Fisher's size under a drift from 0.5 % to 8 %);
-the report's block rows (`block_rows`) show each block's counts so a drift is seen.
+SEQUENTIAL = """**The alternating group-sequential soak** (`dsv4deploy/isolate/sequential.py`), what
+`playbooks/isolate.yml` runs: `dsv4_isolate_soak_sessions` 700 a side in `dsv4_isolate_soak_rounds` 2 (1
+runs the fixed design above, at the budget). Sides alternate in rounds on the same hosts: a block of
+sessions on PD, then the same number on the combined server (A-B), and after each round the pooled counts
+are judged by the same `decide_rates` at that look's level. It stops at the first decided look, or at the
+budget (rounds x block sessions a side, 700 by default), whose verdict stands. Each look's level is the
+Hwang-Shih-DeCani spending (gamma -4, O'Brien-Fleming-like) of 0.05 over the looks (0.006 then 0.044 at two
+looks), for every test of the verdict including the ratio interval; the levels sum to 0.05, so by Bonferroni
+over the looks no test rejects a true hypothesis with probability above 0.05, whatever the correlation
+between looks. Pooling the blocks is valid because every block gives both sides the same number of sessions:
+a drift over time adds the same expected count to both sides and cannot make one look worse
+(`tests/unit/isolate/test_sequential.py` measures Fisher's size under a drift from 0.5 % to 8 %); the
+report's block rows (`block_rows`) show each block's counts so a drift is seen.
 
 Exact P(each verdict) of the default design (2 rounds of 350 sessions a side), by dynamic programming over
 the pooled count pairs look by look (mass below 1e-13 dropped), with the expected sessions a side; the fixed
