@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dsv4deploy.isolate.compare import ACCEPTABLE, SIGNIFICANCE, decide_rates
+from dsv4deploy.spec import Problem, SpecError
 
 #: Hwang-Shih-DeCani spending parameter: -4 spends like O'Brien-Fleming (little at the first looks).
 GAMMA = -4.0
@@ -76,6 +77,18 @@ class Design:
     def switches(self, rounds_run: int) -> int:
         """Restarts for ``rounds_run`` rounds: to combined and back to PD between rounds, and the restore."""
         return 2 * rounds_run
+
+
+def split_budget(sessions: int, rounds: int) -> Design:
+    """The design that runs ``sessions`` a side in ``rounds``; raises SpecError naming the field and the fix
+    when the budget cannot give every round a block on each side."""
+    if rounds < 1 or sessions < rounds:
+        raise SpecError([Problem(field="dsv4_isolate_soak_rounds",
+                                 message=f"{rounds} rounds cannot split dsv4_isolate_soak_sessions {sessions} into "
+                                         "a block a side a round",
+                                 fix="use 1 round or more and at most dsv4_isolate_soak_sessions (2, the default, "
+                                     "alternates the sides A-B-A-B)")])
+    return Design(block=sessions // rounds, rounds=rounds)
 
 
 def decide_look(kp: int, kc: int, n: int, look: int, design: Design, acceptable: float = ACCEPTABLE) -> str:

@@ -18,6 +18,7 @@ from dsv4deploy.inventory.checks import inventory_problems, vault_var_problems, 
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.isolate.estimate import estimate
+from dsv4deploy.isolate.sequential import split_budget
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
 from dsv4deploy.rollout.blue_green import beside_spec
 from dsv4deploy.rollout.rolling_strategy import surge_spec
@@ -254,6 +255,9 @@ class ActionModule(ValidatedAction):
         play_hosts = self.play_hosts(task_vars)
         try:
             suite = parse_suite(args.get("suite") or "")
+            if "soak" in suite:  # the soak's budget split into its alternating rounds
+                split_budget(int(self.templated(task_vars.get("dsv4_isolate_soak_sessions", 700))),
+                             int(self.templated(task_vars.get("dsv4_isolate_soak_rounds", 1))))
             plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
                                   gpus=[int(g) for g in args.get("gpus") or []],
                                   port=int(args.get("port") or 0) or None, env=args.get("env") or {},

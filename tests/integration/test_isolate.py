@@ -202,6 +202,14 @@ def test_an_unknown_suite_is_refused_before_anything_changes(sim_host: SimHost) 
     report = isolate_report(sim_host)
     assert (report["status"], report["restored"]) == ("refused", False)
     assert sim_host.pids() == before and sim_host.active_release() == release
+    # A soak budget that cannot give every round a block on each side, likewise.
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=1",
+                             "-e", "dsv4_isolate_soak_rounds=2", *FAST)
+    assert proc.returncode != 0
+    words = " ".join(proc.stdout.split())
+    assert "dsv4_isolate_soak_rounds" in words and "2 rounds cannot split dsv4_isolate_soak_sessions 1" in words
+    assert "nothing was changed" in words
+    assert sim_host.pids() == before and sim_host.active_release() == release
 
 
 def test_an_unhealthy_original_is_refused_unless_forced_and_then_comes_back_healthy(sim_host: SimHost) -> None:

@@ -125,3 +125,15 @@ def test_the_plan_line_states_the_budget_its_rounds_and_their_switches() -> None
     assert plan["seconds"] - estimate(["soak"], settings)["seconds"] == 2 * SWITCH_S
     # Without a soak there are no rounds: one switch and the restore.
     assert "for the switch and the restore" in estimate(["needle"], settings, rounds=2)["line"]
+
+
+def test_a_budget_that_cannot_be_split_into_its_rounds_is_refused_naming_the_field() -> None:
+    from dsv4deploy.isolate.sequential import split_budget
+    from dsv4deploy.spec import SpecError
+
+    assert split_budget(700, 2) == Design(block=350, rounds=2)
+    for sessions, rounds in ((1, 2), (700, 0)):
+        with pytest.raises(SpecError) as caught:
+            split_budget(sessions, rounds)
+        (problem,) = caught.value.problems
+        assert problem.field == "dsv4_isolate_soak_rounds" and "dsv4_isolate_soak_sessions" in problem.fix
