@@ -158,6 +158,27 @@ def test_tool_call_corruption_at_the_seeds_non_pd_share_gives_pd_amplified(sim_h
     assert_restored(sim_host, release, report)
 
 
+def test_the_soak_alternates_the_sides_in_blocks_and_judges_each_look_at_its_level(sim_host: SimHost) -> None:
+    # A clean release: 12 sessions a side cannot show a side clean at the first look's level, so the experiment
+    # goes back to PD, runs a second block on each side (A-B-A-B) and judges the pooled counts at the last look.
+    release = deploy(sim_host, *READINESS)
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=24", *FAST)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    words = " ".join(proc.stdout.split())
+    assert "at most 24 soak sessions a side in 2 rounds of 12" in words and "4 switches" in words, words[-3000:]
+    report = isolate_report(sim_host)
+    for side in ("pd", "combined"):
+        soak = next(g for g in report["sides"][side]["gates"] if g["name"] == "soak")
+        assert [b["finished"] for b in soak["evidence"]["blocks"]] == [12, 12], soak["evidence"]
+        assert soak["evidence"]["finished"] == 24 and soak["evidence"]["look"] == 2
+    # Between the rounds the original came back and proved it served.
+    assert {g["name"]: g["status"] for g in report["between"]} == {"readiness": "passed", "smoke": "passed"}
+    assert report["verdict"] == "inconclusive" and "look 2 of 2 at level 0.044" in report["why"], report["why"]
+    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
+    assert "## Soak blocks" in md and "| 2 | 0 of 12 | 0 of 12 |" in md, md
+    assert_restored(sim_host, release, report)
+
+
 def test_combined_server_that_crashes_on_start_is_inconclusive_and_restored(sim_host: SimHost) -> None:
     # After the experiments: the clean release's secret env would have to be passed again.
     release = sim_host.active_release() or ""
@@ -180,6 +201,14 @@ def test_an_unknown_suite_is_refused_before_anything_changes(sim_host: SimHost) 
     assert "unknown suite 'sanity'" in proc.stdout and "nothing was changed" in proc.stdout
     report = isolate_report(sim_host)
     assert (report["status"], report["restored"]) == ("refused", False)
+    assert sim_host.pids() == before and sim_host.active_release() == release
+    # A soak budget that cannot give every round a block on each side, likewise.
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=1",
+                             "-e", "dsv4_isolate_soak_rounds=2", *FAST)
+    assert proc.returncode != 0
+    words = " ".join(proc.stdout.split())
+    assert "dsv4_isolate_soak_rounds" in words and "2 rounds cannot split dsv4_isolate_soak_sessions 1" in words
+    assert "nothing was changed" in words
     assert sim_host.pids() == before and sim_host.active_release() == release
 
 
