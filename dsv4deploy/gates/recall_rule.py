@@ -12,9 +12,9 @@ fifth miss) were chosen as the cheapest such schedule for a clean cell whose ris
 former 9-of-12 rule's at both design points, a cell that recalls :data:`CLEAN_RECALL` (90 %) and one that
 recalls :data:`BAD_RECALL` (50 %): they pass with probability 0.9757 (was 0.9744) and 0.0727 (was 0.0730),
 and a clean cell costs 4 requests where it cost 9. The risks are exact sums over the rule's own decision
-(:meth:`RecallRule.pass_probability`, dynamic programming over (recalled, missed)); docs/evidence.md has the
-table (``python -m dsv4deploy.gates.oc``). A cell the deadline stopped before a bound is undecided
-(``inconclusive``), never a pass.
+(:meth:`RecallRule.pass_probability`: dsv4deploy.gates.sprt_oc's dynamic programming over the counts);
+docs/evidence.md has the table (``python -m dsv4deploy.gates.oc``). A cell the deadline stopped before a
+bound is undecided (``inconclusive``), never a pass.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from itertools import pairwise
 from typing import Any
 
 from dsv4deploy.gates.evidence import Outcome
+from dsv4deploy.gates.sprt_oc import OC, counts_oc
 
 #: A cell that recalls this often should pass (the first design point).
 CLEAN_RECALL = 0.9
@@ -98,30 +99,17 @@ class RecallRule:
             recalled, missed = recalled + ok, missed + (not ok)
         return self.state(recalled, missed), recalled + missed, recalled
 
-    def _walk(self, recall: float) -> tuple[float, float]:
-        """(P(pass), expected trials) for a cell of true recall ``recall``: exact, over (recalled, missed)."""
-        passed = trials = 0.0
-        alive = {(0, 0): 1.0}
-        while alive:
-            ahead: dict[tuple[int, int], float] = {}
-            for (r, m), prob in alive.items():
-                trials += prob
-                for nxt, step in (((r + 1, m), recall), ((r, m + 1), 1 - recall)):
-                    outcome = self.state(*nxt)
-                    if outcome is Outcome.PASSED:
-                        passed += prob * step
-                    elif outcome is None:
-                        ahead[nxt] = ahead.get(nxt, 0.0) + prob * step
-            alive = ahead
-        return passed, trials
+    def _oc(self, recall: float) -> OC:
+        """The exact sums over the rule's own decision (dsv4deploy.gates.sprt_oc): a recall is the event."""
+        return counts_oc(lambda trials, recalled: self.state(recalled, trials - recalled), recall, self.trials)
 
     def pass_probability(self, recall: float) -> float:
         """P(a cell passes | it recalls with probability ``recall``): exact."""
-        return self._walk(recall)[0]
+        return self._oc(recall).passed
 
     def expected_trials(self, recall: float) -> float:
         """Mean trials a cell of true recall ``recall`` is asked: exact."""
-        return self._walk(recall)[1]
+        return self._oc(recall).mean_trials
 
     def risks(self, cells: int = 1) -> dict[str, Any]:
         """The design: per cell, and for ``cells`` required cells judged together (every one must pass)."""
