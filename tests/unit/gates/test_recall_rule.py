@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import product
-
 import pytest
 from scipy.stats import binom
 
@@ -42,12 +40,18 @@ def test_the_exact_oc_is_the_binomial_sum_for_a_plain_rule_and_matches_the_simul
 
 
 def test_the_exact_oc_is_the_sum_over_every_sequence_of_trials() -> None:
-    # Every one of the 2^19 sequences of outcomes, read by replay (the gate's decision; it reads no further
-    # than the decision, so summing whole sequences counts each decided prefix with its own probability).
-    recall, n = 0.8, DEFAULT.trials
-    total = sum(recall ** sum(seq) * (1 - recall) ** (n - sum(seq))
-                for seq in product((True, False), repeat=n) if DEFAULT.replay(seq)[0] is Outcome.PASSED)
-    assert total == pytest.approx(DEFAULT.pass_probability(recall), abs=1e-9)
+    # Every sequence of outcomes up to its decision, read by replay (the gate's decision), each with its
+    # own probability: the sum the dynamic programming must equal.
+    recall = 0.8
+
+    def passed(seq: list[bool]) -> float:
+        outcome, used, _ = DEFAULT.replay(seq)
+        if outcome is not None:
+            assert used == len(seq)  # replay decides on the last outcome read, never later
+            return float(outcome is Outcome.PASSED)
+        return recall * passed([*seq, True]) + (1 - recall) * passed([*seq, False])
+
+    assert passed([]) == pytest.approx(DEFAULT.pass_probability(recall), abs=1e-12)
 
 
 def test_the_rule_decides_as_soon_as_it_is_certain_and_no_later() -> None:
