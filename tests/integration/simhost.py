@@ -38,7 +38,7 @@ SMALL_SOAK = ["-e", json.dumps(SMALL_SOAK_VARS)]
 # 12K tokens, ~6 s of a deploy, are test_gate_promises' and test_fault_matrix's): the required 5.5K row
 # stays, so index_topk 512 still fails it. A grid given after it replaces it (the last -e wins). The rule is
 # 3 of 3 trials (docs/evidence.md, "Needle in the integration tier"): a clean simulated release passes after
-# 3 requests a cell (the default 9 of 12 needs 9), a lost cell fails on its first miss; the run is WEAKENED.
+# 3 requests a cell (the default schedule needs 4), a lost cell fails on its first miss; the run is WEAKENED.
 SMALL_NEEDLE_RULE_VARS = {"needle_trials": 3, "needle_min_recalled": 3}
 SMALL_NEEDLE_VARS = {"needle_lengths": [1000, 5500], "needle_depths": [0.5], **SMALL_NEEDLE_RULE_VARS}
 SMALL_NEEDLE = ["-e", json.dumps(SMALL_NEEDLE_VARS)]

@@ -25,12 +25,13 @@ FAST = ["-e", "readiness_deadline_s=30", "-e", "smoke_deadline_s=30", "-e", "nee
 WEAK_NEEDLE = ["-e", "needle_required_tokens=120", "-e", '{"needle_lengths": [100, 120], "needle_depths": [0.5]}']
 # Far beyond the window and well within what index_topk 1024 recalls (6144 tokens for certain).
 NEEDLE_2K = ["-e", "needle_required_tokens=2200", "-e", '{"needle_lengths": [2000, 2200], "needle_depths": [0.5]}']
-# Truncation at index_topk 1024: two depths a length give each length 8 prompts PD alone misses (its cells stop at
-# four misses), enough for McNemar after Holm's correction; at 12000 both sides lose the needle (the model's limit).
+# Truncation at index_topk 1024: two depths a length give each length 8 prompts PD alone misses (the combined
+# cells pass after four trials), enough for McNemar after Holm's correction; at 12000 (the curve, one trial a
+# cell) both sides lose the needle (the model's limit).
 NEEDLE_TRUNCATION = ["-e", "needle_required_tokens=2200",
                      "-e", '{"needle_lengths": [2000, 2200, 12000], "needle_depths": [0.3, 0.6]}']
-# Recall at index_topk 512 with a requirement past its reach (4K): two dead cells a side, 8 misses each, bound
-# the PD/combined miss ratio within 2x (0.63-1.6).
+# Recall at index_topk 512 with a requirement past its reach (4K): two dead cells a side, 5 misses each, bound
+# the PD/combined miss ratio within 2x (0.69-1.4).
 NEEDLE_512 = ["-e", "needle_required_tokens=5500",
               "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
@@ -136,7 +137,7 @@ def test_recall_at_index_topk_512_past_its_reach_gives_shared_path(sim_host: Sim
     # The seed 000 case: recall collapses beyond about 4K tokens in PD and on one combined server alike.
     release, report = experiment(sim_host, ["-e", "index_topk=512"], ["-e", "suite=needle", *NEEDLE_512])
     assert report["verdict"] == "shared_path", report["why"]
-    assert "8 and 8 of 8 prompts missed" in report["why"] and "within 2x" in report["why"], report["why"]
+    assert "10 and 10 of 10 prompts missed" in report["why"] and "within 2x" in report["why"], report["why"]
     assert "the model's limit at 5000, 5500 tokens" in report["why"]
     assert report["sides"]["pd"]["failed_suites"] == report["sides"]["combined"]["failed_suites"] == ["needle"]
     assert_restored(sim_host, release, report)
