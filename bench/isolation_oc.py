@@ -255,8 +255,9 @@ limit at 8000 and 12000 named), as did the requirement-2000 runs and the integra
 
 P(each verdict), `bench/isolation_oc.py --write` (do not edit by hand): soak rows exact (every count
 pair with probability above 1e-12 judged by `decide_rates`, 600 sessions a side, independent sessions);
-needle rows simulated, RUNS experiments a row (seed SEED), each cell asked as the gate asks it (9 of 12,
-stopped at its verdict) on the same prompts on both sides, recall per cell as in the simulated model
+needle rows simulated, RUNS experiments a row (seed SEED), each cell asked as the gate asks it (the needle's
+sequential rule, read in trial order and stopped at its verdict; curve cells judged too, the harder case)
+on the same prompts on both sides, recall per cell as in the simulated model
 (`dsv4deploy/sim/recall.py`: the 128-token window always, else `index_topk`'s reach; a truncating
 transfer keeps only the window). A prompt's outcome is drawn apart on each side, as the simulator draws
 it (the harder case for `shared_path`); one row draws it once for both, as a model whose recall is the
