@@ -46,7 +46,7 @@ STRATEGIES = ("recreate", "blue_green", "rolling")
 
 
 def _layout(host: SimHost, strategy: str) -> None:
-    """Give `host` a layout where `strategy` runs: tp 2 per role, so two releases fit on the 8 simulated GPUs
+    """Give `host` a layout where `strategy` runs: tp 2 per role on H200s, so two releases fit on the 8 simulated GPUs
     (blue_green: 1P1D on GPUs 0-3, the other slot on 4-7) or a role has two workers to roll (rolling: 2P2D)."""
     base = host.base_port = free_port_block(2 * PORT_OFFSET)
     assign_ports(host.inventory, base, install_root=host.install_root)
@@ -61,8 +61,9 @@ def _layout(host: SimHost, strategy: str) -> None:
     if strategy == "rolling":
         dep["prefill"].append(worker([4, 5], base + 5, bootstrap_port=base + 6))
         dep["decode"].append(worker([6, 7], base + 7))
+    # H200s (141 GiB): tp 2 holds the FP4 weights with room for a KV pool, where 96 GiB cards do not.
     dep.update(dsv4_rollout_strategy=strategy, dsv4_rollout_blue_green_port_offset=PORT_OFFSET,
-               dsv4_rollout_measure_downtime=True)
+               dsv4_rollout_measure_downtime=True, gpu_memory_gib=141)
     if strategy == "blue_green":
         dep["dsv4_rollout_blue_green_gpu_offset"] = 4
     dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))

@@ -29,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dsv4deploy.gates.recall_rule import RecallRule
 from dsv4deploy.isolate import VERDICTS
 from dsv4deploy.isolate.compare import ACCEPTABLE, decide_rates
+from dsv4deploy.isolate.estimate import SESSION_S, SWITCH_S
 from dsv4deploy.isolate.needle_compare import compare_needle
+from dsv4deploy.isolate.sequential import Design, expected_seconds, operating_characteristics
 from dsv4deploy.sim.recall import WINDOW_SIZE, selection_probability
 
 #: Soak sessions a side: dsv4_isolate_soak_sessions' default.
@@ -57,6 +59,42 @@ def soak_oc(pd_rate: float, combined_rate: float, n_pd: int = SESSIONS, n_combin
         for kc, wc in _pmf(n_combined, combined_rate):
             out[decide_rates(kp, n_pd, kc, n_combined, acceptable).verdict] += wp * wc
     return out
+
+
+#: The soak scenarios (PD rate, combined rate) of both designs' rows.
+SOAK_POINTS = [
+    ("PD-only corruption: PD 18 %, combined 0 %", 0.18, 0.0),
+    ("amplified: PD 18 %, combined 2 % (the seeds)", 0.18, 0.02),
+    ("amplified: PD 6 %, combined 2 %", 0.06, 0.02),
+    ("shared: both 6 %", 0.06, 0.06),
+    ("clean: both 0 %", 0.0, 0.0),
+    ("clean: both 0.1 %", 0.001, 0.001),
+]
+#: Soak sessions a side at once, for the block-count table's session time (soak_concurrency's default).
+CONCURRENCY = 32
+
+
+def sequential_rows(design: Design) -> list[tuple[str, str, dict[str, float], float]]:
+    """(scenario, P(each verdict), expected sessions a side) of the alternating design, exact."""
+    rows = []
+    for name, pd, combined in SOAK_POINTS:
+        oc = operating_characteristics(design, pd, combined)
+        rows.append((name, f"{design.rounds} x {design.block}", oc.verdicts, oc.expected_sessions))
+    return rows
+
+
+def rounds_table(budget: int = Design().budget, candidates: tuple[int, ...] = (1, 2, 4, 7)) -> str:
+    """Expected soak time at the seeds' 18 % vs 2 % for each number of rounds splitting ``budget``."""
+    session_s = SESSION_S / CONCURRENCY
+    lines = ["| rounds (blocks a side) | block | P(pd_amplified) | expected sessions a side | expected time, "
+             f"switch {SWITCH_S:g} s | expected time, switch 10 s |", "|---:|---:|---:|---:|---:|---:|"]
+    for rounds in candidates:
+        design = Design(block=budget // rounds, rounds=rounds)
+        oc = operating_characteristics(design, 0.18, 0.02)
+        slow, fast = (expected_seconds(oc, design, session_s, s) for s in (SWITCH_S, 10.0))
+        lines.append(f"| {rounds} | {design.block} | {oc.verdicts['pd_amplified']:.4f} | {oc.expected_sessions:.0f} "
+                     f"| {slow:.0f} s | {fast:.0f} s |")
+    return "\n".join(lines)
 
 
 Recall = Callable[[int, float], float]
@@ -155,6 +193,16 @@ def table(rows: list[tuple[str, str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def sequential_table(design: Design) -> str:
+    """The alternating design's rows beside the fixed design's expected cost (600 sessions a side)."""
+    lines = ["| scenario | rounds x block | " + " | ".join(VERDICTS) + " | expected sessions a side |",
+             "|---|---|" + "---:|" * (len(VERDICTS) + 1)]
+    for name, shape, probs, sessions in sequential_rows(design):
+        lines.append(f"| {name} | {shape} | " + " | ".join(f"{probs[v]:.4f}" for v in VERDICTS)
+                     + f" | {sessions:.1f} |")
+    return "\n".join(lines)
+
+
 PROSE = """## Isolation: PD against one combined server (`playbooks/isolate.yml`)
 
 The experiment runs the same suite on the serving PD release and on one combined server with the same
@@ -189,10 +237,10 @@ model's limit at N tokens", apart from the verdict; misses beyond `needle_requir
 A cell stops at its verdict, so a length pairs at most 4 prompts a cell that PD alone misses: one cell a
 length cannot reach p < 0.05 (0.5^4 = 0.0625); two depths can.
 
-**Size.** Both sides run `dsv4_isolate_soak_sessions` 600 sessions (fixed, not sequential: the comparison
-needs both samples whole), about 2 x 19 batches at `soak_concurrency` 32; the plan line shows the sizes
-and the estimated time. At the former 150 a side, the seeds' 18 % against 2 % read `pd_amplified` 58 % of
-the time (last soak row).
+**Size.** The soak rows below are the fixed design, 600 sessions a side judged once (the playbook's
+before the alternating design further down, which it now runs and which stops sooner at the seeds'
+rates); the plan line shows the budget, its rounds and the estimated time. At the former 150 a side,
+the seeds' 18 % against 2 % read `pd_amplified` 58 % of the time (last soak row).
 
 Measured on the embedded host (`bench/isolation_seeds.py`, the 2-core CI machine shared with other
 suites; seconds are the isolate run's, both sides and the restore): seed 002's corruption at its rates
@@ -207,8 +255,9 @@ limit at 8000 and 12000 named), as did the requirement-2000 runs and the integra
 
 P(each verdict), `bench/isolation_oc.py --write` (do not edit by hand): soak rows exact (every count
 pair with probability above 1e-12 judged by `decide_rates`, 600 sessions a side, independent sessions);
-needle rows simulated, RUNS experiments a row (seed SEED), each cell asked as the gate asks it (9 of 12,
-stopped at its verdict) on the same prompts on both sides, recall per cell as in the simulated model
+needle rows simulated, RUNS experiments a row (seed SEED), each cell asked as the gate asks it (the needle's
+sequential rule, read in trial order and stopped at its verdict; curve cells judged too, the harder case)
+on the same prompts on both sides, recall per cell as in the simulated model
 (`dsv4deploy/sim/recall.py`: the 128-token window always, else `index_topk`'s reach; a truncating
 transfer keeps only the window). A prompt's outcome is drawn apart on each side, as the simulator draws
 it (the harder case for `shared_path`); one row draws it once for both, as a model whose recall is the
@@ -217,12 +266,43 @@ depths each.
 """
 
 
+SEQUENTIAL = """**The alternating group-sequential soak** (`dsv4deploy/isolate/sequential.py`), what
+`playbooks/isolate.yml` runs: `dsv4_isolate_soak_sessions` 700 a side in `dsv4_isolate_soak_rounds` 2 (1
+runs the fixed design above, at the budget). Sides alternate in rounds on the same hosts: a block of
+sessions on PD, then the same number on the combined server (A-B), and after each round the pooled counts
+are judged by the same `decide_rates` at that look's level. It stops at the first decided look, or at the
+budget (rounds x block sessions a side, 700 by default), whose verdict stands. Each look's level is the
+Hwang-Shih-DeCani spending (gamma -4, O'Brien-Fleming-like) of 0.05 over the looks (0.006 then 0.044 at two
+looks), for every test of the verdict including the ratio interval; the levels sum to 0.05, so by Bonferroni
+over the looks no test rejects a true hypothesis with probability above 0.05, whatever the correlation
+between looks. Pooling the blocks is valid because every block gives both sides the same number of sessions:
+a drift over time adds the same expected count to both sides and cannot make one look worse
+(`tests/unit/isolate/test_sequential.py` measures Fisher's size under a drift from 0.5 % to 8 %); the
+report's block rows (`block_rows`) show each block's counts so a drift is seen.
+
+Exact P(each verdict) of the default design (2 rounds of 350 sessions a side), by dynamic programming over
+the pooled count pairs look by look (mass below 1e-13 dropped), with the expected sessions a side; the fixed
+design spends 600 a side always and reads the seeds' 18 % against 2 % `pd_amplified` 0.9557. The alternating
+design reads it 0.9697 for 507 sessions a side on average (15 % fewer), and 6 % against 2 % 0.9522; its
+price is 700 sessions a side (not 600) where the combined side must be shown clean (`pd_specific`, `clean`):
+a clean side can only be shown at the last look's level (0 of 598 at 0.05, 0 of 623 at 0.044)."""
+
+ROUNDS = """**The number of blocks.** A switch between the sides is a restart (stop one side, wait for the GPUs,
+start the other; the estimate's `SWITCH_S` assumes 120 s on a real model); each round pays two. Expected
+soak time at the seeds' 18 % against 2 % for the same 700-session budget split into more rounds, with a
+session taking 5 s at 32 at once (`dsv4deploy/isolate/estimate.py`'s assumption). At 120 s a switch one
+round (no alternation) is cheapest and two rounds (A-B-A-B) cost 10 % more: `choose_rounds` takes the
+cheapest of at least two rounds, so the default is 2 x 350; at a 10 s switch four rounds would be
+cheapest."""
+
 def section(runs: int, seed: int) -> str:
     """The whole isolation section of docs/evidence.md, between the markers dsv4deploy.gates.oc keeps."""
     from dsv4deploy.gates.oc import ISOLATION_BEGIN, ISOLATION_END
 
     prose = PROSE.replace("RUNS", str(runs)).replace("SEED", str(seed))
-    return f"{ISOLATION_BEGIN}\n{prose}\n{table(scenarios(runs, seed))}\n{ISOLATION_END}"
+    design = Design()
+    return (f"{ISOLATION_BEGIN}\n{prose}\n{table(scenarios(runs, seed))}\n\n{SEQUENTIAL}\n\n"
+            f"{sequential_table(design)}\n\n{ROUNDS}\n\n{rounds_table()}\n{ISOLATION_END}")
 
 
 def write(runs: int, seed: int) -> Path:
@@ -249,6 +329,8 @@ def main() -> int:
         print(f"wrote {write(opts.runs, opts.seed)}")
     else:
         print(table(scenarios(opts.runs, opts.seed)))
+        print(sequential_table(Design()))
+        print(rounds_table())
     return 0
 
 

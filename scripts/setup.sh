@@ -133,6 +133,14 @@ setup_engine() {
     pinned_venv "$engine" "$req" "the real-engine venv (about 6 GB, a few minutes)" \
       env SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=tests/real_engine/stand_in "$engine/bin/python" -c 'import sglang.launch_server'
     ln -sfn "$engine" .engine-venv
+    # The tier's engine wheelhouse (test_engine_upgrade.py): sglang's own wheel only, installed by `engine:` into a
+    # venv layered on the real-engine venv (its torch and every dependency), as an operator's wheelhouse would be.
+    wheels=$cache/engine-wheelhouse-sglang-0.5.23
+    if ! ls "$wheels"/sglang-0.5.23-*.whl >/dev/null 2>&1; then
+      log "downloading sglang 0.5.23's wheel into $wheels (about 40 MB)"
+      "$engine/bin/pip" download -q --no-deps -d "$wheels" sglang==0.5.23 2>&1 | grep -v '^WARNING: Location' || true
+    fi
+    ln -sfn "$wheels" .engine-wheelhouse
 }
 # The newest ansible-core needs Python 3.12+: a second venv, .venv-newest, for the CI tier that runs the
 # unit tests and one gated deploy on it (the part newest, or DSV4_NEWEST=1; PYTHON_NEWEST names the interpreter).

@@ -26,6 +26,7 @@ from dsv4deploy.cli.common import (
     load_deployment,
     spec_index_topk,
 )
+from dsv4deploy.cli.firewall import add_firewall, run_firewall
 from dsv4deploy.cli.gate import add_gate, run_gate
 from dsv4deploy.cli.init import add_init, run_init
 from dsv4deploy.cli.monitoring import add_monitoring, run_monitoring
@@ -96,6 +97,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                          add_status, run_status),
     "monitoring": Subcommand("write Prometheus scrape targets, alert rules and a Grafana dashboard", add_monitoring,
                              run_monitoring),
+    "firewall": Subcommand("write each host's nftables ruleset: the API to the clients, the rest to the deployment's "
+                           "hosts", add_firewall, run_firewall),
     "init": Subcommand("write a starter inventory (local simulated host or an example layout)", add_init,
                        run_init, reads_inventory=False),
 }

@@ -85,6 +85,7 @@ class NeedleCell(BaseModel):
     attempts: int = 0
     seconds: float = 0.0
     required: bool = False
+    judged: bool = True  # False: a curve cell past the requirement, asked a fixed number of trials, never judged
 
     @property
     def size(self) -> int:
@@ -95,17 +96,25 @@ class NeedleCell(BaseModel):
         """Fill the verdict and the flat fields from the trials (``stopped``: why no more were asked)."""
         self.trials.sort(key=lambda t: t.trial)
         answered = [t for t in self.trials if t.error is None]
-        self.asked_trials, self.recalled_trials = len(answered), sum(t.recalled for t in answered)
         self.attempts = sum(t.attempts for t in self.trials)
         self.seconds = round(sum(t.seconds for t in self.trials), 3)
         sizes = [t.prompt_tokens for t in self.trials if t.prompt_tokens is not None]
         self.prompt_tokens = int(statistics.median(sizes)) if sizes else None
         self.sized = bool(answered) and all(t.sized for t in answered)
-        self.interval = exact_interval(self.recalled_trials, self.asked_trials) if self.asked_trials else None
         failed = next((t for t in self.trials if t.error is not None), None)
-        verdict = rule.state(self.recalled_trials, self.asked_trials - self.recalled_trials)
+        # The verdict reads the trials in their order, up to the first gap (a trial the deadline cut), so it
+        # is the rule's own sequential decision whatever order the answers came back in.
+        verdict, used, recalled = rule.replay(_in_order(self.trials))
+        self.asked_trials, self.recalled_trials = used, recalled
+        self.interval = exact_interval(self.recalled_trials, self.asked_trials) if self.asked_trials else None
+        if not self.judged:
+            # The curve's cell: every answered trial counts; "curve", never a verdict a reader could take for one.
+            self.asked_trials, self.recalled_trials = len(answered), sum(t.recalled for t in answered)
+            self.interval = exact_interval(self.recalled_trials, self.asked_trials) if self.asked_trials else None
         if failed is not None:
             self.outcome, self.error = "error", failed.error
+        elif not self.judged:
+            self.outcome = "curve"
         elif verdict is Outcome.PASSED:
             self.outcome = "recalled"
         elif verdict is Outcome.FAILED:
@@ -113,7 +122,8 @@ class NeedleCell(BaseModel):
         else:
             self.outcome = "inconclusive"
             self.error = stopped or "undecided"
-        self.recalled = self.outcome == "recalled"
+        self.recalled = self.outcome == "recalled" or (
+            self.outcome == "curve" and self.asked_trials > 0 and self.recalled_trials == self.asked_trials)
         shown = (failed or next((t for t in self.trials if not t.recalled), None)) if not self.recalled else None
         shown = shown or (self.trials[0] if self.trials else None)
         if shown is not None:
@@ -125,6 +135,16 @@ class NeedleCell(BaseModel):
             return "no trial answered"
         low, high = self.interval
         return f"{self.recalled_trials}/{self.asked_trials} recalled (95% interval {low:.0%}-{high:.0%})"
+
+
+def _in_order(trials: list[NeedleTrial]) -> list[bool]:
+    """Whether each trial recalled, in trial order, up to the first one missing or unanswered."""
+    out: list[bool] = []
+    for t in sorted(trials, key=lambda t: t.trial):
+        if t.trial != len(out) or t.error is not None:
+            break
+        out.append(t.recalled)
+    return out
 
 
 class _Ratio:
@@ -165,6 +185,7 @@ def run_needle(
     sleep: Callable[[float], None] = time.sleep,
     rule: RecallRule | None = None,
     max_retry_share: float = DEFAULT_MAX_RETRY_SHARE,
+    curve_trials: int = 1,
 ) -> GateResult:
     """Run the grid and judge it; ``required_tokens=0`` reports the curve without a requirement.
 
@@ -175,7 +196,9 @@ def run_needle(
     land within ``size_tolerance`` of its target and retried up to ``retries`` times on transient errors
     (no status, 5xx, 429, a body without choices); more retries than ``max_retry_share`` of the requests
     sent fail the gate. Cells start shortest first, at most ``concurrency`` requests at a time; cells the
-    deadline left undecided are inconclusive. ``progress`` gets ``(trials done, trials at most, note)``.
+    deadline left undecided are inconclusive. With a requirement, cells longer than the first length that
+    reaches it are the recall curve: asked ``curve_trials`` trials each once every judged cell has been
+    asked, never judged. ``progress`` gets ``(trials done, trials at most, note)``.
     """
     base = check_url(url)
     rule = rule or RecallRule()
@@ -189,6 +212,8 @@ def run_needle(
         raise ValueError("need required_tokens >= 0, deadline_s > 0, concurrency >= 1, retries >= 0")
     if not 0 < size_tolerance < 0.5 or max_resizes < 0:
         raise ValueError(f"size_tolerance must be a fraction between 0 and 0.5, got {size_tolerance}")
+    if curve_trials < 1:
+        raise ValueError(f"curve_trials must be at least 1, got {curve_trials}")
     if not 0 <= max_retry_share <= 1:
         raise ValueError(f"max_retry_share must be a fraction between 0 and 1, got {max_retry_share}")
     if not served_model_name:
@@ -231,12 +256,16 @@ def run_needle(
                 return make_result(GATE, GateStatus.FAILED, watch, summary, evidence)
             ratio.learn(calibration["chars_per_token"])
         sizing = _Sizing(size_tolerance, max_resizes, ratio)
-        cells = _Grid(ask, rule, seed, sizing, max_tokens, watch, progress).run(lengths, grid_depths, concurrency)
+        # Past the first length that reaches the requirement, the grid only draws the curve.
+        reach = next(n for n in lengths if n >= required_tokens)
+        judged = [n for n in lengths if not required_tokens or n <= reach]
+        grid = _Grid(ask, rule, seed, sizing, max_tokens, watch, progress)
+        cells = grid.run(judged, [n for n in lengths if n not in judged], grid_depths, concurrency, curve_trials)
 
     for cell in cells:
         # The grid's own cell at the required length stays required when sizing landed it a few tokens
         # over (4000 -> 4006, within the tolerance): its miss breaks the promise, it does not just leave it unproven.
-        cell.required = min(cell.size, cell.context_tokens) <= required_tokens
+        cell.required = cell.judged and min(cell.size, cell.context_tokens) <= required_tokens
     extra["chars_per_token_used"] = round(ratio.get(), 4)
     # Transient failures retried: an intermittent PD failure a retry hides still counts here.
     extra.update({"attempts": tries[0], "transport_retries": tries[1],
@@ -284,11 +313,16 @@ class _Grid:
                  sizing: _Sizing, max_tokens: int, watch: Stopwatch, progress: Progress | None) -> None:
         self.ask, self.rule, self.seed, self.sizing = ask, rule, seed, sizing
         self.max_tokens, self.watch, self.progress = max_tokens, watch, progress
+        self.curve_trials = 1
 
-    def run(self, lengths: list[int], depths: list[float], concurrency: int) -> list[NeedleCell]:
-        cells = [NeedleCell(context_tokens=n, depth=d) for n in lengths for d in depths]  # shortest first
+    def run(self, lengths: list[int], curve: list[int], depths: list[float], concurrency: int,
+            curve_trials: int) -> list[NeedleCell]:
+        """Ask the judged cells (``lengths``), then the curve's (``curve``); shortest first in each."""
+        cells = [NeedleCell(context_tokens=n, depth=d) for n in lengths for d in depths]
+        cells += [NeedleCell(context_tokens=n, depth=d, judged=False) for n in curve for d in depths]
+        self.curve_trials = curve_trials
         flying = {id(c): 0 for c in cells}
-        total, done = len(cells) * self.rule.trials, 0
+        total, done = sum(self.rule.trials if c.judged else curve_trials for c in cells), 0
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             pending: dict[Future[NeedleTrial], NeedleCell] = {}
             while True:
@@ -320,11 +354,16 @@ class _Grid:
         return cells
 
     def _wants(self, cell: NeedleCell, flying: int) -> bool:
-        """Another trial could still change the cell's verdict (an error ends the cell)."""
+        """Another trial could still change the cell's verdict (an error ends the cell). The rule reads the
+        trials in order, so answers that came back ahead of an earlier trial count as still out: with no
+        more out than the fewest that could decide, no trial is ever asked past the decision."""
+        if not cell.judged:
+            return not any(t.error is not None for t in cell.trials) and len(cell.trials) + flying < self.curve_trials
         if any(t.error is not None for t in cell.trials) or len(cell.trials) + flying >= self.rule.trials:
             return False
-        recalled = sum(t.recalled for t in cell.trials)
-        return flying < self.rule.still_needed(recalled, len(cell.trials) - recalled)
+        prefix = _in_order(cell.trials)
+        recalled, ahead = sum(prefix), len(cell.trials) - len(prefix)
+        return flying + ahead < self.rule.still_needed(recalled, len(prefix) - recalled)
 
     def _ask_trial(self, target: int, depth: float, trial: int) -> NeedleTrial:
         """One trial: its own needle (the first at the cell's depth, the rest jittered), sized to target."""
@@ -413,7 +452,8 @@ def _judge(cells: list[NeedleCell], lengths: list[int], depths: list[float], req
     failing = [c for c in order if c.outcome in ("missed", "error")]
     undecided = [c for c in order if c.outcome == "inconclusive"]
     reach = required_tokens * (1 - tolerance)
-    long_cells = {d: [c for c in cells if c.depth == d and (c.prompt_tokens or 0) >= reach] for d in depths}
+    long_cells = {d: [c for c in cells if c.judged and c.depth == d and (c.prompt_tokens or 0) >= reach]
+                  for d in depths}
     unproven = [d for d in depths if not any(c.recalled for c in long_cells[d])]
     open_depths = [d for d in unproven if any(c.outcome == "inconclusive" for c in long_cells[d])]
     beyond = [p for p in curve if p["context_tokens"] > required_tokens]

@@ -98,6 +98,21 @@ def _table(design: SoakDesign, budget: int, runs: int, with_before: bool) -> lis
 
 
 RECALLS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+#: Measured by bench/needle_price.py and once on the systemd tier; machine-dependent, so written here.
+NEEDLE_PRICE = [
+    "The price, measured (`bench/needle_price.py`: the default grid, one combined simulated server,",
+    "`index_topk: 1024`, the gate's own function, on the 2-core CI machine, two runs each, medians): one trial a",
+    "cell, as before the trials, 19 requests and 5.9 s to the verdict; 9 of 12 on every cell, as the gate asked",
+    "them before, 142-147 requests and 34.5 s; this rule with the curve's cells at one trial, 55 requests and",
+    "11.1 s (1.9 times one trial a cell, 3.1 times faster than 9 of 12). The simulated server prefills one",
+    "prompt at a time, as a GPU is compute-bound on long prompts, so the price is the prompt tokens asked, and",
+    "asking more cells at once does not lower it; the judged cells' share (4 trials at 1000-5500 tokens) is",
+    "the least any rule at these risks can ask of a clean cell. In a gated deploy the needle runs beside the",
+    "soak, so the deploy's time moves less: `python -m bench`'s timed deploy (8-cell grid, 20 s load, one run",
+    "each) 52.7 s under 9 of 12 and 51.7 s under this rule, the manual baseline 49.6 s; on the systemd tier",
+    "(tests/systemd single host, 2 cells) the needle gate 4.4 s and 19 requests under 9 of 12, 2.8-3.6 s",
+    "and 9 requests under this rule, the deploy 14-21 s either way.",
+]
 #: The integration tier's needle rule (tests/integration/simhost.py SMALL_NEEDLE): fast, not for production.
 CI_RULE = RecallRule(trials=3, min_recalled=3)
 
@@ -138,36 +153,52 @@ def _needle_table(rule: RecallRule, runs: int, cells: int) -> list[str]:
 
 
 def _needle_section(runs: int) -> list[str]:
-    rule, ci = RecallRule(), CI_RULE
+    rule, ci, former = RecallRule(), CI_RULE, RecallRule(12, 9)
     clean, bad = rule.pass_probability(CLEAN_RECALL), rule.pass_probability(BAD_RECALL)
+    was_clean, was_bad = former.pass_probability(CLEAN_RECALL), former.pass_probability(BAD_RECALL)
     return [
-        "## Needle: k of n independent trials per cell",
+        "## Needle: independent trials per cell, read in order",
         "",
         f"Defaults: each cell is asked up to `needle_trials` {rule.trials} independent trials (each its own needle,",
-        "phrasing, filler order and a depth jittered by up to 0.05) and recalls when `needle_min_recalled`",
-        f"{rule.min_recalled} of them do. The gate stops asking a cell once its verdict is certain",
-        f"({rule.min_recalled} recalled, or {rule.trials - rule.min_recalled + 1} missed): the verdict is the full "
-        f"{rule.min_recalled}-of-{rule.trials} rule's, so its risks are the exact",
-        "binomial sums below, and a clean cell costs "
-        f"{rule.min_recalled} requests. The design points: a cell that recalls {CLEAN_RECALL:.0%} passes with",
-        f"probability {clean:.3f} (risk {1 - clean:.3f} of refusing it), one that recalls {BAD_RECALL:.0%} with "
-        f"{bad:.3f}.",
+        "phrasing, filler order and a depth jittered by up to 0.05), read in trial order. It passes as soon as it has",
+        f"{rule.schedule()} trials (`needle_pass_early` {list(rule.early)}: the recalled trials",
+        f"that pass it with 0, 1, 2, ... misses; `needle_min_recalled` {rule.min_recalled} past them) and fails at "
+        f"miss {rule.max_missed + 1}. The design points: a cell",
+        f"that recalls {CLEAN_RECALL:.0%} passes with probability {clean:.4f} (risk {1 - clean:.4f} of refusing it), "
+        f"one that recalls {BAD_RECALL:.0%} with {bad:.4f},",
+        f"both no worse than the former {former.schedule()} ({was_clean:.4f} and {was_bad:.4f}), and a clean cell "
+        f"costs {rule.expected_trials(1.0):.0f} requests where it",
+        f"cost {former.expected_trials(1.0):.0f} ({rule.expected_trials(CLEAN_RECALL):.1f} where it cost "
+        f"{former.expected_trials(CLEAN_RECALL):.1f} at {CLEAN_RECALL:.0%}). Four is the fewest any rule can take: a "
+        f"rule that passes a cell on three recalls passes a coin flip",
+        "with 0.125. The schedule is the cheapest for a clean cell, then at 90 %, among every rule that passes on a",
+        "count of recalls that rises with the misses and fails on a count of misses (up to 17 recalls, 6 misses;",
+        "searched exhaustively, each candidate's risks computed exactly), that keeps both of the former risks.",
+        f"Away from the design points it differs: a 30 % cell passes with {rule.pass_probability(0.3):.4f} (was "
+        f"{former.pass_probability(0.3):.4f}), a 70 % one with {rule.pass_probability(0.7):.4f} (was "
+        f"{former.pass_probability(0.7):.4f}), an 80 % one with {rule.pass_probability(0.8):.4f} (was "
+        f"{former.pass_probability(0.8):.4f}).",
         "",
-        "Why 9 of 12: the requirement needs every required cell to pass (12 cells at `index_topk: 1024`, 5500",
-        "tokens, with the default grid), so a per-cell risk multiplies. One trial per cell, as before, passed",
-        "12 cells that each recall 90 % together 28 % of the time; 9 of 12 passes them 73 % of the time, and",
-        "cells at 95 % 97 %, while a single 50 % cell is still caught 93 % of the time. 8 of 10 would catch the",
-        "50 % cell more often (95 %) but pass twelve 90 % cells only 42 % of the time; 15 of 20 costs 15",
-        "requests per clean cell for 87 %. Nine requests per clean cell is the price: the default grid's 18",
-        "cells take 142 requests where they took 19 (one combined simulated server, `index_topk: 1024`, on the",
-        "2-core CI machine: 34.5 s where it took 6.3 s).",
+        "Why these risks: the requirement needs every required cell to pass (12 cells at `index_topk: 1024`, 5500",
+        "tokens, with the default grid), so a per-cell risk multiplies. One trial per cell, as before the trials,",
+        f"passed 12 cells that each recall 90 % together 28 % of the time; the rule passes them {clean**12:.0%} of the "
+        "time, and",
+        f"cells at 95 % {rule.pass_probability(0.95)**12:.0%}, while a single 50 % cell is still caught "
+        f"{1 - bad:.0%} of the time.",
         "",
-        "The requirement's evidence (`rule` in the needle's result) states these risks for the number of",
+        "The rule reads the trials in their order (a trial that answers early waits for the ones before it), and",
+        "never has more trials out than the fewest that could decide the cell, so nothing is asked past the",
+        "decision. Cells past the requirement (longer than the first length that reaches it) are the recall",
+        "curve: asked `needle_curve_trials` (1) trials each after every judged cell, never judged. The",
+        "requirement's evidence (`rule` in the needle's result) states these risks for the number of",
         "cells that were really required. A required cell the deadline left undecided makes the gate",
         "`inconclusive`, never passed. The table runs the rule's own decision (`RecallRule.state`) over",
-        "simulated Bernoulli trials; the exact column is what the gate states (scipy `binom`).",
+        "simulated Bernoulli trials; the exact column is what the gate states (`RecallRule.pass_probability`:",
+        "`sprt_oc.counts_oc`, dynamic programming over the rule's own decision at each count of recalls).",
         "",
         *_needle_table(rule, runs, 12),
+        "",
+        *NEEDLE_PRICE,
         "",
         "## Needle in the integration tier (not for production)",
         "",

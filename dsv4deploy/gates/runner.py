@@ -91,11 +91,17 @@ class GateSettings(BaseModel):
     needle_concurrency: int = Field(4, ge=1)
     needle_size_tolerance: float = Field(0.02, gt=0, lt=0.5)
     needle_seed: int = 0
-    # Each cell is asked needle_trials independent trials and recalls when needle_min_recalled of them do
-    # (dsv4deploy.gates.recall_rule, docs/evidence.md): 9 of 12 passes a 90 %-recall cell with probability
-    # 0.974 and a 50 % one with 0.073. Transport retries above needle_max_retry_share of the requests fail it.
+    # Each cell is asked up to needle_trials independent trials, read in order: it passes once
+    # needle_pass_early[m] recalled with m missed (needle_min_recalled past the schedule), fails past
+    # needle_trials - needle_min_recalled misses (dsv4deploy.gates.recall_rule, docs/evidence.md). The defaults
+    # pass a 90 %-recall cell with probability 0.976 and a 50 % one with 0.073; a clean cell costs 4 trials.
+    # needle_pass_early unset: the default schedule with the default trials, else a plain k of n.
+    # Transport retries above needle_max_retry_share of the requests fail it.
     needle_trials: int = Field(DEFAULT_TRIALS, ge=1)
     needle_min_recalled: int = Field(DEFAULT_MIN_RECALLED, ge=1)
+    needle_pass_early: list[int] | None = None
+    # Cells past the requirement only draw the recall curve: this many trials each, never judged.
+    needle_curve_trials: int = Field(1, ge=1)
     needle_max_retry_share: float = Field(0.05, ge=0, le=1)
     soak_enabled: bool = True
     # The soak decides by Wald's sequential test (dsv4deploy.gates.evidence, docs/evidence.md): it tells a
@@ -189,11 +195,13 @@ class GateSettings(BaseModel):
         if self.needle_min_recalled > self.needle_trials:
             raise ValueError(f"needle_min_recalled {self.needle_min_recalled} must be at most needle_trials "
                              f"{self.needle_trials}")
+        self.recall_rule()  # a needle_pass_early that does not fit the rule is refused here, naming it
         return self
 
     def recall_rule(self) -> RecallRule:
-        """The needle's k-of-n rule."""
-        return RecallRule(self.needle_trials, self.needle_min_recalled)
+        """The needle's per-cell rule (dsv4deploy.gates.recall_rule)."""
+        early = None if self.needle_pass_early is None else tuple(self.needle_pass_early)
+        return RecallRule(self.needle_trials, self.needle_min_recalled, early)
 
     def soak_design(self) -> SoakDesign:
         """What the soak tells apart, and at what risk."""
@@ -272,10 +280,9 @@ def weakened(settings: GateSettings, index_topk: int | None, variables: Mapping[
                    f"{defaults.needle_max_retry_share:g}")
     rule, default_rule = settings.recall_rule(), defaults.recall_rule()
     if rule != default_rule and rule.pass_probability(BAD_RECALL) > default_rule.pass_probability(BAD_RECALL):
-        out.append(f"needle_min_recalled {rule.min_recalled} of needle_trials {rule.trials} passes a "
-                   f"{BAD_RECALL:.0%}-recall cell with probability {rule.pass_probability(BAD_RECALL):.3f}, above the "
-                   f"default {default_rule.min_recalled} of {default_rule.trials}'s "
-                   f"{default_rule.pass_probability(BAD_RECALL):.3f}")
+        out.append(f"the needle rule {rule.schedule()} (needle_trials, needle_min_recalled, needle_pass_early) "
+                   f"passes a {BAD_RECALL:.0%}-recall cell with probability {rule.pass_probability(BAD_RECALL):.4f}, "
+                   f"above the default's {default_rule.pass_probability(BAD_RECALL):.4f}")
     if not settings.soak_enabled:
         out.append("soak_enabled is false")
     raw = variables.get("dsv4_gates_names")
@@ -392,7 +399,7 @@ def run_gate(name: str, plan: Mapping[str, Any], settings: GateSettings, *, logs
                           deadline_s=settings.needle_deadline_s, concurrency=settings.needle_concurrency,
                           size_tolerance=settings.needle_size_tolerance, seed=settings.needle_seed,
                           rule=settings.recall_rule(), max_retry_share=settings.needle_max_retry_share,
-                          api_key=api_key, progress=progress)
+                          curve_trials=settings.needle_curve_trials, api_key=api_key, progress=progress)
     if name == "perf":
         load = PerfLoad(settings.perf_requests, settings.perf_concurrency, settings.perf_prompt_tokens,
                         settings.perf_output_tokens)

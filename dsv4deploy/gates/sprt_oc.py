@@ -10,6 +10,7 @@ two), stopped when both passed or either failed, as the soak's referee stops the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsv4deploy.gates.evidence import BernoulliSPRT, Outcome
@@ -43,10 +44,16 @@ def sprt_oc(test: BernoulliSPRT, rate: float) -> OC:
     """P(pass), P(fail), P(inconclusive) and the mean trials of ``test`` (a fresh one: it is used as a
     calculator) when every trial is an event with probability ``rate``, independently."""
     probe = BernoulliSPRT(test.p0, test.p1, test.alpha, test.beta, test.budget)
+    return counts_oc(lambda trials, events: _state_at(probe, trials, events), rate, test.budget)
+
+
+def counts_oc(state: Callable[[int, int], Outcome | None], rate: float, budget: int) -> OC:
+    """The same sums for any rule whose verdict depends only on (trials, events): ``state`` is the rule's own
+    decision there, None while undecided; a rule still undecided after ``budget`` trials is inconclusive."""
     ends = {Outcome.PASSED: 0.0, Outcome.FAILED: 0.0, Outcome.INCONCLUSIVE: 0.0}
     mean = 0.0
     live = {0: 1.0}  # events -> probability, at `trials` trials, undecided
-    for trials in range(1, test.budget + 1):
+    for trials in range(1, budget + 1):
         step: dict[int, float] = {}
         for events, p in live.items():
             for hit, q in ((1, rate), (0, 1.0 - rate)):
@@ -54,13 +61,15 @@ def sprt_oc(test: BernoulliSPRT, rate: float) -> OC:
                     step[events + hit] = step.get(events + hit, 0.0) + p * q
         live = {}
         for events, p in step.items():
-            outcome = _state_at(probe, trials, events)
+            outcome = state(trials, events)
             if outcome is None:
                 live[events] = p
             else:
                 ends[outcome] += p
                 mean += p * trials
-    return OC(ends[Outcome.PASSED], ends[Outcome.FAILED], ends[Outcome.INCONCLUSIVE], mean)
+    left = sum(live.values())
+    ends[Outcome.INCONCLUSIVE] += left
+    return OC(ends[Outcome.PASSED], ends[Outcome.FAILED], ends[Outcome.INCONCLUSIVE], mean + left * budget)
 
 
 def joint_oc(first: BernoulliSPRT, second: BernoulliSPRT, first_rate: float, second_rate: float) -> OC:

@@ -117,7 +117,7 @@ def decide_rates(kp: int, np_: int, kc: int, nc: int, acceptable: float,
     ps = (*_side_p_values(kp, np_, acceptable), *_side_p_values(kc, nc, acceptable))
     shown = [p < significance for p in ps]
     pd_bad, pd_clean, combined_bad, combined_clean = shown
-    ratio = ratio_interval(kp, np_, kc, nc) if pd_bad and combined_bad else None
+    ratio = ratio_interval(kp, np_, kc, nc, 1 - significance) if pd_bad and combined_bad else None
     if not np_ or not nc:
         verdict = "inconclusive"
     elif pd_worse < significance and combined_clean:
@@ -159,8 +159,14 @@ def compare_soak(pd: Mapping[str, Any], combined: Mapping[str, Any]) -> tuple[st
         return "inconclusive", (f"soak: no session finished on the {side} side, so it measured nothing "
                                 f"({shown('PD', kp, np_)}; {shown('combined', kc, nc)})"), {"pd": [kp, np_],
                                                                                            "combined": [kc, nc]}
-    r = decide_rates(kp, np_, kc, nc, acceptable)
+    # An interim look of the alternating design judges at its spent level (dsv4deploy.isolate.sequential).
+    level = float(pd.get("significance") or SIGNIFICANCE)
+    r = decide_rates(kp, np_, kc, nc, acceptable, significance=level)
     counts = f"{shown('PD', kp, np_)}; {shown('combined', kc, nc)}"
+    if pd.get("blocks") and combined.get("blocks"):
+        counts += (f"; look {pd.get('look')} of {pd.get('rounds')} at level {level:.3g}, blocks PD/combined: "
+                   + ", ".join(f"{a['corrupted_sessions']}/{b['corrupted_sessions']} of {a['finished']}/{b['finished']}"
+                               for a, b in zip(pd["blocks"], combined["blocks"], strict=False)))
     tests = (f"Fisher p={r.pd_worse_p:.2g} (PD worse); combined above {acceptable:.1%}: p={r.combined_above_p:.2g}, "
              f"below: p={r.combined_below_p:.2g}; {_ratio_text(r.ratio_95 or ratio_interval(kp, np_, kc, nc))}")
     why = {

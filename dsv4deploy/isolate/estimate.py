@@ -40,13 +40,20 @@ def needle_cells(settings: Any) -> int:
     return len(settings.needle_lengths) * len(settings.needle_depths) * trials
 
 
-def estimate(suite: Sequence[str], settings: Any) -> dict[str, Any]:
-    """``{seconds, line}``: the experiment's estimated time, both sides and two switches, and the plan
-    line's phrase naming the sample sizes it rests on."""
+def estimate(suite: Sequence[str], settings: Any, rounds: int = 1) -> dict[str, Any]:
+    """``{seconds, line}``: the experiment's estimated time at most, both sides and their switches, and the
+    plan line's phrase naming the sample sizes it rests on. ``rounds``: the soak's alternating rounds (its
+    budget ``soak_sessions`` a side split into blocks, two switches a round; docs/evidence.md)."""
+    rounds = rounds if "soak" in suite and rounds > 1 else 1
     per_side = {name: suite_seconds(name, settings) for name in suite}
-    seconds = 2 * sum(per_side.values()) + 2 * SWITCH_S
+    seconds = 2 * sum(per_side.values()) + 2 * rounds * SWITCH_S
     sizes = []
-    if "soak" in suite:
+    if "soak" in suite and rounds > 1:
+        sizes.append(f"at most {settings.soak_sessions} soak sessions a side in {rounds} rounds of "
+                     f"{settings.soak_sessions // rounds} (a block on PD, then one on the combined server, a look "
+                     f"after each, stopping when decided), {settings.soak_concurrency} at once (assumed "
+                     f"{SESSION_S:g} s a session)")
+    elif "soak" in suite:
         sizes.append(f"{settings.soak_sessions} soak sessions a side, {settings.soak_concurrency} at once "
                      f"(assumed {SESSION_S:g} s a session)")
     if "needle" in suite:
@@ -56,8 +63,9 @@ def estimate(suite: Sequence[str], settings: Any) -> dict[str, Any]:
                      f"{settings.needle_concurrency} at once (assumed {CELL_S:g} s a prompt)")
     if "parity" in suite:
         sizes.append(f"parity about {PARITY_S:g} s a side")
-    line = (f"estimated time about {_minutes(seconds)}: " + "; ".join(sizes)
-            + f"; {_minutes(2 * SWITCH_S)} for the switch and the restore")
+    switches = "the switch and the restore" if rounds == 1 else f"{2 * rounds} switches, the restore among them"
+    line = (f"estimated time about {_minutes(seconds)}{' at most' if rounds > 1 else ''}: " + "; ".join(sizes)
+            + f"; {_minutes(2 * rounds * SWITCH_S)} for {switches}")
     return {"seconds": round(seconds), "line": line}
 
 

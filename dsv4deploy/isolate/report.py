@@ -15,6 +15,7 @@ from typing import Any
 
 from dsv4deploy.gates.result import GateResult
 from dsv4deploy.isolate import decide, parity_suite, side_summary
+from dsv4deploy.isolate.sequential import pool_soak
 from dsv4deploy.report import (
     JSON_NAME,
     MD_NAME,
@@ -47,6 +48,7 @@ def build_isolate_report(
     restore_error: str | None = None,
     manual_steps: str | None = None,
     refused: str | None = None,
+    soak_rounds: int = 1,
     generated_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The report as one mapping.
@@ -54,19 +56,21 @@ def build_isolate_report(
     `original` and `combined` are plans (release_id, endpoint, topology); `gates` every gate result
     of the run, each with its `phase`. `pd_error` and `combined_error` say why a side stopped early
     (e.g. a combined server that never started); `refused` why the run stopped before changing anything.
+    `soak_rounds`: the alternating design's rounds; each side's soak blocks are pooled and judged at the
+    level of the look they reached (dsv4deploy.isolate.sequential).
     """
     by_phase: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
     for gate in gates:
         by_phase.setdefault(str(gate.get("phase", "")), []).append(dict(gate))
     # The PD side's readiness is the check of the original before anything changed.
     health = by_phase["original"]
-    pd_gates = [g for g in health if g["name"] == "readiness"] + by_phase["pd"]
+    pd_gates = pool_soak([g for g in health if g["name"] == "readiness"] + by_phase["pd"], soak_rounds)
     sides = {
         "pd": {"release": original.get("release_id"), "topology": "pd", "endpoint": original.get("endpoint"),
                **side_summary(pd_gates, suite, refused or pd_error)},
         "combined": {"release": combined.get("release_id"), "topology": "combined",
                      "endpoint": combined.get("endpoint"),
-                     **side_summary(by_phase["combined"], suite,
+                     **side_summary(pool_soak(by_phase["combined"], soak_rounds), suite,
                                     "not run: the experiment was refused" if refused else combined_error)},
     }
     parity = parity_suite.comparison(sides)  # the parity suite's hook (#39)
@@ -89,6 +93,8 @@ def build_isolate_report(
         "serving_release": original.get("release_id") if restored or refused else None,
         "restored": restored,
         "restore": {"gates": by_phase["restore"], "error": restore_error, "manual_steps": manual_steps},
+        # The original's returns between the alternating soak's rounds, and the proof that it served each time.
+        "between": by_phase.get("between", []),
         "original_health": health,
         "sides": sides,
         "parity": parity,
@@ -167,6 +173,7 @@ def render_isolate_markdown(data: Mapping[str, Any], needles: Mapping[str, dict[
         lines += ["Differences on purpose or by necessity:", "", *[f"- {note}" for note in data["notes"]], ""]
     lines += parity_suite.markdown(data.get("parity"))
     lines += _curve_table(sides)
+    lines += _blocks_table(sides)
     if heatmaps is not None:
         lines += [f"![needle recall, PD and combined side by side]({heatmaps.name})", ""]
     elif heatmap_note:
@@ -176,7 +183,8 @@ def render_isolate_markdown(data: Mapping[str, Any], needles: Mapping[str, dict[
             lines += [*needle_table(needles[side], title=f"Needle grid: {_label(side)}"), ""]
     lines += ["## Gates", "", "| phase | gate | status | seconds | summary |", "|---|---|---|---:|---|"]
     pd_suite = [g for g in sides["pd"]["gates"] if g.get("phase") != "original"]
-    for gate in [*data["original_health"], *pd_suite, *sides["combined"]["gates"], *data["restore"]["gates"]]:
+    for gate in [*data["original_health"], *pd_suite, *sides["combined"]["gates"], *data.get("between", []),
+                 *data["restore"]["gates"]]:
         lines.append(f"| {gate.get('phase', '')} | {gate['name']} | {status_mark(gate['status'])} | "
                      f"{gate['seconds']:.1f} | {md_cell(gate['summary'])} |")
     for side in SIDES:
@@ -204,6 +212,21 @@ def _suite_cell(name: str) -> Any:
         gate = next((g for g in side["gates"] if g["name"] == name), None)
         return f"{status_mark(gate['status'])}: {gate['summary']}" if gate else "not run"
     return cell
+
+
+def _blocks_table(sides: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each soak block's figures, PD and combined side by side (the sides alternate block by block)."""
+    blocks = {side: next((((g.get("evidence") or {}).get("blocks") or []) for g in sides[side]["gates"]
+                          if g["name"] == "soak"), []) for side in SIDES}
+    if not blocks["pd"] and not blocks["combined"]:
+        return []
+    lines = ["## Soak blocks (PD, then combined, in turn)", "", "| block | PD corrupted | combined corrupted |",
+             "|---:|---:|---:|"]
+    for i in range(max(len(blocks["pd"]), len(blocks["combined"]))):
+        cells = [blocks[side][i] if i < len(blocks[side]) else None for side in SIDES]
+        text = [f"{b['corrupted_sessions']} of {b['finished']}" if b else "-" for b in cells]
+        lines.append(f"| {i + 1} | {text[0]} | {text[1]} |")
+    return [*lines, ""]
 
 
 def _curve_table(sides: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -54,7 +54,7 @@ def monitoring_files(spec: Deployment,
     files[CONFIG] = yaml.safe_dump(config, sort_keys=False)
     files[RULES] = yaml.safe_dump(rule_file(deployment, JOB_ROUTER in groups, settings.thresholds),
                                   sort_keys=False, width=120)
-    files[DASHBOARD] = dashboard_json(deployment, settings.thresholds.verify_timer)
+    files[DASHBOARD] = dashboard_json(deployment, settings.thresholds.verify_timer, JOB_ROUTER in groups)
     return files, notes
 
 

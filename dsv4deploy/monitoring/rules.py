@@ -20,7 +20,7 @@ class Thresholds:
     verify_interval_s: int = 300
     # sglang:token_usage is the share of the KV cache's token slots in use (0..1).
     kv_usage: float = 0.9
-    # Aborted requests per finished request, over five minutes.
+    # Aborted requests per finished request, over five minutes (a worker's, and the router's 5xx share).
     error_ratio: float = 0.05
     # How long a worker may fail its scrape before it is called down.
     down_for: str = "1m"
@@ -82,6 +82,17 @@ def alerts(deployment: str, has_router: bool, t: Thresholds = Thresholds()) -> l
         out.append(Alert("DSV4RouterDown", f'up{{job="{JOB_ROUTER}",{sel}}}', "== 0", t.down_for, "critical",
                          "{{ $labels.deployment }}: router on {{ $labels.host }} is down",
                          "Prometheus cannot read the router's metrics port: no request reaches the workers."))
+        router = f'job="{JOB_ROUTER}",{sel}'
+        by = "sum by (deployment, host)"
+        # `or ... * 0`: with no 5xx yet the numerator has no series; zero errors is a ratio of 0, not no data.
+        failed = (f'({by} (rate(smg_http_responses_total{{{router},status_code=~"5.."}}[5m])) '
+                  f"or {by} (rate(smg_http_responses_total{{{router}}}[5m])) * 0)")
+        out.append(Alert("DSV4RouterErrorsHigh", f"{failed} / {by} (rate(smg_http_responses_total{{{router}}}[5m]))",
+                         f"> {t.error_ratio}", "5m", "critical",
+                         f"{{{{ $labels.deployment }}}}: over {t.error_ratio:.0%} of the router's responses are 5xx",
+                         "Clients get server errors from the router (no healthy prefill or decode, a worker "
+                         "refusing, a timeout). The workers' own panels say which; `dsv4deploy status` says "
+                         "what serves."))
     out += [
         Alert("DSV4KVCacheHigh", f"sglang:token_usage{{{sel}}}", f"> {t.kv_usage}", "5m", "warning",
               f"{{{{ $labels.worker }}}}: KV cache over {t.kv_usage:.0%} full",

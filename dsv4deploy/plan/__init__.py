@@ -66,12 +66,14 @@ def make_plan(spec: Deployment, play_hosts: list[str], now: float | None = None,
             "content_hash": render.content_hash(files) if files else "",
             **layout,
             # Preflight (dsv4_access): the paths the services need.
-            "access": access.host_needs(host_defs, files, spec.server_launcher, spec.router_command(), model)
+            "access": access.host_needs(host_defs, files, spec.server_command(name), spec.router_command(name), model)
             + access.ib_device_needs(spec, name),
             # Preflight (dsv4_host parsers): the command lines for the host's own sglang and router parsers.
             "parsers": host_parsers.host_checks(spec, host_defs),
             # Preflight (dsv4_reach): the cross-host paths this host listens for and connects along.
             "reach": reach_plan(spec, name, play_hosts),
+            # Preflight (dsv4_engine): the venv this host's release runs, installed before anything stops.
+            "engine": spec.engine_record(name) if files else {},
         }
     plan = {
         "release_id": release_id({h: v["content_hash"] for h, v in hosts.items()}, now),

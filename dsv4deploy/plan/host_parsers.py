@@ -40,7 +40,7 @@ def host_checks(spec: Deployment, services: list[ServiceDefinition]) -> list[dic
     """The command lines of one host's services for its own parsers (none for an unknown launcher)."""
     out = []
     for svc in services:
-        launcher = spec.router_command() if svc.role == "router" else list(spec.server_launcher)
+        launcher = spec.router_command(svc.host) if svc.role == "router" else spec.server_command(svc.host)
         kind = parser_kind(launcher)
         if kind is None:
             continue
@@ -61,12 +61,12 @@ def host_checks(spec: Deployment, services: list[ServiceDefinition]) -> list[dic
 def resolution_lines(spec: Deployment, services: list[ServiceDefinition]) -> list[str]:
     """Per host, whether preflight has the host's own sglang resolve its server lines, or why not."""
     by_host: dict[str, list[str]] = {}
-    launcher = list(spec.server_launcher)
     for svc in services:
         if svc.role != "router":
             by_host.setdefault(svc.host, []).append(svc.name)
     out = []
     for host, names in sorted(by_host.items()):
+        launcher = spec.server_command(host)
         if parser_kind(launcher) == "server":
             out.append(f"{host}: {', '.join(names)} resolved by {launcher[0]}'s sglang in preflight (parser, "
                        "post-init checks, the model's hooks with its config.json), before anything stops")

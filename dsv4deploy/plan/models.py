@@ -85,6 +85,8 @@ class HostPlan(_Strict):
     access: list[dict[str, Any]]
     # The rendered command lines preflight parses with the host's own parsers (dsv4deploy.plan.host_parsers).
     parsers: list[dict[str, Any]] = []
+    # The engine this host's release installs and runs (dsv4deploy.spec.engine.record); {} without `engine:`.
+    engine: dict[str, Any] = {}
     # The cross-host paths preflight proves (dsv4_reach): {listen: [{address, port}], connect: [Path, ...]}.
     reach: dict[str, list[dict[str, Any]]] = {}
 

@@ -30,7 +30,8 @@ import jinja2
 from dsv4deploy import PACKAGE_DIR
 from dsv4deploy.plan.release_record import SERVICES_FILE, services_json
 from dsv4deploy.plan.services import ServiceDefinition, services_on
-from dsv4deploy.spec import Deployment, secret_env
+from dsv4deploy.spec import Deployment, engine, secret_env
+from dsv4deploy.spec.engine import ENGINE_FILE
 from dsv4deploy.spec.models import RECIPE_WORKER_KEYS
 
 MANAGED_HEADER = "Managed by dsv4deploy — local changes are overwritten"
@@ -44,7 +45,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 # Deployment fields left out of spec.json while empty (an experiment's env switches, secret names).
-UNSET_OMITTED = ("server_env_extra", "server_env_extra_by_role", "secret_env")
+UNSET_OMITTED = ("server_env_extra", "server_env_extra_by_role", "secret_env", "engine")
 
 
 class RenderError(ValueError):
@@ -237,6 +238,10 @@ def render_release(spec: Deployment, host: str, key: str | None = None,
         files.update(render_service(env, svc))
     files["spec.json"] = spec_json(spec, host, key)
     files[SERVICES_FILE] = services_json(spec, host)
+    if spec.engine is not None:
+        # The engine it runs on: part of the release's content (a changed engine is a new release) and what
+        # rollback, status and the engine prune read.
+        files[ENGINE_FILE] = engine.record_json(spec.engine_record(host))
     files[MANIFEST] = manifest_json(files)
     return dict(sorted(files.items()))
 

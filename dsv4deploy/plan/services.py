@@ -199,7 +199,7 @@ def server_argv(spec: Deployment, role: Literal["prefill", "decode", "combined"]
     t = flags.table(host.sglang_version)
     f = t.flag
     argv = [
-        *spec.server_launcher,
+        *spec.server_command(node.name),
         f("model_path"), spec.model.path,
         f("served_model_name"), spec.model.served_name,
         f("tp_size"), str(worker.tp_size),
@@ -369,7 +369,7 @@ def router_argv(spec: Deployment, prefills: list[ServiceDefinition], decodes: li
     router = spec.router
     assert router is not None  # guaranteed by spec validation for pd
     f = routers.implementation(spec.router_implementation).flag
-    argv = [*spec.router_command(), f("pd_disaggregation")]
+    argv = [*spec.router_command(router.host), f("pd_disaggregation")]
     for svc, worker in zip(prefills, spec.prefill, strict=True):
         # The port after the URL is the prefill's bootstrap port, which the router hands to decode.
         argv += [f("prefill"), svc.url, str(worker.bootstrap_port)]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dsv4deploy.gates.recall_rule import RecallRule
 from dsv4deploy.gates.result import GateResult, GateStatus
 from dsv4deploy.report import fleet, hardening, perf_section, rollout_section
 from dsv4deploy.report.heatmap import write_heatmap, write_perf_comparison
@@ -267,7 +268,8 @@ def needle_table(needle: dict[str, Any], title: str = "Needle recall") -> list[s
         lines += [f"Every cell up to {required} real tokens must recall; longer rows are the recall curve.", ""]
     rule = needle.get("rule") or {}
     if rule.get("trials"):
-        lines += [f"A cell recalls when {rule['min_recalled']} of up to {rule['trials']} independent trials do (each "
+        schedule = RecallRule(rule["trials"], rule["min_recalled"], tuple(rule.get("pass_early") or ())).schedule()
+        lines += [f"A cell recalls on {schedule} independent trials, read in order (each "
                   f"cell: recalled/asked, 95% interval): a {rule['clean_recall']:.0%}-recall cell passes with "
                   f"{rule['cell_pass_at_clean']:.3f}, a {rule['bad_recall']:.0%} one with "
                   f"{rule['cell_pass_at_bad']:.3f}.", ""]

@@ -20,7 +20,7 @@ from typing import Any
 
 from dsv4deploy.rollout import blue_green, rolling_strategy
 from dsv4deploy.rollout.settings import RolloutSettings
-from dsv4deploy.spec import Deployment
+from dsv4deploy.spec import Deployment, Problem, SpecError
 
 
 def _recreate(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
@@ -40,5 +40,10 @@ def rollout_plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
     """The plan's `rollout` part: the strategy that applies and why; SpecError when the strategy cannot roll
     this deployment out without an outage (blue_green does not fit, a roll would leave the router without a
     worker of a role)."""
+    if spec.engine is not None and settings.strategy != "recreate":
+        # The other slot's release would run a venv under its own install root, which preflight does not build.
+        raise SpecError([Problem(field="engine", message=f"is installed for the serving slot only, so the "
+                                                         f"{settings.strategy} strategy cannot run it yet",
+                                 fix="deploy with -e dsv4_rollout_strategy=recreate, or unset engine")])
     base = {"strategy": settings.strategy, "keep_previous_s": settings.keep_previous_s}
     return {**base, **STRATEGIES[settings.strategy](spec, settings)}

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from dsv4deploy.sglang import flags, routers, versions
+from dsv4deploy.spec.engine_checks import engine_problems
 from dsv4deploy.spec.extra_args import check_extra_args
 from dsv4deploy.spec.models import MODEL_AFFECTING, Deployment, PrefillSpec, Problem
 from dsv4deploy.spec.reachability import reachability_problems
@@ -40,6 +41,7 @@ def check_deployment(spec: Deployment) -> list[Problem]:
     problems += url_credential_env_problems(spec)
     problems += check_values(spec)
     problems += _check_router_launcher(spec)
+    problems += engine_problems(spec)
     problems += _check_router_policies(spec)
     problems += reachability_problems(spec)
     return _unique(problems)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
 from dsv4deploy.sglang import routers, versions
+from dsv4deploy.spec.engine import EngineSpec, record
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
@@ -298,6 +299,8 @@ class Deployment(ModelSettings):
     # PASSWORD, ...; dsv4deploy.spec.secret_env): written to a 0600 env file, never into a release.
     secret_env: list[str] = []
     gpu_query_command: list[str] = Field(default=["nvidia-smi"], min_length=1)
+    # sglang (and the router) installed per version into a venv on each host; unset: the hosts bring their own.
+    engine: EngineSpec | None = None
     # Deep-merged over dsv4deploy/plan/profiles.yml by dsv4deploy.plan.memory (which validates its shape).
     memory_profile: dict[str, Any] = {}
 
@@ -330,13 +333,31 @@ class Deployment(ModelSettings):
             merged["index_topk"] = topk
         return dict(sorted(merged.items()))
 
-    def router_command(self) -> list[str]:
-        """The launcher of the chosen router (validated to exist by check_deployment)."""
+    def router_command(self, host: str | None = None) -> list[str]:
+        """The launcher of the chosen router (validated to exist by check_deployment); on `host`, with the
+        engine's interpreter when the engine installs the router."""
         impl = routers.implementation(self.router_implementation)
         launcher = self.router_launcher
         if isinstance(launcher, dict):
             launcher = launcher.get(self.router_implementation)
-        return list(launcher) if launcher else list(impl.launcher)
+        argv = list(launcher) if launcher else list(impl.launcher)
+        if host is not None and self.engine is not None and self.engine.router is not None:
+            argv[0] = self.engine_record(host)["python"]
+        return argv
+
+    def server_command(self, host: str) -> list[str]:
+        """The server launcher on `host`: as written, or run by the engine's interpreter there."""
+        argv = list(self.server_launcher)
+        if self.engine is not None:
+            argv[0] = self.engine_record(host)["python"]
+        return argv
+
+    def engine_record(self, host: str) -> dict[str, Any]:
+        """The engine of `host` as its release records it; {} without `engine:`."""
+        if self.engine is None:
+            return {}
+        runs_router = self.topology == "pd" and self.router is not None and self.router.host == host
+        return record(self.engine, self.host(host).install_root, self.router_implementation if runs_router else None)
 
     def host(self, name: str) -> HostSpec:
         """Settings of the inventory host `name`."""

@@ -18,6 +18,7 @@ from dsv4deploy.inventory.checks import inventory_problems, vault_var_problems, 
 from dsv4deploy.inventory.varnames import ALLOW_VAR
 from dsv4deploy.isolate import isolation_plan, parse_suite
 from dsv4deploy.isolate.estimate import estimate
+from dsv4deploy.isolate.sequential import split_budget
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
 from dsv4deploy.rollout.blue_green import beside_spec
 from dsv4deploy.rollout.rolling_strategy import surge_spec
@@ -254,6 +255,9 @@ class ActionModule(ValidatedAction):
         play_hosts = self.play_hosts(task_vars)
         try:
             suite = parse_suite(args.get("suite") or "")
+            if "soak" in suite:  # the soak's budget split into its alternating rounds
+                split_budget(int(self.templated(task_vars.get("dsv4_isolate_soak_sessions", 700))),
+                             int(self.templated(task_vars.get("dsv4_isolate_soak_rounds", 1))))
             plan = isolation_plan(args["release_spec"], play_hosts, release_id=args.get("release_id") or None,
                                   gpus=[int(g) for g in args.get("gpus") or []],
                                   port=int(args.get("port") or 0) or None, env=args.get("env") or {},
@@ -268,7 +272,7 @@ class ActionModule(ValidatedAction):
             result.update(failed=True, msg=f"cannot read the serving release's spec.json: {exc}")
             return result
         try:  # the suite's settings, judged by what the serving release runs (its index_topk)
-            # Both sides run the fixed soak of dsv4_isolate_soak_sessions (the role passes it to the suite).
+            # dsv4_isolate_soak_sessions is the soak's budget a side (the role splits it into its rounds' blocks).
             sessions = task_vars.get("dsv4_isolate_soak_sessions")
             settings = self.gate_settings(task_vars, plan["original"], {"soak_sessions": self.templated(sessions)}
                                           if sessions is not None else None)
@@ -283,7 +287,8 @@ class ActionModule(ValidatedAction):
                               "(isolate_port, or the host's listen address)")
             return result
         plan["suite"] = suite
-        plan["estimate"] = estimate(suite, settings)
+        rounds = task_vars.get("dsv4_isolate_soak_rounds")
+        plan["estimate"] = estimate(suite, settings, int(self.templated(rounds)) if rounds is not None else 1)
         result.update(changed=False, ansible_facts={args["fact"]: plan},
                       msg=f"combined release {plan['combined']['release_id']} on "
                           f"{', '.join(plan['combined']['hosts_in_use'])}, endpoint {plan['combined']['endpoint']}")

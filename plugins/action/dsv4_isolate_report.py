@@ -29,6 +29,7 @@ ARGUMENT_SPEC = {
     "restore_error": {"type": "str", "default": ""},
     "manual_steps": {"type": "str", "default": ""},
     "refused": {"type": "str", "default": ""},
+    "soak_rounds": {"type": "int", "default": 1},
 }
 
 display = Display()
@@ -47,7 +48,7 @@ class ActionModule(ReportAction):
             pd_error=args.get("pd_error") or None,
             combined_error=args.get("combined_error") or None, restored=bool(args["restored"]),
             restore_error=args.get("restore_error") or None, manual_steps=args.get("manual_steps") or None,
-            refused=args.get("refused") or None,
+            refused=args.get("refused") or None, soak_rounds=int(args.get("soak_rounds") or 1),
         )
         # Relative to where ansible-playbook runs (the controller's working directory), not to the playbook.
         root = Path(args["reports_dir"]).expanduser().absolute()

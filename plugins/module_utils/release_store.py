@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 
+from ansible_collections.dsv4.deploy.plugins.module_utils import engines
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
 
 MANIFEST = "manifest.json"
@@ -20,7 +21,7 @@ OWNER_MARKER = ".dsv4deploy-owner.json"
 # A release id names a folder under releases/: one plain path component, never '.' or '..'.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # Where a release may hold files (the layout render writes): nothing else, nothing outside.
-RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|spec\.json\Z|services\.json\Z|manifest\.json\Z")
+RELEASE_FILE = re.compile(r"(bin|units|supervisor)/[A-Za-z0-9_.@-]+\Z|(spec|services|engine|manifest)\.json\Z")
 
 
 def sha256(data: bytes) -> str:
@@ -230,6 +231,8 @@ def activate(root: str, release_id: str, keep: int, prune: bool = True, check: b
     save_state(root, active=release_id, previous=was, history=history)
     if prune:
         _prune(root, keep, {release_id, was, *state.get("good", [])[-1:]})
+        # The engine venvs we built that no release left here records (a kept release keeps its own).
+        engines.prune(root)
     return {"changed": True, **summary(root)}
 
 

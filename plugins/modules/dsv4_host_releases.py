@@ -284,7 +284,7 @@ def _check_file_keys(module: AnsibleModule, files: dict) -> None:
     bad = [rel for rel in files if not store.RELEASE_FILE.match(rel) or ".." in rel]
     if bad:
         module.fail_json(msg=f"release files {bad} are outside the release layout (bin/, units/, supervisor/, "
-                             "spec.json, services.json, manifest.json); nothing was written")
+                             "spec.json, services.json, engine.json, manifest.json); nothing was written")
     if store.MANIFEST not in files:
         module.fail_json(msg="the release has no manifest.json; nothing was written")
 

@@ -42,7 +42,8 @@ created:
   type: float
   returned: with an active release
 engine:
-  description: The sglang version the active release was rendered for (C(sglang_version) in its spec.json), else empty.
+  description: The engine the active release records (C(0.5.23 in VENV), its C(engine.json)), else the sglang version
+    it was rendered for (C(sglang_version) in its spec.json), else empty.
   type: str
   returned: always
 services:
@@ -65,6 +66,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import release_store as store
+from ansible_collections.dsv4.deploy.plugins.module_utils.engines import ENGINE_FILE
 from ansible_collections.dsv4.deploy.plugins.module_utils.layout import chosen, root_problem
 from ansible_collections.dsv4.deploy.plugins.module_utils.managers import MANAGER_OPTIONS, open_manager
 from ansible_collections.dsv4.deploy.plugins.module_utils.ours import report
@@ -94,7 +96,11 @@ def release_status(root: str, active: str | None) -> tuple[str, float | None]:
 
 
 def engine(root: str) -> str:
-    """The sglang version the active release's spec.json was rendered for on this host ('' when unknown)."""
+    """The engine the active release records (`0.5.23 in VENV`), else the sglang version its spec.json was rendered
+    for on this host ('' when unknown)."""
+    installed = store.read_json(os.path.join(root, "current", ENGINE_FILE))
+    if installed.get("sglang") and installed.get("venv"):
+        return f"{installed['sglang']} in {installed['venv']}"
     spec = store.read_json(os.path.join(root, "current", "spec.json"))
     hosts = (spec.get("deployment") or {}).get("hosts") or {}
     host = hosts.get(spec.get("host")) or {}

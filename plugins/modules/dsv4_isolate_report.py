@@ -76,6 +76,12 @@ options:
     default: ""
     description:
       - Why the run stopped before changing anything.
+  soak_rounds:
+    type: int
+    default: 1
+    description:
+      - Rounds of the alternating soak design; each side's soak blocks are pooled and judged at the level of
+        the look they reached (see docs/evidence.md, "Isolation").
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.report
   - dsv4.deploy.dsv4deploy.controller

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.simhost import VENV_BIN, SimHost, make_sim_host
+from tests.integration.simhost import VENV_BIN, SimHost, sim_host_at
 
 
 def _missing_tools() -> str | None:
@@ -26,10 +25,5 @@ def sim_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimHost]:
     reason = _missing_tools()
     if reason:
         pytest.skip(reason)
-    root = tmp_path_factory.mktemp("simhost")
-    host = make_sim_host(root)
-    try:
+    with sim_host_at(tmp_path_factory.mktemp("simhost")) as host:
         yield host
-    finally:
-        host.teardown()
-        shutil.rmtree(root, ignore_errors=True)

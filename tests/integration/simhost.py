@@ -13,6 +13,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ SMALL_SOAK = ["-e", json.dumps(SMALL_SOAK_VARS)]
 # 12K tokens, ~6 s of a deploy, are test_gate_promises' and test_fault_matrix's): the required 5.5K row
 # stays, so index_topk 512 still fails it. A grid given after it replaces it (the last -e wins). The rule is
 # 3 of 3 trials (docs/evidence.md, "Needle in the integration tier"): a clean simulated release passes after
-# 3 requests a cell (the default 9 of 12 needs 9), a lost cell fails on its first miss; the run is WEAKENED.
+# 3 requests a cell (the default schedule needs 4), a lost cell fails on its first miss; the run is WEAKENED.
 SMALL_NEEDLE_RULE_VARS = {"needle_trials": 3, "needle_min_recalled": 3}
 SMALL_NEEDLE_VARS = {"needle_lengths": [1000, 5500], "needle_depths": [0.5], **SMALL_NEEDLE_RULE_VARS}
 SMALL_NEEDLE = ["-e", json.dumps(SMALL_NEEDLE_VARS)]
@@ -212,6 +214,33 @@ def make_sim_host(root: Path) -> SimHost:
     (host.inventory / "group_vars" / "all" / "zz_paths.yml").write_text(
         yaml.safe_dump({"dsv4_repo_root": str(REPO), "api_key": {"file": str(key_file)}}))
     return host
+
+
+def verify_timer_args(textfile_dir: Path) -> list[str]:
+    """The verify timer on the embedded host, publishing into `textfile_dir`, with the test's own Python."""
+    return ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
+            "-e", f"dsv4_verify_timer_python={VENV_BIN / 'python'}", "-e", "dsv4_verify_timer_interval_s=30",
+            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
+
+
+def shared_base(prefix: str) -> Path:
+    """/tmp/<prefix>-<pid>, a folder every user may enter (pytest's own is root's 0700): for tests whose attacker
+    is another user."""
+    base = Path("/tmp") / f"{prefix}-{os.getpid()}"
+    base.mkdir(mode=0o755)
+    base.chmod(0o755)
+    return base
+
+
+@contextmanager
+def sim_host_at(root: Path) -> Iterator[SimHost]:
+    """A host made in `root`; its supervisords stopped and `root` removed after, even when the test failed."""
+    host = make_sim_host(root)
+    try:
+        yield host
+    finally:
+        host.teardown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def assert_cause_named(report: dict[str, Any], gate: str, host: str, out: str) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import _missing_tools
-from tests.integration.simhost import SimHost, make_sim_host
+from tests.integration.simhost import SimHost, shared_base, sim_host_at
+from tests.integration.simhost import verify_timer_args as timer_args
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks run as another user (setpriv)"),
@@ -37,17 +38,10 @@ def host() -> Iterator[SimHost]:
     reason = _missing_tools()
     if reason:
         pytest.skip(reason)
-    base = Path("/tmp") / f"dsv4-priv-{os.getpid()}"
-    base.mkdir(mode=0o755)
-    base.chmod(0o755)
-    sim = make_sim_host(base)
-    try:
+    with sim_host_at(shared_base("dsv4-priv")) as sim:
         proc = sim.playbook("deploy.yml", *FAST)
         assert proc.returncode == 0, proc.stdout[-5000:]
         yield sim
-    finally:
-        sim.teardown()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def as_nobody(*argv: str) -> subprocess.CompletedProcess:
@@ -65,12 +59,6 @@ def wait_for(check: Callable[[], Any], deadline_s: float, what: str) -> Any:
             return value
         time.sleep(0.5)
     raise AssertionError(f"no {what} within {deadline_s} s")
-
-
-def timer_args(textfile_dir: Path) -> list[str]:
-    return ["-e", "dsv4_verify_timer_host=local", "-e", f"dsv4_verify_timer_textfile_dir={textfile_dir}",
-            "-e", f"dsv4_verify_timer_python={VENV_PYTHON}", "-e", "dsv4_verify_timer_interval_s=30",
-            "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
 
 
 def test_the_service_user_cannot_reach_root_or_node_exporters_folder(host: SimHost) -> None:

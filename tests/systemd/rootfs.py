@@ -24,7 +24,8 @@ from pathlib import Path
 CACHE = Path(os.environ.get("DSV4_HOSTKIT_CACHE", "/var/cache/dsv4deploy/hostkit"))
 SUITE = "bookworm"
 MIRROR = os.environ.get("DSV4_HOSTKIT_MIRROR", "http://deb.debian.org/debian")
-PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "iproute2", "procps", "openssh-server", "sudo"]
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "iproute2", "procps", "openssh-server", "sudo",
+            "nftables"]
 SERVICE_USER = "sglang"
 SIM_STATE_DIR = "/var/lib/dsv4-sim"
 ROUTER_DIR = "/opt/sglang-router"

@@ -137,14 +137,27 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
         assert gpu1.exec(["stat", "-c", "%U %a", source]).stdout.split() == ["sglang", "644"]
         assert gpu1.exec(["stat", "-c", "%F|%U %a", published]).stdout.split("|") == ["regular file", "root 644\n"]
         assert prom.startswith(f"# Published by dsv4deploy from {source}\n"), prom[:200]
-        # The service user swaps its file for a FIFO, then for a link to a root-only file: the publish step, run as
-        # the unit runs it, refuses each at once and leaves the published file as it was.
+        # The service user swaps its file for a FIFO, a link to a root-only file, then to a root-only folder: the
+        # publish step, run as the unit runs it, refuses each at once and leaves the published file and the
+        # canaries as they were.
         publish = gpu1.sh(f"sed -n 's/^ExecStopPost=+//p' /etc/systemd/system/{unit}.service").stdout.strip()
-        for plant, why in ((f"mkfifo {source}", "is a FIFO"), (f"ln -s /etc/shadow {source}", "is a symbolic link")):
+        # Every path root touches that the service user owns or can write, as the kernel says: its metrics folder
+        # and file, and the operator's key file it owns (in root's folder: it cannot swap it); nothing under
+        # secrets/ (the EnvironmentFile= systemd reads as root), nothing of node_exporter's.
+        found = gpu1.exec(["runuser", "-u", "sglang", "--", "find", checks.INSTALL_ROOT, example_site.KEY_FILE,
+                           textfile_dir, "(", "-writable", "-o", "-user", "sglang", ")"], check=False).stdout.split()
+        assert sorted(found) == [example_site.KEY_FILE, f"{vt}/metrics", source], found
+        swapped = gpu1.exec(["runuser", "-u", "sglang", "--", "ln", "-sf", "/etc/shadow", example_site.KEY_FILE],
+                            check=False)
+        assert swapped.returncode != 0, "the service user replaced its key file"
+        for plant, why in ((f"mkfifo {source}", "is a FIFO"), (f"ln -s /etc/shadow {source}", "is a symbolic link"),
+                           (f"ln -s /root {source}", "is a symbolic link")):
+            canaries = gpu1.exec(["stat", "-c", "%u %g %a %Y %Z %s", "/etc/shadow", "/root"]).stdout
             gpu1.exec(["runuser", "-u", "sglang", "--", "sh", "-c", f"rm -f {source} && {plant}"])
             ran = gpu1.exec(["sh", "-c", publish], check=False, timeout=30)
             assert ran.returncode == 1 and why in ran.stdout, (publish, ran.stdout, ran.stderr)
             assert gpu1.exec(["cat", published]).stdout == prom
+            assert gpu1.exec(["stat", "-c", "%u %g %a %Y %Z %s", "/etc/shadow", "/root"]).stdout == canaries
         assert gpu1.exec(["stat", "-c", "%U %a", textfile_dir]).stdout.split() == ["root", "755"]
     finally:
         removed = lab.playbook("verify_timer.yml", inventory, *args, "-e", "dsv4_verify_timer_state=absent",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from tests.systemd import checks, example_site
 from tests.systemd.checks import GATES, INSTALL_ROOT, output
-from tests.systemd.hostkit import REPO, VENV_BIN, Lab
+from tests.systemd.hostkit import CONTROLLER_ADDRESS, REPO, VENV_BIN, Lab
 
 READINESS = ("-e", '{"dsv4_gates_names": ["readiness"]}')  # for a deploy whose gates are not the subject
 
@@ -37,7 +38,10 @@ def lab(hostkit) -> Iterator[Lab]:
 def inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in UNITS:  # the model folder the example names, on every host that runs a server
         example_site.install_model(lab.hosts[name])
-    group_vars = {**GATES, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": API_KEY}
+    # The router's metrics on every interface, as a site scraping them from elsewhere has them: the firewall's
+    # test then proves them closed by the rules, not by a loopback address.
+    router = {"host": "router1", "port": 30000, "listen": "0.0.0.0", "prometheus_listen": "0.0.0.0"}
+    group_vars = {**GATES, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": API_KEY, "router": router}
     return lab.write_inventory(tmp_path_factory.mktemp("three") / "inventory", example="1p1d-three-hosts",
                                group_vars=group_vars)
 
@@ -106,6 +110,75 @@ def test_api_key_is_the_service_users_alone(lab: Lab) -> None:
                        "-t ansible-ansible.legacy.copy "
                        "|| true").stdout
         assert API_KEY not in ours, f"{name}: the key is in a journal line the deploy wrote"
+
+
+# Which of `address:port` accept a TCP connection, tried at once (a dropped SYN waits out the timeout).
+PROBE = """import json, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+def reach(target):
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        return True
+    except OSError:
+        return False
+with ThreadPoolExecutor(16) as pool:
+    print(json.dumps(dict(zip(sys.argv[1:], pool.map(reach, sys.argv[1:])))))
+"""
+# A chat request through the router with the key: the prefill, the decode and the KV transfer between them.
+ASK = """import json, sys, urllib.request
+body = json.dumps({"model": "deepseek-v4-flash", "max_tokens": 8,
+                   "messages": [{"role": "user", "content": "say hi"}]}).encode()
+req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", body, {
+    "Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
+print(urllib.request.urlopen(req, timeout=60).status)
+"""
+
+
+def reachable_from_controller(lab: Lab, targets: list[str]) -> dict[str, bool]:
+    proc = lab.run([sys.executable, "-c", PROBE, *targets], timeout=60)
+    assert proc.returncode == 0, output(proc)
+    return json.loads(proc.stdout)
+
+
+def reachable_from(lab: Lab, name: str, targets: list[str]) -> dict[str, bool]:
+    return json.loads(lab.hosts[name].exec(["python3", "-c", PROBE, *targets], timeout=60).stdout)
+
+
+def test_the_firewall_from_the_inventory_closes_what_the_key_does_not_cover(lab: Lab, inventory: Path,
+                                                                          tmp_path: Path) -> None:
+    """`dsv4deploy firewall` renders each host's rules from the inventory; applied with nft on every host, the
+    router still serves a keyed request across the three hosts while the controller, another host that is only a
+    client, reaches no worker, bootstrap or metrics port (each of which it reached before)."""
+    prefill1, decode1, router1 = (lab.hosts[n] for n in UNITS)
+    router_api = f"{router1.address}:30000"
+    closed = [f"{prefill1.address}:30001", f"{prefill1.address}:8998", f"{decode1.address}:30002",
+              f"{router1.address}:29000"]
+    assert reachable_from_controller(lab, [router_api, *closed]) == dict.fromkeys([router_api, *closed], True)
+    out = tmp_path / "firewall"
+    proc = lab.run([str(VENV_BIN / "dsv4deploy"), "firewall", "-i", str(inventory), "--out", str(out),
+                    "--client", CONTROLLER_ADDRESS], timeout=120)
+    assert proc.returncode == 0, output(proc)
+    try:
+        for name in UNITS:
+            ruleset = (out / f"{name}.nft").read_text()
+            lab.hosts[name].exec(["nft", "-f", "-"], input=ruleset)
+            lab.hosts[name].exec(["nft", "-f", "-"], input=ruleset)  # applied again: replaced, not doubled
+            listed = lab.hosts[name].exec(["nft", "list", "table", "inet", "dsv4deploy"]).stdout
+            assert listed.count("chain input") == 1, listed
+        ask = lab.run([sys.executable, "-c", ASK, f"http://{router_api}", API_KEY], timeout=120)
+        assert ask.returncode == 0 and ask.stdout.strip() == "200", output(ask)
+        assert reachable_from_controller(lab, [router_api, *closed]) == {router_api: True,
+                                                                          **dict.fromkeys(closed, False)}
+        # Where it must be: the router to both workers, the decode to the prefill's API and bootstrap port.
+        assert all(reachable_from(lab, "router1", [f"{prefill1.address}:30001", f"{decode1.address}:30002"])
+                   .values())
+        assert all(reachable_from(lab, "decode1", [f"{prefill1.address}:30001", f"{prefill1.address}:8998"])
+                   .values())
+        assert_serving(lab, checks.active_release(router1))
+    finally:
+        for name in UNITS:
+            lab.hosts[name].exec(["nft", "delete", "table", "inet", "dsv4deploy"], check=False)
 
 
 def run_testinfra(lab: Lab, *hosts_args: str) -> subprocess.CompletedProcess:

@@ -102,17 +102,26 @@ def test_each_setting_weaker_than_the_spec_implies_is_named():
 def test_a_weaker_needle_rule_or_a_larger_retry_share_is_named_and_a_stricter_one_is_not():
     assert _weak(needle_trials=3, needle_min_recalled=3, needle_max_retry_share=0.2) == [
         "needle_max_retry_share 0.2 is above the default 0.05",
-        "needle_min_recalled 3 of needle_trials 3 passes a 50%-recall cell with probability 0.125, above the "
-        "default 9 of 12's 0.073",
+        "the needle rule 3 of 3 (needle_trials, needle_min_recalled, needle_pass_early) passes a 50%-recall cell "
+        "with probability 0.1250, above the default's 0.0727",
     ]
     assert _weak(needle_trials=20, needle_min_recalled=15) == []  # passes a 50 % cell with 0.021
+    assert _weak(needle_trials=12, needle_min_recalled=9) == [  # the former rule, a little weaker
+        "the needle rule 9 of 12 (needle_trials, needle_min_recalled, needle_pass_early) passes a 50%-recall cell "
+        "with probability 0.0730, above the default's 0.0727"]
+    assert _weak(needle_pass_early=[3, 9, 12, 14]) == [
+        "the needle rule 3 recalled with no miss, 9 with 1, 12 with 2, 14 with 3, or 15 of 19 (needle_trials, "
+        "needle_min_recalled, needle_pass_early) passes a 50%-recall cell with probability 0.1331, above the "
+        "default's 0.0727"]
 
 
 def test_a_needle_rule_that_cannot_pass_is_refused_naming_both_settings():
     from dsv4deploy.gates.runner import GateSettingsError, settings_from_vars
 
-    with pytest.raises(GateSettingsError, match="needle_min_recalled 13 must be at most needle_trials 12"):
-        settings_from_vars({"needle_min_recalled": 13}, lambda v: v)
+    with pytest.raises(GateSettingsError, match="needle_min_recalled 20 must be at most needle_trials 19"):
+        settings_from_vars({"needle_min_recalled": 20}, lambda v: v)
+    with pytest.raises(GateSettingsError, match=r"needle_pass_early \[4, 9\] .*at most 0 with 12 of 12"):
+        settings_from_vars({"needle_trials": 12, "needle_min_recalled": 12, "needle_pass_early": [4, 9]}, lambda v: v)
 
 
 def test_the_retired_perf_p99_tolerance_warns_and_names_perf_ttft_tolerance() -> None:

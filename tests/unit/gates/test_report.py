@@ -68,9 +68,10 @@ def test_report_md_reads_like_a_report(stub, tmp_path):
     assert "gate `smoke` failed: no good answer" in first
     assert "| smoke | ❌ failed |" in md and "| readiness | ✅ passed | 1.2 | fine |" in md
     # each cell: its k/n and the exact 95 % interval (a 2000-token cell at depth 0 loses every trial: 4 misses)
-    assert "| 1000 |" in md and "| ✓ 9/9 (66%-100%) | ✓ 9/9 (66%-100%) | 2/2 |" in md
-    assert "| ✗ 0/4 (0%-60%) | ✓ 9/9 (66%-100%) | 1/2 |" in md
-    assert "A cell recalls when 9 of up to 12 independent trials do" in md
+    assert "| 1000 |" in md and "| ✓ 4/4 (40%-100%) | ✓ 4/4 (40%-100%) | 2/2 |" in md
+    assert "| 2000 |" in md and "| ✗ 0/1 (0%-98%) | ✓ 1/1 (3%-100%) | 1/2 |" in md  # the curve: one trial a cell
+    assert ("A cell recalls on 4 recalled with no miss, 9 with 1, 12 with 2, 14 with 3, or 15 of 19 independent "
+            "trials, read in order") in md
     assert "## Failures (raw answers)" in md and "### smoke (failed)" in md
     assert f"```\n{BREAKER_BODY}\n```" in md
 

@@ -7,7 +7,7 @@ from dsv4deploy.isolate.estimate import CELL_S, SESSION_S, SWITCH_S, estimate, n
 
 
 def test_the_estimate_names_each_sample_size_and_adds_both_sides_and_the_switches() -> None:
-    settings = GateSettings(soak_sessions=150, soak_concurrency=16)
+    settings = GateSettings(soak_sessions=150, soak_concurrency=16, needle_trials=12, needle_min_recalled=9)
     plan = estimate(["needle", "soak"], settings)
     # 18 cells x 12 trials, 4 at once: 54 batches; 150 sessions, 16 at once: 10 batches; each side, then two
     # switches.

@@ -78,7 +78,7 @@ def test_alerts_cover_gates_verification_workers_kv_and_errors(tmp_path: Path,
     rules = {r["alert"]: r for r in yaml.safe_load((tmp_path / "rules/dsv4deploy.rules.yml").read_text())
              ["groups"][0]["rules"]}
     assert list(rules) == ["DSV4GateFailed", "DSV4VerificationStale", "DSV4WorkerDown", "DSV4RouterDown",
-                           "DSV4KVCacheHigh", "DSV4ErrorRateHigh"]
+                           "DSV4RouterErrorsHigh", "DSV4KVCacheHigh", "DSV4ErrorRateHigh"]
     assert rules["DSV4GateFailed"]["expr"] == 'dsv4deploy_gate_passed{deployment="local"} == 0'
     assert "> 180 or absent(" in rules["DSV4VerificationStale"]["expr"]
     assert rules["DSV4KVCacheHigh"]["expr"] == 'sglang:token_usage{deployment="local"} > 0.8'
@@ -102,10 +102,13 @@ def test_dashboard_is_grafana_json_with_every_panel_querying_this_deployment(
     assert dashboard["uid"] == "dsv4deploy-local"
     assert [v["type"] for v in dashboard["templating"]["list"]] == ["datasource"]
     panels = dashboard["panels"]
-    assert len(panels) == 11 and len({p["id"] for p in panels}) == 11
+    assert len(panels) == 15 and len({p["id"] for p in panels}) == 15
     assert all(p["type"] == "timeseries" and p["datasource"] == "${datasource}" for p in panels)
     queries = dashboard_queries(dashboard)
-    assert len(queries) == 15 and all('deployment="local"' in q for q in queries)
+    assert len(queries) == 20 and all('deployment="local"' in q for q in queries)
+    # The router's own panels (PD): its series by the router job, not the workers'.
+    router = [q for q in queries if "smg_" in q]
+    assert len(router) == 5 and all('job="dsv4deploy-router"' in q for q in router)
     # No two panels on one spot of the grid.
     assert len({(p["gridPos"]["x"], p["gridPos"]["y"]) for p in panels}) == len(panels)
 
@@ -135,6 +138,8 @@ def test_combined_server_has_no_router_job_and_no_router_alert(tmp_path: Path,
     assert [j["job_name"] for j in config["scrape_configs"]] == ["dsv4deploy-workers", "dsv4deploy-node"]
     rules = yaml.safe_load((tmp_path / "rules/dsv4deploy.rules.yml").read_text())["groups"][0]["rules"]
     assert "DSV4RouterDown" not in [r["alert"] for r in rules] and len(rules) == 5
+    # Nor router panels: a combined server has no router to query.
+    assert "smg_" not in (tmp_path / "grafana/dsv4deploy.json").read_text()
 
 
 def test_an_output_folder_inside_the_inventory_is_refused_before_anything_is_written(

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed
 WORKER = {"job": "dsv4deploy-workers", "deployment": "local", "host": "local", "role": "decode",
           "worker": "sglang-dsv4-decode", "instance": "127.0.0.1:31002"}
 HEALTHY = {**WORKER, "role": "prefill", "worker": "sglang-dsv4-prefill", "instance": "127.0.0.1:31001"}
+ROUTER = {"job": "dsv4deploy-router", "deployment": "local", "host": "local", "role": "router",
+          "instance": "127.0.0.1:31990"}
 
 
 def promtool(*args: str, cwd: Path) -> str:
@@ -52,7 +54,7 @@ def expected(rules: dict[str, dict], alert: str, labels: dict[str, str]) -> dict
 
 def test_config_and_rules_pass_promtool_check(out: Path) -> None:
     assert "SUCCESS" in promtool("check", "config", "prometheus.yml", cwd=out)
-    assert "SUCCESS: 6 rules found" in promtool("check", "rules", "rules/dsv4deploy.rules.yml", cwd=out)
+    assert "SUCCESS: 7 rules found" in promtool("check", "rules", "rules/dsv4deploy.rules.yml", cwd=out)
 
 
 def test_each_alert_fires_on_its_trouble_and_not_on_a_healthy_fleet(out: Path) -> None:
@@ -63,7 +65,7 @@ def test_each_alert_fires_on_its_trouble_and_not_on_a_healthy_fleet(out: Path) -
     inputs = [
         # The decode's scrape fails from minute 2 on; the prefill stays up.
         series("up", WORKER, "1 1 0x30"), series("up", HEALTHY, "1x32"),
-        series("up", {**dep, "job": "dsv4deploy-router", "host": "local", "role": "router"}, "1x32"),
+        series("up", ROUTER, "1x32"),
         series("dsv4deploy_gate_passed", gate_ok, "1x32"), series("dsv4deploy_gate_passed", gate_bad, "1 0x31"),
         # The last verification is stuck at t=0: stale (over 900 s) from minute 16, firing 5 minutes later.
         series("dsv4deploy_last_verification_timestamp_seconds", dep, "0x32"),
@@ -72,6 +74,10 @@ def test_each_alert_fires_on_its_trouble_and_not_on_a_healthy_fleet(out: Path) -
         series("sglang:num_requests_total", WORKER, "0+60x32"), series("sglang:num_requests_total", HEALTHY, "0+60x32"),
         series("sglang:num_aborted_requests_total", WORKER, "0+6x32"),
         series("sglang:num_aborted_requests_total", HEALTHY, "0x32"),
+        # The router answers 200 throughout, and 503 to one request in five from minute 2 on.
+        series("smg_http_responses_total", {**ROUTER, "status_code": "200", "error_code": ""}, "0+40x32"),
+        series("smg_http_responses_total", {**ROUTER, "status_code": "503", "error_code": "server_selection_failed"},
+               "0 0 0+10x30"),
     ]
     # The error ratio is summed by (deployment, host, worker): those labels only.
     by_worker = {k: WORKER[k] for k in ("deployment", "host", "worker")}
@@ -85,6 +91,8 @@ def test_each_alert_fires_on_its_trouble_and_not_on_a_healthy_fleet(out: Path) -
             {"eval_time": "10m", "alertname": "DSV4WorkerDown",
              "exp_alerts": [expected(rules, "DSV4WorkerDown", WORKER)]},
             {"eval_time": "10m", "alertname": "DSV4RouterDown", "exp_alerts": []},
+            {"eval_time": "10m", "alertname": "DSV4RouterErrorsHigh",
+             "exp_alerts": [expected(rules, "DSV4RouterErrorsHigh", {"deployment": "local", "host": "local"})]},
             {"eval_time": "10m", "alertname": "DSV4KVCacheHigh",
              "exp_alerts": [expected(rules, "DSV4KVCacheHigh", WORKER)]},
             {"eval_time": "10m", "alertname": "DSV4ErrorRateHigh",

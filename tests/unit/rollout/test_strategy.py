@@ -16,6 +16,7 @@ from dsv4deploy.rollout.blue_green import beside_spec
 from dsv4deploy.rollout.settings import Strategy, load_rollout
 from dsv4deploy.rollout.strategy import STRATEGIES, rollout_plan
 from dsv4deploy.spec import SpecError
+from dsv4deploy.spec.engine import EngineSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
 from fixture_specs import combined_spec, pd_spec
@@ -172,3 +173,12 @@ def test_every_strategy_the_settings_take_has_one_plan_in_the_contract() -> None
     for name in STRATEGIES:
         part = rollout_plan(pd_spec(host=H200, **HALF), load_rollout({"dsv4_rollout_strategy": name}))
         assert part["strategy"] == name and part["why"].startswith(name), part
+
+
+@pytest.mark.parametrize("strategy", ["blue_green", "rolling"])
+def test_an_engine_is_refused_by_the_strategies_with_another_slot(strategy: str) -> None:
+    spec = pd_spec(host=H200, **HALF).model_copy(update={"engine": EngineSpec(sglang="0.5.23", wheelhouse="/w")})
+    assert _refusal(spec, dsv4_rollout_strategy=strategy) == [
+        f"engine: is installed for the serving slot only, so the {strategy} strategy cannot run it yet; fix: deploy "
+        "with -e dsv4_rollout_strategy=recreate, or unset engine"]
+    assert rollout_plan(spec, load_rollout({}))["strategy"] == "recreate"
