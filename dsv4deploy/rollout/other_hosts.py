@@ -5,18 +5,50 @@ other set serves and the next deploy goes the other way (`reverse`).
 
 `pairing_problems` refuses, by field, host and fix and before anything on a host changes, a pairing that
 cannot hold the new release: a host of the serving release with no other host named, another host that is not
-in the inventory, serves already, is named twice, or has too few GPUs or too little memory per GPU.
-`other_spec` is the deployment the new release runs as on the other set."""
+in the inventory, serves already, is named twice, has too few GPUs or too little memory per GPU, or cannot be
+reached from the router's host.
+`other_spec` is the deployment the new release runs as on the other set; `plan` is the strategy's part of the
+plan's `rollout` (dsv4deploy.rollout.strategy)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
 from dsv4deploy.plan import memory
-from dsv4deploy.spec import Deployment, Problem
+from dsv4deploy.rollout.settings import VARS, RolloutSettings
+from dsv4deploy.rollout.slot import listeners, port_problems, preview_router_port
+from dsv4deploy.spec import Deployment, Problem, SpecError, check_deployment
 
-HOSTS_VAR = "dsv4_rollout_blue_green_hosts"
+HOSTS_VAR = VARS["hosts"]
+
+
+def plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
+    """blue_green_hosts' part of the plan's `rollout`: why, the pairing and its reverse (the next deploy's), where
+    each worker runs on the other hosts, the preview router's port; SpecError when the other hosts cannot hold
+    the new release or the preview router cannot listen beside the production one."""
+    problems = pairing_problems(spec, settings.hosts)
+    if not problems and spec.router is not None:
+        router = spec.router
+        serving = listeners(spec)
+        problems += port_problems(router.host, preview_router_port(spec, settings) or 0, "the preview router",
+                                  serving, settings)
+        if router.prometheus_port is not None:
+            problems += port_problems(router.host, router.prometheus_port + settings.port_offset,
+                                      "the preview router's metrics", serving, settings)
+    if problems:
+        raise SpecError(problems)
+    pairs = {host: settings.hosts[host] for host in worker_hosts(spec)}
+    moved = other_spec(spec, pairs)
+    return {"why": "blue_green_hosts: the new release starts on the other hosts "
+                   f"({', '.join(f'{a} -> {b}' for a, b in pairs.items())}) on the spec's own GPUs and ports, "
+                   "and is gated behind a preview router while the serving hosts go on; the production router "
+                   "switches workers through its worker API, and the next deploy goes the other way. If the "
+                   "router's own settings change, replacing it is a short outage",
+            "pairs": pairs, "back": reverse(pairs),
+            "other": {path: {"host": w.host, "nodes": w.node_names()} for path, w in moved.workers()},
+            "preview_router_port": preview_router_port(spec, settings), "port_offset": settings.port_offset}
 
 
 def worker_hosts(spec: Deployment) -> dict[str, list[str]]:
@@ -58,8 +90,11 @@ def pairing_problems(spec: Deployment, pairs: Mapping[str, str]) -> list[Problem
                                fix="name one other host per serving host"))
         out += _gpu_problems(spec, host, other)
     if not out:
+        # The moved deployment as the plan judges one: reach across hosts (a worker on loopback the router
+        # cannot reach from its host), then memory per GPU.
+        moved = other_spec(spec, pairs)
         out += [Problem(field=p.field, host=p.host, message=f"blue_green onto other hosts: {p.message}", fix=p.fix)
-                for p in memory.problems_from_memory(memory.check_memory(other_spec(spec, pairs)))]
+                for p in [*check_deployment(moved), *memory.problems_from_memory(memory.check_memory(moved))]]
     return out
 
 

@@ -8,15 +8,20 @@ import copy
 import sys
 from pathlib import Path
 
+import pytest
+
 from dsv4deploy.plan import make_plan
 from dsv4deploy.rollout.other_hosts import HOSTS_VAR, other_spec, pairing_problems, reverse, worker_hosts
-from dsv4deploy.spec import Deployment, check_deployment, load_spec
+from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.strategy import rollout_plan
+from dsv4deploy.spec import Deployment, SpecError, check_deployment, load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
 from fixture_specs import PD_COMMON, host_vars
 
 ADDRESS = {"pa": "10.0.0.21", "db": "10.0.0.22", "rt": "10.0.0.20", "pb": "10.0.0.31", "dc": "10.0.0.32"}
 PAIRS = {"pa": "pb", "db": "dc"}
+HOSTS = {"dsv4_rollout_strategy": "blue_green_hosts"}
 
 
 def five_hosts(**other_vars: dict) -> Deployment:
@@ -78,3 +83,72 @@ def test_an_other_host_short_of_gpus_or_memory_is_refused_before_anything_change
     small = pairing_problems(five_hosts(pb={"gpu_memory_gib": 80}), PAIRS)
     assert small and all(p.host in (None, "pb") for p in small)
     assert all("blue_green onto other hosts" in p.message for p in small)
+
+
+def _refused(spec: Deployment | None, variables: dict) -> list[str]:
+    """What load_rollout, then the strategy's plan for `spec`, refuse in `variables`."""
+    with pytest.raises(SpecError) as err:
+        settings = load_rollout(variables)
+        if spec is not None:
+            rollout_plan(spec, settings)
+    return _said(err.value.problems)
+
+
+def two_boxes(**common: object) -> Deployment:
+    """pd-single-host with a second box: prefill, decode and router on gpu1 (tp 4 each), gpu2 the other box."""
+    data = {**copy.deepcopy(PD_COMMON), **common}
+    return load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12")})
+
+
+def test_the_strategy_plans_the_other_hosts_and_the_way_back() -> None:
+    rollout = rollout_plan(five_hosts(), load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": PAIRS}))
+    assert rollout["strategy"] == "blue_green_hosts" and "(db -> dc, pa -> pb)" in rollout["why"]
+    assert rollout["pairs"] == {"db": "dc", "pa": "pb"} and rollout["back"] == {"dc": "db", "pb": "pa"}
+    assert rollout["other"] == {"prefill[0]": {"host": "pb", "nodes": ["pb"]},
+                                "decode[0]": {"host": "dc", "nodes": ["dc"]}}
+    assert rollout["preview_router_port"] == 8100
+    # A second box beside a single-host deployment: every worker moves, the router stays on gpu1.
+    box = rollout_plan(two_boxes(), load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"}}))
+    assert box["pairs"] == {"gpu1": "gpu2"} and {w["host"] for w in box["other"].values()} == {"gpu2"}
+    plan = make_plan(two_boxes(), ["gpu1", "gpu2"], now=0, rollout=box)
+    assert plan["rollout"]["pairs"] == {"gpu1": "gpu2"} and plan["rollout"]["back"] == {"gpu2": "gpu1"}
+    # How a release is rolled out is not what it is: the same release id as recreate's.
+    assert plan["release_id"] == make_plan(two_boxes(), ["gpu1", "gpu2"], now=0)["release_id"]
+
+
+def test_the_pairing_is_refused_by_field_and_fix_when_missing_misplaced_or_circular() -> None:
+    assert _refused(None, HOSTS) == [
+        "dsv4_rollout_blue_green_hosts: is not set, and blue_green_hosts starts the new release on the other host "
+        "named for each host a serving worker runs on; fix: set dsv4_rollout_blue_green_hosts to {serving host: "
+        "other host}, e.g. {prefill1: prefill2, decode1: decode2}"]
+    assert _refused(None, {"dsv4_rollout_strategy": "blue_green", "dsv4_rollout_blue_green_hosts": PAIRS}) == [
+        "dsv4_rollout_blue_green_hosts: is set, but dsv4_rollout_strategy blue_green starts the new release on the "
+        "serving hosts and never reads it; fix: set dsv4_rollout_strategy: blue_green_hosts to start it on the hosts "
+        "dsv4_rollout_blue_green_hosts names, or remove it"]
+    assert _refused(None, {**HOSTS, "dsv4_rollout_blue_green_hosts": {"pa": "pa", "db": "dc"}}) == [
+        "dsv4_rollout_blue_green_hosts.pa (host pa): names the host itself as its other host; fix: name a host the "
+        "serving release does not use"]
+    wrong_type = _refused(None, {**HOSTS, "dsv4_rollout_blue_green_hosts": ["pb", "dc"]})
+    assert len(wrong_type) == 1 and wrong_type[0].startswith("dsv4_rollout_blue_green_hosts: ")
+    assert wrong_type[0].endswith("fix: set dsv4_rollout_blue_green_hosts to {serving host: other host}, each a "
+                                  "host name of the inventory")
+    # recreate may meet a pairing (an operator's -e over a paired inventory): it is not refused.
+    assert load_rollout({"dsv4_rollout_blue_green_hosts": PAIRS}).strategy == "recreate"
+
+
+def test_the_plan_refuses_a_pairing_the_inventory_cannot_hold_and_a_preview_router_on_a_listener() -> None:
+    said = _refused(five_hosts(dc={"gpu_count": 2}), {**HOSTS, "dsv4_rollout_blue_green_hosts": PAIRS})
+    assert said == [f"{HOSTS_VAR}.db (host dc): has 2 GPUs, but the workers of db use GPUs [2, 3]; fix: name a "
+                    "host with at least 4 GPUs, or correct dc's gpu_count"]
+    # The single box's workers listen on loopback: moved to the second box, the router on gpu1 cannot reach them.
+    loopback = pairing_problems(load_spec(copy.deepcopy(PD_COMMON), {
+        "gpu1": host_vars(listen="127.0.0.1"), "gpu2": host_vars(ansible_host="10.0.0.12", listen="127.0.0.1")}),
+        {"gpu1": "gpu2"})
+    assert _said(loopback)[0].startswith("listen (host gpu2): blue_green onto other hosts: the router on gpu1 must "
+                                         "reach prefill[0] on gpu2 port 30001, but gpu2 listens on 127.0.0.1")
+    # 8000 + 998 lands on the serving prefill's bootstrap port on gpu1, where the preview router would run.
+    said = _refused(two_boxes(), {**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"},
+                                  "dsv4_rollout_blue_green_port_offset": 998})
+    assert said == ["dsv4_rollout_blue_green_port_offset (host gpu1): the preview router would listen on port 8998, "
+                    "which the serving prefill[0].bootstrap_port uses; fix: set dsv4_rollout_blue_green_port_offset "
+                    "so no shifted port lands on another (now 998)"]
