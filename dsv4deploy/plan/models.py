@@ -104,6 +104,9 @@ class RolloutPlan(_Strict):
     pairs: dict[str, str] = {}
     back: dict[str, str] = {}
     other: dict[str, dict[str, Any]] = {}
+    # ... and which way this deploy goes (serving host -> new host), the hosts serving now.
+    going: dict[str, str] = {}
+    serving: list[str] = []
     preview_router_port: int | None = None
     port_offset: int | None = None
     # rolling: workers of each role out of the router at once, and the steps (dsv4deploy.rollout.rolling.RollStep).

@@ -12,13 +12,14 @@ plan's `rollout` (dsv4deploy.rollout.strategy)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from dsv4deploy.plan import memory
 from dsv4deploy.rollout.settings import VARS, RolloutSettings
-from dsv4deploy.rollout.slot import listeners, port_problems, preview_router_port
+from dsv4deploy.rollout.slot import listeners, port_problems, preview_router_port, slot_spec
 from dsv4deploy.spec import Deployment, Problem, SpecError, check_deployment
 
 HOSTS_VAR = VARS["hosts"]
@@ -78,9 +79,11 @@ def pairing_problems(spec: Deployment, pairs: Mapping[str, str]) -> list[Problem
         if host not in serving:
             continue
         if other not in spec.hosts:
-            out.append(Problem(field=f"{HOSTS_VAR}.{host}", host=other, message="is not in the inventory",
+            # The plan is made of the hosts in the play: an unreachable one has left it already.
+            out.append(Problem(field=f"{HOSTS_VAR}.{host}", host=other,
+                               message="is not among this run's hosts (not in the group dsv4, or unreachable)",
                                fix=f"add {other} to the group dsv4 with its gpu_count, gpu_memory_gib and "
-                                   "install_root"))
+                                   "install_root, or bring it back up"))
             continue
         if other in serving or other == spec.router.host:
             out.append(Problem(field=f"{HOSTS_VAR}.{host}", host=other, message="runs the serving release already",
@@ -123,3 +126,45 @@ def other_spec(spec: Deployment, pairs: Mapping[str, str]) -> Deployment:
 def reverse(pairs: Mapping[str, str]) -> dict[str, str]:
     """The next deploy's pairing: from the hosts that serve now back to the ones they replaced."""
     return {other: host for host, other in sorted(pairs.items())}
+
+
+def serving_deployment(serving_spec_json: str) -> Deployment | None:
+    """The serving release's deployment, from its spec.json on the router's host (None when none serves)."""
+    if not serving_spec_json.strip():
+        return None
+    return Deployment.model_validate(json.loads(serving_spec_json)["deployment"])
+
+
+def directed(spec: Deployment, rollout: Mapping[str, Any], serving_spec_json: str) -> tuple[Deployment, dict[str, Any]]:
+    """Which way this deploy goes: the deployment the new release runs as, and the plan's `rollout` with the
+    pairing this deploy uses (`going`, serving host -> new host) and the hosts serving now (`serving`).
+
+    The router's host holds the serving release, so its spec.json says which set serves: where that is the
+    other set (`pairs`' values), the new release goes back to the inventory's own hosts; where it is the
+    inventory's set, to the other hosts. With none serving (a first deploy: nothing to keep serving, so it
+    starts as recreate starts it) and with a release equal to the serving one (an unchanged inventory changes
+    nothing), it stays where it is (`going` empty)."""
+    pairs = dict(rollout["pairs"])
+    serving = serving_deployment(serving_spec_json)
+    if serving is None:
+        return spec, {**rollout, "going": {}, "serving": [],
+                      "why": f"{rollout['why']}. This deploy: nothing serves yet, so the inventory's own hosts"}
+    hosts = list(worker_hosts(serving)) if serving is not None else []
+    back = bool(hosts) and set(hosts) <= set(pairs.values())
+    staying = other_spec(spec, pairs) if back else spec
+    if serving == staying:
+        why = f"{rollout['why']}. This deploy: the serving release on {', '.join(hosts)} is unchanged"
+        return staying, {**rollout, "going": {}, "serving": hosts, "why": why}
+    going = reverse(pairs) if back else pairs
+    line = ", ".join(f"{a} -> {b}" for a, b in going.items())
+    why = f"{rollout['why']}. This deploy: {line}" + (" (back to the inventory's hosts)" if back else "")
+    return (spec if back else other_spec(spec, pairs)), {**rollout, "going": going, "serving": hosts, "why": why}
+
+
+def preview_spec(spec: Deployment, settings: RolloutSettings) -> Deployment:
+    """The preview router's deployment: `spec` (the new release, on the hosts it goes to) with its router on the
+    production router's port plus the port offset, under the router host's other slot root. Only the router is
+    started from it; the workers it fronts run from their own hosts' install roots."""
+    if spec.topology != "pd" or spec.router is None:
+        raise SpecError(pairing_problems(spec, {}))
+    return slot_spec(spec, {}, settings.port_offset)

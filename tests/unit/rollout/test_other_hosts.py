@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from dsv4deploy.plan import make_plan
-from dsv4deploy.rollout.other_hosts import HOSTS_VAR, other_spec, pairing_problems, reverse, worker_hosts
+from dsv4deploy.rollout.other_hosts import (
+    HOSTS_VAR,
+    directed,
+    other_spec,
+    pairing_problems,
+    preview_spec,
+    reverse,
+    worker_hosts,
+)
 from dsv4deploy.rollout.settings import load_rollout
 from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import Deployment, SpecError, check_deployment, load_spec
@@ -62,8 +70,8 @@ def test_a_host_missing_from_the_inventory_or_serving_already_is_refused_naming_
     assert said == [
         f"{HOSTS_VAR}.db (host pa): runs the serving release already; "
         "fix: name a host the serving release does not use",
-        f"{HOSTS_VAR}.pa (host pz): is not in the inventory; fix: add pz to the group dsv4 with its gpu_count, "
-        "gpu_memory_gib and install_root"]
+        f"{HOSTS_VAR}.pa (host pz): is not among this run's hosts (not in the group dsv4, or unreachable); fix: add "
+        "pz to the group dsv4 with its gpu_count, gpu_memory_gib and install_root, or bring it back up"]
 
 
 def test_every_serving_host_needs_an_other_host_and_each_other_host_serves_one() -> None:
@@ -152,3 +160,42 @@ def test_the_plan_refuses_a_pairing_the_inventory_cannot_hold_and_a_preview_rout
     assert said == ["dsv4_rollout_blue_green_port_offset (host gpu1): the preview router would listen on port 8998, "
                     "which the serving prefill[0].bootstrap_port uses; fix: set dsv4_rollout_blue_green_port_offset "
                     "so no shifted port lands on another (now 998)"]
+
+
+def test_each_deploy_goes_to_the_host_set_that_does_not_serve() -> None:
+    """The router's host holds the serving release: its spec.json says which set serves (A/B)."""
+    spec = five_hosts()
+    rollout = rollout_plan(spec, load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": PAIRS}))
+    # Nothing serves yet: the first release starts on the inventory's own hosts, as recreate starts it.
+    target, going = directed(spec, rollout, "")
+    assert target == spec and going["going"] == {} and going["serving"] == []
+    assert going["why"].endswith("This deploy: nothing serves yet, so the inventory's own hosts")
+    # The inventory's own hosts serve an older release: to the other set.
+    on_a_older = make_plan(five_hosts().model_copy(update={"index_topk": 512}), list(ADDRESS), now=0)
+    target, going = directed(spec, rollout, on_a_older["hosts"]["rt"]["files"]["spec.json"])
+    assert {path: w.host for path, w in target.workers()} == {"prefill[0]": "pb", "decode[0]": "dc"}
+    assert going["going"] == {"db": "dc", "pa": "pb"} and "This deploy: db -> dc, pa -> pb" in going["why"]
+    assert going["serving"] == ["db", "pa"]
+    # The other set serves an older release: back to the inventory's own hosts.
+    older = five_hosts().model_copy(update={"index_topk": 512})
+    on_b = make_plan(other_spec(older, PAIRS), list(ADDRESS), now=0)["hosts"]["rt"]["files"]["spec.json"]
+    target, going = directed(spec, rollout, on_b)
+    assert target == spec and going["going"] == {"dc": "db", "pb": "pa"} and going["serving"] == ["dc", "pb"]
+    assert going["why"].endswith("This deploy: dc -> db, pb -> pa (back to the inventory's hosts)")
+    # The serving release is this one: it stays where it is, whichever set serves (nothing changes).
+    for serving_spec in (spec, other_spec(spec, PAIRS)):
+        text = make_plan(serving_spec, list(ADDRESS), now=0)["hosts"]["rt"]["files"]["spec.json"]
+        target, going = directed(spec, rollout, text)
+        assert target == serving_spec and going["going"] == {} and going["why"].endswith("is unchanged")
+
+
+def test_the_preview_router_fronts_the_new_workers_from_the_router_hosts_other_slot() -> None:
+    settings = load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"}})
+    target = other_spec(two_boxes(), {"gpu1": "gpu2"})
+    preview = preview_spec(target, settings)
+    assert preview.router is not None and preview.router.host == "gpu1" and preview.router.port == 8100
+    assert preview.host("gpu1").install_root == "/opt/dsv4deploy/slot-b"
+    # The workers it fronts are the new release's own, where they run.
+    assert [(w.host, w.port) for _, w in preview.workers()] == [(w.host, w.port) for _, w in target.workers()]
+    plan = make_plan(preview, ["gpu1", "gpu2"], now=0)
+    assert plan["router_url"].endswith(":8100") and "gpu2" in plan["hosts_in_use"]
