@@ -157,6 +157,10 @@ class ActionModule(ValidatedAction):
                 raise SpecError(problems)
             if state == "secret_hosts":
                 hosts = secret_hosts(spec, play_hosts)
+                settings = load_rollout(
+                    {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
+                if settings.strategy == "blue_green_hosts":  # either host set may run this release
+                    hosts |= secret_hosts(other_spec(spec, settings.hosts), play_hosts)
                 # The key's file where it is one on the hosts: dsv4_digest_salt digests it there.
                 files = {h: spec.api_key.file for h in hosts if spec.api_key and spec.api_key.file}
                 result.update(changed=False, ansible_facts={fact: hosts, KEY_FILES_FACT: files})

@@ -175,7 +175,8 @@ ansible_facts:
   contains:
     dsv4_plan:
       description:
-        - O(state=planned), O(state=beside), O(state=surge) - the plan - C(release_id), C(topology), C(endpoint),
+        - O(state=planned), O(state=beside), O(state=preview), O(state=surge) - the plan - C(release_id),
+          C(topology), C(endpoint),
           C(hosts_in_use), C(spec), C(memory) and, per host under C(hosts), its C(install_root),
           C(service_manager), C(gpus), C(ports), C(services), C(files) and C(content_hash). See
           docs/interfaces.md.

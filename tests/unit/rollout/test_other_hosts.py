@@ -5,10 +5,13 @@ GPUs and ports; a pairing that cannot hold it is refused by field, host and fix,
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dsv4deploy.plan import make_plan
 from dsv4deploy.rollout.other_hosts import (
@@ -27,6 +30,7 @@ from dsv4deploy.spec import Deployment, SpecError, check_deployment, load_spec
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
 from fixture_specs import PD_COMMON, host_vars
 
+REPO = Path(__file__).resolve().parents[3]
 ADDRESS = {"pa": "10.0.0.21", "db": "10.0.0.22", "rt": "10.0.0.20", "pb": "10.0.0.31", "dc": "10.0.0.32"}
 PAIRS = {"pa": "pb", "db": "dc"}
 HOSTS = {"dsv4_rollout_strategy": "blue_green_hosts"}
@@ -140,6 +144,9 @@ def test_the_pairing_is_refused_by_field_and_fix_when_missing_misplaced_or_circu
     assert len(wrong_type) == 1 and wrong_type[0].startswith("dsv4_rollout_blue_green_hosts: ")
     assert wrong_type[0].endswith("fix: set dsv4_rollout_blue_green_hosts to {serving host: other host}, each a "
                                   "host name of the inventory")
+    assert _refused(None, {**HOSTS, "dsv4_rollout_blue_green_hosts": PAIRS, "dsv4_rollout_keep_previous_s": 60}) == [
+        "dsv4_rollout_keep_previous_s: blue_green_hosts stops the old hosts' workers at the switch: it keeps nothing "
+        "warm; fix: set dsv4_rollout_keep_previous_s: 0 (a rollback is then a recreate), or use blue_green"]
     # recreate may meet a pairing (an operator's -e over a paired inventory): it is not refused.
     assert load_rollout({"dsv4_rollout_blue_green_hosts": PAIRS}).strategy == "recreate"
 
@@ -199,3 +206,26 @@ def test_the_preview_router_fronts_the_new_workers_from_the_router_hosts_other_s
     assert [(w.host, w.port) for _, w in preview.workers()] == [(w.host, w.port) for _, w in target.workers()]
     plan = make_plan(preview, ["gpu1", "gpu2"], now=0)
     assert plan["router_url"].endswith(":8100") and "gpu2" in plan["hosts_in_use"]
+
+
+@pytest.mark.parametrize(("example", "second"), [
+    ("pd-single-host", {"gpu2": "gpu1"}),
+    ("1p1d-three-hosts", {"prefill2": "prefill1", "decode2": "decode1"}),
+])
+def test_the_examples_second_hosts_as_their_comments_say_plan_blue_green_hosts(
+        tmp_path: Path, example: str, second: dict[str, str]) -> None:
+    """Each example says how to add its second box or pair: done as said, the plan takes blue_green_hosts."""
+    site = tmp_path / example
+    shutil.copytree(REPO / "inventory" / "examples" / example, site)
+    hosts = yaml.safe_load((site / "hosts.yml").read_text())
+    for n, (new, like) in enumerate(second.items()):
+        hosts["all"]["children"]["dsv4"]["hosts"][new] = {"ansible_host": f"10.0.0.{90 + n}"}
+        host_vars = yaml.safe_load((site / "host_vars" / f"{like}.yml").read_text())
+        (site / "host_vars" / f"{new}.yml").write_text(yaml.safe_dump({**host_vars, "listen": "0.0.0.0"}))
+    (site / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    deployment = site / "group_vars" / "all" / "deployment.yml"
+    deployment.write_text(deployment.read_text().replace("\n# dsv4_rollout_", "\ndsv4_rollout_"))
+    proc = subprocess.run([sys.executable, "-m", "dsv4deploy.cli", "plan", "-i", str(site)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rollout: blue_green_hosts: the new release starts on the other hosts" in proc.stdout, proc.stdout
