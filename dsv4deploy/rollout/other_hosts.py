@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dsv4deploy.plan import memory
@@ -135,7 +135,8 @@ def serving_deployment(serving_spec_json: str) -> Deployment | None:
     return Deployment.model_validate(json.loads(serving_spec_json)["deployment"])
 
 
-def directed(spec: Deployment, rollout: Mapping[str, Any], serving_spec_json: str) -> tuple[Deployment, dict[str, Any]]:
+def directed(spec: Deployment, rollout: Mapping[str, Any], serving_spec_json: str,
+             serves_as: Callable[[Deployment], bool] | None = None) -> tuple[Deployment, dict[str, Any]]:
     """Which way this deploy goes: the deployment the new release runs as, and the plan's `rollout` with the
     pairing this deploy uses (`going`, serving host -> new host) and the hosts serving now (`serving`).
 
@@ -143,7 +144,9 @@ def directed(spec: Deployment, rollout: Mapping[str, Any], serving_spec_json: st
     other set (`pairs`' values), the new release goes back to the inventory's own hosts; where it is the
     inventory's set, to the other hosts. With none serving (a first deploy: nothing to keep serving, so it
     starts as recreate starts it) and with a release equal to the serving one (an unchanged inventory changes
-    nothing), it stays where it is (`going` empty)."""
+    nothing), it stays where it is (`going` empty). `serves_as` says whether a deployment renders as the serving
+    release (default: the same deployment; the playbook's plan compares the rendered spec.json, secret digests
+    and all)."""
     pairs = dict(rollout["pairs"])
     serving = serving_deployment(serving_spec_json)
     if serving is None:
@@ -152,7 +155,7 @@ def directed(spec: Deployment, rollout: Mapping[str, Any], serving_spec_json: st
     hosts = list(worker_hosts(serving)) if serving is not None else []
     back = bool(hosts) and set(hosts) <= set(pairs.values())
     staying = other_spec(spec, pairs) if back else spec
-    if serving == staying:
+    if (serves_as or serving.__eq__)(staying):
         why = f"{rollout['why']}. This deploy: the serving release on {', '.join(hosts)} is unchanged"
         return staying, {**rollout, "going": {}, "serving": hosts, "why": why}
     going = reverse(pairs) if back else pairs

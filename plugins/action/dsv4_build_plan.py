@@ -178,7 +178,12 @@ class ActionModule(ValidatedAction):
             if rollout["strategy"] == "blue_green_hosts" and state == "preview":  # the way the plan goes
                 spec = preview_spec(other_spec(spec, args["going"]), settings)
             elif rollout["strategy"] == "blue_green_hosts":  # the host set that does not serve now
-                spec, rollout = directed(spec, rollout, args["serving_spec"])
+                router_host = spec.router.host if spec.router else ""
+
+                def serves_as(candidate: Any) -> bool:  # rendered as the router host's serving spec.json
+                    files = make_plan(candidate, play_hosts, keys=keys, api_key_digests=key_digests)["hosts"]
+                    return files.get(router_host, {}).get("files", {}).get("spec.json") == args["serving_spec"]
+                spec, rollout = directed(spec, rollout, args["serving_spec"], serves_as)
             if state == "planned":  # a rotated key behind a router that keeps the old one: refused now
                 rotated = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
                 if rotated:

@@ -89,6 +89,14 @@ def test_a_release_moves_to_the_other_box_with_no_failed_request(sim_host: SimHo
     assert report["verdict"] == "promoted" and report["downtime"]["failed"] == 0, report["downtime"]
 
 
+def test_the_same_release_again_stays_where_it_serves(sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    before = {name: part.pids() for name, part in boxes.items()}
+    proc = sim_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "the serving release on gb is unchanged" in out, out[-6000:]
+    assert {name: part.pids() for name, part in boxes.items()} == before
+
+
 def test_a_gate_failure_on_the_way_back_leaves_production_serving(sim_host: SimHost,
                                                                  boxes: dict[str, HostPart]) -> None:
     ga = boxes["ga"]

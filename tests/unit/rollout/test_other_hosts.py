@@ -189,6 +189,10 @@ def test_each_deploy_goes_to_the_host_set_that_does_not_serve() -> None:
     target, going = directed(spec, rollout, on_b)
     assert target == spec and going["going"] == {"dc": "db", "pb": "pa"} and going["serving"] == ["dc", "pb"]
     assert going["why"].endswith("This deploy: dc -> db, pb -> pa (back to the inventory's hosts)")
+    # The playbook's plan judges "the same" by the rendered spec.json (secret digests and all), handed in.
+    assert directed(spec, rollout, on_b, serves_as=lambda d: False)[1]["going"] == {"dc": "db", "pb": "pa"}
+    staying, same = directed(spec, rollout, on_b, serves_as=lambda d: True)
+    assert staying == other_spec(spec, PAIRS) and same["going"] == {}
     # The serving release is this one: it stays where it is, whichever set serves (nothing changes).
     for serving_spec in (spec, other_spec(spec, PAIRS)):
         text = make_plan(serving_spec, list(ADDRESS), now=0)["hosts"]["rt"]["files"]["spec.json"]
