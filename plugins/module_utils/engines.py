@@ -11,6 +11,8 @@ import re
 import shutil
 import subprocess
 
+from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_json
+
 ENGINES_DIR = "engines"
 ENGINE_FILE = "engine.json"
 # Written last into a venv we built, before the rename: a venv without it is not ours, or not complete.
@@ -29,11 +31,7 @@ class EngineError(Exception):
 
 def complete(venv: str, record: dict) -> bool:
     """Whether `venv` is a venv we built for exactly this record's requirements (its marker says so)."""
-    try:
-        with open(os.path.join(venv, MARKER), encoding="utf-8") as fh:
-            mark = json.load(fh)
-    except (OSError, ValueError):
-        return False
+    mark = read_json(os.path.join(venv, MARKER))
     return mark.get("requirements") == record["requirements"] and mark.get("base_python") == record["base_python"]
 
 
@@ -222,11 +220,9 @@ def referenced(root: str) -> set:
     out = set()
     releases = os.path.join(root, "releases")
     for name in os.listdir(releases) if os.path.isdir(releases) else []:
-        try:
-            with open(os.path.join(releases, name, ENGINE_FILE), encoding="utf-8") as fh:
-                out.add(json.load(fh).get("venv"))
-        except (OSError, ValueError):
-            continue
+        venv = read_json(os.path.join(releases, name, ENGINE_FILE)).get("venv")
+        if venv:
+            out.add(venv)
     return out
 
 

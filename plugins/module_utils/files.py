@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -53,3 +54,13 @@ def read_from(path: str, offset: int) -> str:
             return fh.read()
     except OSError:
         return ""
+
+
+def read_json(path: str) -> dict:
+    """The JSON object in `path`; {} when it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}  # a foreign file that is JSON but not ours

@@ -10,7 +10,7 @@ import re
 import shutil
 
 from ansible_collections.dsv4.deploy.plugins.module_utils import engines
-from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
+from ansible_collections.dsv4.deploy.plugins.module_utils.files import read_json, write_atomic
 
 MANIFEST = "manifest.json"
 STATE_FILE = "state.json"
@@ -110,16 +110,6 @@ def active(root: str) -> str | None:
     if not os.path.islink(link):
         return None
     return os.path.basename(os.readlink(link).rstrip("/"))
-
-
-def read_json(path: str) -> dict:
-    """The JSON object in `path`; {} when it is missing, unreadable or not an object."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}  # a foreign file that is JSON but not ours
 
 
 def content_hash(root: str, release: str) -> str | None:
