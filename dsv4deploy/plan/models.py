@@ -94,11 +94,19 @@ class HostPlan(_Strict):
 class RolloutPlan(_Strict):
     """How the release replaces the serving one (dsv4deploy.rollout.strategy): the strategy and why it applies."""
 
-    strategy: Literal["recreate", "blue_green", "rolling"] = "recreate"
+    strategy: Literal["recreate", "blue_green", "blue_green_hosts", "rolling"] = "recreate"
     why: str = "recreate (the default)"
     keep_previous_s: int = 0
     # blue_green: where each worker of the other slot runs (field path -> host, gpus, port, bootstrap_port).
     beside: dict[str, dict[str, Any]] = {}
+    # blue_green_hosts: {serving host: other host}, the way back (the next deploy's pairing), and where each
+    # worker runs on the other hosts (field path -> host, nodes).
+    pairs: dict[str, str] = {}
+    back: dict[str, str] = {}
+    other: dict[str, dict[str, Any]] = {}
+    # ... and which way this deploy goes (serving host -> new host), the hosts serving now.
+    going: dict[str, str] = {}
+    serving: list[str] = []
     preview_router_port: int | None = None
     port_offset: int | None = None
     # rolling: workers of each role out of the router at once, and the steps (dsv4deploy.rollout.rolling.RollStep).

@@ -14,14 +14,18 @@ from pydantic import Field, ValidationError
 from dsv4deploy.rollout.rolling import MAX_UNAVAILABLE_VAR
 from dsv4deploy.spec import Problem, SpecError, StrictModel
 
-Strategy = Literal["recreate", "blue_green", "rolling"]
+Strategy = Literal["recreate", "blue_green", "blue_green_hosts", "rolling"]
 VARS = {
     "strategy": "dsv4_rollout_strategy",
     "gpu_offset": "dsv4_rollout_blue_green_gpu_offset",
     "port_offset": "dsv4_rollout_blue_green_port_offset",
     "keep_previous_s": "dsv4_rollout_keep_previous_s",
     "max_unavailable": MAX_UNAVAILABLE_VAR,
+    "hosts": "dsv4_rollout_blue_green_hosts",
 }
+# The strategies that never read the host pairing: naming it for them is a mistake, not a choice. recreate may
+# meet one (an operator's -e dsv4_rollout_strategy=recreate over an inventory that pairs its hosts).
+IGNORES_HOSTS = ("blue_green", "rolling")
 
 
 class RolloutSettings(StrictModel):
@@ -36,20 +40,50 @@ class RolloutSettings(StrictModel):
     keep_previous_s: Annotated[int, Field(ge=0)] = 0
     # rolling: how many workers of each role are out of the production router at once.
     max_unavailable: Annotated[int, Field(ge=1)] = 1
+    # blue_green_hosts: {serving host: other host}, the host each serving host's workers move to.
+    hosts: dict[Annotated[str, Field(min_length=1)], Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=dict)
 
 
 def load_rollout(variables: Mapping[str, Any]) -> RolloutSettings:
     """The rollout settings from Ansible variables; SpecError names each bad variable."""
     data = {key: variables[var] for key, var in VARS.items() if variables.get(var) is not None}
     try:
-        return RolloutSettings.model_validate(data)
+        settings = RolloutSettings.model_validate(data)
     except ValidationError as exc:
         raise SpecError([Problem(field=VARS.get(str(err["loc"][0]), str(err["loc"][0])),
                                  message=f"{err['msg']} (got {err.get('input')!r})",
                                  fix=_fix_for(str(err["loc"][0])))
                          for err in exc.errors()]) from None
+    problems = hosts_problems(settings)
+    if problems:
+        raise SpecError(problems)
+    return settings
+
+
+def hosts_problems(settings: RolloutSettings) -> list[Problem]:
+    """Why the host pairing cannot be what the strategy reads (the inventory's side is the strategy's check)."""
+    var = VARS["hosts"]
+    if settings.strategy == "blue_green_hosts" and not settings.hosts:
+        return [Problem(field=var, message="is not set, and blue_green_hosts starts the new release on the other "
+                                           "host named for each host a serving worker runs on",
+                        fix=f"set {var} to {{serving host: other host}}, e.g. {{prefill1: prefill2, decode1: "
+                            "decode2}")]
+    if settings.strategy in IGNORES_HOSTS and settings.hosts:
+        return [Problem(field=var, message=f"is set, but dsv4_rollout_strategy {settings.strategy} starts the new "
+                                           "release on the serving hosts and never reads it",
+                        fix=f"set dsv4_rollout_strategy: blue_green_hosts to start it on the hosts {var} names, "
+                            "or remove it")]
+    if settings.strategy == "blue_green_hosts" and settings.keep_previous_s > 0:
+        return [Problem(field=VARS["keep_previous_s"], message="blue_green_hosts stops the old hosts' workers at the "
+                                                               "switch: it keeps nothing warm",
+                        fix="set dsv4_rollout_keep_previous_s: 0 (a rollback is then a recreate), or use blue_green")]
+    return [Problem(field=f"{var}.{host}", host=host, message="names the host itself as its other host",
+                    fix="name a host the serving release does not use")
+            for host, other in sorted(settings.hosts.items()) if host == other]
 
 
 def _fix_for(key: str) -> str:
-    return {"strategy": "set dsv4_rollout_strategy to recreate, blue_green or rolling"}.get(
+    return {"strategy": "set dsv4_rollout_strategy to recreate, blue_green, blue_green_hosts or rolling",
+            "hosts": f"set {VARS['hosts']} to {{serving host: other host}}, each a host name of the inventory"}.get(
         key, f"set {VARS.get(key, key)} to a whole number of at least 1")

@@ -4,6 +4,9 @@
   of the load time plus the gates.
 - ``blue_green`` (`blue_green`): the new release starts beside the serving one, is gated behind a preview
   router, and the production router switches workers to it.
+- ``blue_green_hosts`` (`other_hosts`): as blue_green, but the new release starts on another set of hosts
+  (`dsv4_rollout_blue_green_hosts`, {serving host: other host}) on the spec's own GPUs and ports; the next
+  deploy goes back the other way.
 - ``rolling`` (`rolling_strategy`, the steps in `rolling`): xPyD over hosts, a few workers of each role at a
   time, prefill and decode in step.
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dsv4deploy.rollout import blue_green, rolling_strategy
+from dsv4deploy.rollout import blue_green, other_hosts, rolling_strategy
 from dsv4deploy.rollout.settings import RolloutSettings
 from dsv4deploy.spec import Deployment, Problem, SpecError
 
@@ -32,6 +35,7 @@ def _recreate(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
 STRATEGIES: dict[str, Callable[[Deployment, RolloutSettings], dict[str, Any]]] = {
     "recreate": _recreate,
     "blue_green": blue_green.plan,
+    "blue_green_hosts": other_hosts.plan,
     "rolling": rolling_strategy.plan,
 }
 

@@ -21,6 +21,7 @@ from dsv4deploy.isolate.estimate import estimate
 from dsv4deploy.isolate.sequential import split_budget
 from dsv4deploy.plan import installed, make_plan, secret_files, secret_hosts, targets_from_release_spec
 from dsv4deploy.rollout.blue_green import beside_spec
+from dsv4deploy.rollout.other_hosts import directed, other_spec, preview_spec
 from dsv4deploy.rollout.rolling_strategy import surge_spec
 from dsv4deploy.rollout.router_change import rotated_key_problems, router_change
 from dsv4deploy.rollout.settings import VARS as ROLLOUT_VARS
@@ -30,14 +31,15 @@ from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, se
 from dsv4deploy.spec.homes import TRUST_KEYS
 
 # One state, one job and one fact (documented per state in modules/dsv4_build_plan.py):
-#   planned - the inventory's plan; beside - blue_green's plan in the other slot; surge - a roll's surge slot;
+#   planned - the inventory's plan (blue_green_hosts: on the host set that does not serve); beside - blue_green's
+#   plan in the other slot; preview - blue_green_hosts' preview router; surge - a roll's surge slot;
 #   secrets - the secret env files per host (no_log); targets - an installed release's gate targets
 #   (release_spec); combined - the isolation plan of the PD release in release_spec (playbooks/isolate.yml);
 #   roots - each play host's install root only (stop, rollback, verify, isolate); installed - an installed
 #   release's view from its records; router_change - the production router's changed settings (serving_spec);
 #   secret_hosts - the play hosts whose digest salt the plan needs, with their install roots.
-STATES = ("planned", "beside", "surge", "secrets", "targets", "combined", "roots", "installed", "router_change",
-          "secret_hosts")
+STATES = ("planned", "beside", "preview", "surge", "secrets", "targets", "combined", "roots", "installed",
+          "router_change", "secret_hosts")
 # The fact a state sets when the task names none.
 DEFAULT_FACT = {"combined": "dsv4_isolation", "roots": "dsv4_installed_roots", "secret_hosts": "dsv4_secret_hosts"}
 # The registered result of dsv4_digest_salt on each host (roles/dsv4_plan/tasks/digest_salt.yml): its `salt`.
@@ -59,8 +61,10 @@ ARGUMENT_SPEC = {
     # state=secrets: the plan being installed, when it is not the inventory's own (the isolation twin);
     # state=router_change: the new plan's spec.
     "planned_spec": {"type": "raw"},
-    # state=router_change: the serving release's spec.json text.
+    # state=router_change, and planned under blue_green_hosts: the serving release's spec.json text.
     "serving_spec": {"type": "str", "default": ""},
+    # state=preview: the plan's rollout.going (serving host -> new host).
+    "going": {"type": "dict", "default": {}},
 }
 
 
@@ -153,6 +157,10 @@ class ActionModule(ValidatedAction):
                 raise SpecError(problems)
             if state == "secret_hosts":
                 hosts = secret_hosts(spec, play_hosts)
+                settings = load_rollout(
+                    {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
+                if settings.strategy == "blue_green_hosts":  # either host set may run this release
+                    hosts |= secret_hosts(other_spec(spec, settings.hosts), play_hosts)
                 # The key's file where it is one on the hosts: dsv4_digest_salt digests it there.
                 files = {h: spec.api_key.file for h in hosts if spec.api_key and spec.api_key.file}
                 result.update(changed=False, ansible_facts={fact: hosts, KEY_FILES_FACT: files})
@@ -167,6 +175,15 @@ class ActionModule(ValidatedAction):
             settings = load_rollout(
                 {v: self.templated(task_vars[v]) for v in ROLLOUT_VARS.values() if v in task_vars})
             rollout = rollout_plan(spec, settings)
+            if rollout["strategy"] == "blue_green_hosts" and state == "preview":  # the way the plan goes
+                spec = preview_spec(other_spec(spec, args["going"]), settings)
+            elif rollout["strategy"] == "blue_green_hosts":  # the host set that does not serve now
+                router_host = spec.router.host if spec.router else ""
+
+                def serves_as(candidate: Any) -> bool:  # rendered as the router host's serving spec.json
+                    files = make_plan(candidate, play_hosts, keys=keys, api_key_digests=key_digests)["hosts"]
+                    return files.get(router_host, {}).get("files", {}).get("spec.json") == args["serving_spec"]
+                spec, rollout = directed(spec, rollout, args["serving_spec"], serves_as)
             if state == "planned":  # a rotated key behind a router that keeps the old one: refused now
                 rotated = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
                 if rotated:

@@ -39,13 +39,27 @@ options:
   state:
     type: str
     required: true
-    choices: [planned, beside, surge, secrets, targets, combined, roots, installed, router_change, secret_hosts]
+    choices:
+      - planned
+      - beside
+      - preview
+      - surge
+      - secrets
+      - targets
+      - combined
+      - roots
+      - installed
+      - router_change
+      - secret_hosts
     description:
       - What to compute (one job each; see the description). V(beside) - the plan of the new release as
         C(dsv4_rollout_strategy=blue_green) runs it beside the serving one, in the other slot - workers on GPUs
         and ports shifted by C(dsv4_rollout_blue_green_gpu_offset) and C(dsv4_rollout_blue_green_port_offset),
         its router as the preview router, install root C(INSTALL_ROOT/slot-b); fails, naming field, host and
-        fix, when the two do not fit a host at once. V(surge) - the plan of the slot a
+        fix, when the two do not fit a host at once. V(preview) - the plan of the preview router of
+        C(dsv4_rollout_strategy=blue_green_hosts), in the router host's C(INSTALL_ROOT/slot-b) on the production
+        router's port plus C(dsv4_rollout_blue_green_port_offset), fronting the new release's workers on the
+        other hosts. V(surge) - the plan of the slot a
         C(dsv4_rollout_strategy=rolling) roll starts its surge workers in (a role's lone worker, such as the
         decode of a 2P1D) - each lone worker on the spare GPUs and shifted ports
         C(dsv4deploy.rollout.strategy.surge_places) gives, the other workers where they are (never started
@@ -109,6 +123,15 @@ options:
       - With O(state=router_change), the serving release's C(spec.json) text, whose production router's own
         settings (policy, flags, port, launcher, env, API key, drain grace, C(dsv4deploy.rollout.router_change))
         are compared with O(planned_spec)'s. An empty text (no release serves) gives no change.
+      - With O(state=planned) under C(dsv4_rollout_strategy=blue_green_hosts), the serving
+        release's C(spec.json) text on the router's host, which says which host set serves, so this deploy goes to
+        the other one (empty - none serves - goes to the other hosts).
+  going:
+    type: dict
+    default: {}
+    description:
+      - With O(state=preview), the plan's C(rollout.going) - each serving host and the host its workers go to in
+        this deploy (C(dsv4_rollout_strategy=blue_green_hosts)).
 extends_documentation_fragment:
   - dsv4.deploy.dsv4deploy.controller
   - dsv4.deploy.dsv4deploy.read_only
@@ -152,7 +175,8 @@ ansible_facts:
   contains:
     dsv4_plan:
       description:
-        - O(state=planned), O(state=beside), O(state=surge) - the plan - C(release_id), C(topology), C(endpoint),
+        - O(state=planned), O(state=beside), O(state=preview), O(state=surge) - the plan - C(release_id),
+          C(topology), C(endpoint),
           C(hosts_in_use), C(spec), C(memory) and, per host under C(hosts), its C(install_root),
           C(service_manager), C(gpus), C(ports), C(services), C(files) and C(content_hash). See
           docs/interfaces.md.

@@ -162,6 +162,26 @@ def split_hosts(sim_host: SimHost, host_vars: dict[str, dict[str, Any]]) -> dict
     return parts
 
 
+def node_hosts(sim_host: SimHost, addresses: dict[str, str]) -> dict[str, HostPart]:
+    """`sim_host` split into inventory hosts (name -> loopback address each listens on) with GPUs of their own:
+    each host's modules run under a Python that sets DSV4_SIM_NODE, which the supervisord they start and the
+    simulated nvidia-smi inherit."""
+    for name in addresses:
+        python = sim_host.root / f"python-{name}"
+        python.write_text(f'#!/bin/sh\nDSV4_SIM_NODE={name} exec {VENV_BIN / "python"} "$@"\n')
+        python.chmod(0o755)
+    return split_hosts(sim_host, {name: {"ansible_host": address, "listen": address,
+                                         "ansible_python_interpreter": str(sim_host.root / f"python-{name}")}
+                                  for name, address in addresses.items()})
+
+
+def stop_parts(parts: dict[str, HostPart]) -> None:
+    """Every supervisord of each host by its PID file: a slot's (under slot-b) first, then the home one."""
+    for part in parts.values():
+        for pidfile in sorted(part.install_root.glob("**/supervisor/supervisord.pid"), reverse=True):
+            stop_supervisord(pidfile.parent.parent)
+
+
 def stop_supervisord(install_root: Path, timeout_s: float = 180) -> None:
     """End the supervisord under `install_root` by its PID file and wait until it has exited: on SIGTERM it
     stops every program first (TERM, then KILL after the program's stopwaitsecs), as `supervisorctl shutdown`.

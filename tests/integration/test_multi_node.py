@@ -32,8 +32,8 @@ from tests.integration.simhost import (
     HostPart,
     SimHost,
     assign_ports,
-    split_hosts,
-    stop_supervisord,
+    node_hosts,
+    stop_parts,
 )
 from tests.ports import free_port_block
 
@@ -60,13 +60,7 @@ def two_node_pd(sim_host: SimHost, base_port: int) -> Iterator[dict[str, HostPar
     (6: the 5 of assign_ports and the decode's dist_init_port); stops both hosts' supervisords at the end."""
     sim_host.base_port = base_port
     assign_ports(sim_host.inventory, sim_host.base_port)
-    for name in ADDRESSES:
-        python = sim_host.root / f"python-{name}"
-        python.write_text(f'#!/bin/sh\nDSV4_SIM_NODE={name} exec {VENV_BIN / "python"} "$@"\n')
-        python.chmod(0o755)
-    parts = split_hosts(sim_host, {name: {"ansible_host": address, "listen": address,
-                                          "ansible_python_interpreter": str(sim_host.root / f"python-{name}")}
-                                   for name, address in ADDRESSES.items()})
+    parts = node_hosts(sim_host, ADDRESSES)
     dep_path = sim_host.inventory / "group_vars" / "all" / "deployment.yml"
     dep = yaml.safe_load(dep_path.read_text())
     dep["prefill"][0].update(host="na", gpus=[0, 1], tp_size=2)
@@ -80,10 +74,7 @@ def two_node_pd(sim_host: SimHost, base_port: int) -> Iterator[dict[str, HostPar
     try:
         yield parts
     finally:
-        # Each host's supervisords: a blue_green slot's (under slot-b) first, then the home one.
-        for part in parts.values():
-            for pidfile in sorted(part.install_root.glob("**/supervisor/supervisord.pid"), reverse=True):
-                stop_supervisord(pidfile.parent.parent)
+        stop_parts(parts)
 
 
 def _chat(host: SimHost) -> str:

@@ -91,9 +91,10 @@ def test_the_plan_role_declares_every_spec_variable_it_reads() -> None:
 
     specs = yaml.safe_load((REPO / "roles" / "dsv4_plan" / "meta" / "argument_specs.yml").read_text())
     # ...and the inventory's allow-list of its own names that only look like ours (misspelt-name check),
-    # and the gate list, which the plan line reads only to say when the opt-in perf gate is left out
+    # and the gate list, which the plan line reads only to say when the opt-in perf gate is left out, and the
+    # strategy (blue_green_hosts plans the release on the host set that does not serve)
     assert set(specs["argument_specs"]["main"]["options"]) == (
-        set(DEPLOYMENT_KEYS) | set(HOST_KEYS) | {ALLOW_VAR, "dsv4_gates_names"})
+        set(DEPLOYMENT_KEYS) | set(HOST_KEYS) | {ALLOW_VAR, "dsv4_gates_names", "dsv4_rollout_strategy"})
 
 
 def test_every_role_declares_its_inputs() -> None:

@@ -15,11 +15,11 @@ from dsv4deploy.plan.services import build_services
 from dsv4deploy.rollout.blue_green import beside_spec
 from dsv4deploy.rollout.settings import Strategy, load_rollout
 from dsv4deploy.rollout.strategy import STRATEGIES, rollout_plan
-from dsv4deploy.spec import SpecError
+from dsv4deploy.spec import SpecError, load_spec
 from dsv4deploy.spec.engine import EngineSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "golden"))
-from fixture_specs import combined_spec, pd_spec
+from fixture_specs import PD_COMMON, combined_spec, host_vars, pd_spec
 
 REPO = Path(__file__).resolve().parents[3]
 # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
@@ -89,7 +89,8 @@ def test_blue_green_refused_for_combined() -> None:
 
 def test_bad_rollout_variables_are_named() -> None:
     problems = _refusal(pd_spec(), dsv4_rollout_strategy="blue-green", dsv4_rollout_keep_previous_s=-1)
-    assert any(p.startswith("dsv4_rollout_strategy: ") and "recreate, blue_green or rolling" in p for p in problems)
+    assert any(p.startswith("dsv4_rollout_strategy: ") and "recreate, blue_green, blue_green_hosts or rolling" in p
+               for p in problems)
     assert any(p.startswith("dsv4_rollout_keep_previous_s: ") for p in problems), problems
 
 
@@ -170,8 +171,15 @@ def test_rolling_surges_a_lone_multi_node_server_onto_gpus_spare_on_every_node()
 def test_every_strategy_the_settings_take_has_one_plan_in_the_contract() -> None:
     # The one place a strategy is chosen: a strategy the settings accept without a plan would fail at a deploy.
     assert set(typing.get_args(Strategy)) == set(STRATEGIES)
+    # blue_green_hosts reads its pairing, and a second box to move to.
+    second_box = {"gpu2": host_vars(ansible_host="10.0.0.12", gpu_memory_gib=141)}
     for name in STRATEGIES:
-        part = rollout_plan(pd_spec(host=H200, **HALF), load_rollout({"dsv4_rollout_strategy": name}))
+        spec = pd_spec(host=H200, **HALF)
+        variables: dict[str, object] = {"dsv4_rollout_strategy": name}
+        if name == "blue_green_hosts":
+            spec = load_spec({**PD_COMMON, **HALF}, {"gpu1": host_vars(**H200), **second_box})
+            variables["dsv4_rollout_blue_green_hosts"] = {"gpu1": "gpu2"}
+        part = rollout_plan(spec, load_rollout(variables))
         assert part["strategy"] == name and part["why"].startswith(name), part
 
 

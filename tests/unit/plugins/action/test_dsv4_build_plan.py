@@ -28,7 +28,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 def test_a_task_without_state_or_with_an_unknown_one_is_refused_naming_it(results: dict[str, dict]) -> None:
     assert results["no state"]["failed"] and results["no state"]["msg"] == "missing required arguments: state"
     unknown = results["unknown state"]
-    assert unknown["failed"] and "planned, beside, surge, secrets, targets" in unknown["msg"], unknown["msg"]
+    assert unknown["failed"] and "planned, beside, preview, surge, secrets, targets" in unknown["msg"], unknown["msg"]
 
 
 def test_router_change_with_no_serving_release_is_no_change(results: dict[str, dict]) -> None:

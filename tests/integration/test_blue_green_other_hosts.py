@@ -1,0 +1,119 @@
+"""blue_green onto other hosts through the playbook: pd-single-host with a second box. `ga` (127.0.0.1) runs the
+prefill, the decode and the router; `gb` (127.0.0.2), the second box, runs nothing until a deploy goes there
+(`dsv4_rollout_blue_green_hosts: {ga: gb}`). Each host has its own install root, supervisord and simulated
+GPUs (its modules run under a Python that sets DSV4_SIM_NODE), so the workers move to the same GPUs and ports
+on the other box, behind the real sglang-router 0.3.2 on ga.
+
+The continuous client (dsv4deploy.rollout.downtime) asks the production router throughout. A release that passes
+its gates behind the preview router is promoted with no failed request: gb runs the workers, ga the same
+router process (it was never restarted) and no worker, and the router lists gb's workers only. The next deploy
+goes back to ga; when its gate fails there, production (gb's workers behind ga's router) serves on untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import yaml
+
+from tests.integration.simhost import READINESS, HostPart, SimHost, assign_ports, node_hosts, stop_parts
+from tests.integration.test_blue_green import FAST, _deploy_under_load
+from tests.ports import free_port_block
+
+pytestmark = pytest.mark.integration
+
+PORT_OFFSET = 5
+ADDRESSES = {"ga": "127.0.0.1", "gb": "127.0.0.2"}
+WORKERS = {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
+ROUTER = "sglang-dsv4-router"
+
+
+@pytest.fixture(scope="module")
+def boxes(sim_host: SimHost) -> Iterator[dict[str, HostPart]]:
+    """The module's simulated host as two boxes, ga serving a first release (started as recreate starts it:
+    nothing served yet), gb paired with it."""
+    sim_host.base_port = free_port_block(2 * PORT_OFFSET)
+    assign_ports(sim_host.inventory, sim_host.base_port)
+    parts = node_hosts(sim_host, ADDRESSES)
+    dep_path = sim_host.inventory / "group_vars" / "all" / "deployment.yml"
+    dep = yaml.safe_load(dep_path.read_text())
+    for role, gpus in (("prefill", [0, 1]), ("decode", [2, 3])):  # the second box gets the same on its own GPUs
+        dep[role][0].update(host="ga", gpus=gpus, tp_size=2)
+    dep["router"]["host"] = dep["combined"]["host"] = "ga"
+    # tp 2 holds DeepSeek-V4-Flash (76 GiB of NVFP4 weights per GPU) only on 141 GiB cards (docs/memory.md).
+    dep.update(dsv4_rollout_strategy="blue_green_hosts", dsv4_rollout_blue_green_hosts={"ga": "gb"},
+               dsv4_rollout_blue_green_port_offset=PORT_OFFSET, gpu_memory_gib=141)
+    dep_path.write_text(yaml.safe_dump(dep, sort_keys=False))
+    try:
+        sim_host.playbook("deploy.yml", *FAST, *READINESS, check=True)
+        yield parts
+    finally:
+        # stop.yml (sim_host's teardown) stops every host; by PID as a last resort, the preview slot first.
+        stop_parts(parts)
+
+
+def _registered(host: SimHost) -> list[str]:
+    """The addresses and ports of the workers the production router lists (GET /workers)."""
+    headers = {"Authorization": f"Bearer {host.api_key}"} if host.api_key else {}
+    workers = httpx.get(f"{host.endpoint}/workers", timeout=10, trust_env=False, headers=headers).json()
+    return sorted(w["url"].split("//", 1)[1] for w in workers["workers"])
+
+
+def _on(address: str, host: SimHost) -> list[str]:
+    return sorted(f"{address}:{host.base_port + i}" for i in (1, 2))
+
+
+def test_a_release_moves_to_the_other_box_with_no_failed_request(sim_host: SimHost,
+                                                                  boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    first = ga.active_release()
+    assert first and set(ga.pids()) == {*WORKERS, ROUTER} and gb.pids() == {}
+    router_pid = ga.pids()[ROUTER]
+    proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "PROMOTED" in out and "This deploy: ga -> gb" in out and "Gates, through the preview router" in out
+    print(f"blue_green onto the other box, under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # gb runs the workers, ga the same router and no worker; the router lists gb's workers only.
+    assert set(gb.pids()) == WORKERS and set(ga.pids()) == {ROUTER}
+    assert ga.pids()[ROUTER] == router_pid
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    # The router's host records the new release (which set serves); the preview slot is gone.
+    assert ga.active_release() == gb.active_release() != first
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+    report = sim_host.report()
+    assert report["verdict"] == "promoted" and report["downtime"]["failed"] == 0, report["downtime"]
+
+
+def test_the_same_release_again_stays_where_it_serves(sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    before = {name: part.pids() for name, part in boxes.items()}
+    proc = sim_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "the serving release on gb is unchanged" in out, out[-6000:]
+    assert {name: part.pids() for name, part in boxes.items()} == before
+
+
+def test_a_gate_failure_on_the_way_back_leaves_production_serving(sim_host: SimHost,
+                                                                 boxes: dict[str, HostPart]) -> None:
+    ga = boxes["ga"]
+    serving = ga.active_release()
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS, "runs after the move to gb"
+    # The decode ignores its override: the config gate through the preview router fails on ga.
+    proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "3"}}',
+                                       "-e", '{"sim_faults_by_role": {"decode": "ignore_override"}}',
+                                       "-e", json.dumps({"dsv4_gates_names": ["readiness", "config", "smoke"]}))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "This deploy: gb -> ga" in out, out[-6000:]
+    assert "production was not touched, no rollback" in out, out[-6000:]
+    print(f"blue_green onto the other box, a gate failure there, under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # gb's workers and ga's router serve on, the same processes; ga's new workers are stopped.
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert ga.active_release() == serving
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
