@@ -234,6 +234,40 @@ def test_every_include_role_lands_on_an_entry_point_its_role_declares() -> None:
     assert not undeclared, f"declare these entry points in meta/argument_specs.yml, or call one that is: {undeclared}"
 
 
+# The layers, top down. A role includes only roles of a layer below its own (its own task files aside): a
+# strategy never calls another one, and no shared step calls up into a strategy or the orchestrator, so what
+# an earlier run left is dispatched by the orchestrator alone (docs/interfaces.md).
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("orchestrators", frozenset({"dsv4_rollout", "dsv4_isolate"})),
+    ("strategies", frozenset({"dsv4_blue_green", "dsv4_blue_green_hosts", "dsv4_rolling"})),
+    ("steps that run other steps", frozenset({"dsv4_restore", "dsv4_bake"})),
+    ("the run on what is installed", frozenset({"dsv4_run"})),
+    ("steps", frozenset({"dsv4_plan", "dsv4_preflight", "dsv4_service", "dsv4_gates", "dsv4_report",
+                         "dsv4_verify_timer"})),
+    ("release files", frozenset({"dsv4_release"})),
+)
+
+
+def layer_of(role: str) -> int:
+    """The index of a role's layer in LAYERS (0 the top); -1 for a role placed in none."""
+    return next((i for i, (_, roles) in enumerate(LAYERS) if role in roles), -1)
+
+
+def test_every_role_has_one_layer() -> None:
+    placed = [role for _, roles in LAYERS for role in roles]
+    assert sorted(placed) == sorted(set(placed)), f"a role is in two layers: {placed}"
+    unplaced = sorted(ROLE_NAMES - set(placed))
+    assert not unplaced, f"place these roles in LAYERS (tests/unit/test_role_contracts.py): {unplaced}"
+
+
+def test_no_role_includes_one_of_its_own_layer_or_a_higher_one() -> None:
+    upward = sorted(f"roles/{role}/tasks/{stem}.yml ({LAYERS[layer_of(role)][0]}) -> {target}:{entry} "
+                    f"({LAYERS[layer_of(target)][0]})"
+                    for (role, stem), targets in graph().items() for target, entry in targets
+                    if target != role and target in ROLE_NAMES and layer_of(target) <= layer_of(role))
+    assert not upward, f"include only roles of a lower layer (the caller above dispatches instead): {upward}"
+
+
 def test_includes_run_at_most_four_deep_from_any_playbook() -> None:
     edges = graph()
     deep = {p.name: 1 + max(depth(node, edges) for node in nodes)
