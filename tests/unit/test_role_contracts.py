@@ -297,7 +297,7 @@ def test_a_roll_s_settle_changes_nothing_and_says_so(tmp_path: Path) -> None:
     """rolling keeps no previous release warm: its settle is a real no-op, nothing changed, settled none."""
     returncode, out = run_on_localhost([
         {"name": "Settle", "ansible.builtin.include_role": {"name": "dsv4_rolling", "tasks_from": "settle"}},
-        {"name": "Show", "ansible.builtin.debug": {"msg": "SETTLED={{ dsv4_rolling_settled }}"}}], tmp_path)
+        {"name": "Show", "ansible.builtin.debug": {"msg": "SETTLED={{ dsv4_rolling_outcome.settled }}"}}], tmp_path)
     assert returncode == 0, out
     assert "Nothing to settle (a roll keeps no previous release warm)" in out, out
     assert "SETTLED=none" in out and "changed=0" in out, out
