@@ -79,7 +79,7 @@ def test_a_release_moves_to_the_other_box_with_no_failed_request(sim_host: SimHo
     print(f"blue_green onto the other box, under the continuous client: {figures.line()}")
     assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
     # gb runs the workers, ga the same router and no worker; the router lists gb's workers only.
-    assert set(gb.pids()) == WORKERS and set(ga.pids()) == {ROUTER}
+    assert set(gb.pids()) == WORKERS and set(ga.pids()) == {ROUTER}, out[-4000:]
     assert ga.pids()[ROUTER] == router_pid
     assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
     # The router's host records the new release (which set serves); the preview slot is gone.
@@ -116,4 +116,32 @@ def test_a_gate_failure_on_the_way_back_leaves_production_serving(sim_host: SimH
     assert {name: part.pids() for name, part in boxes.items()} == before
     assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
     assert ga.active_release() == serving
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    serving = ga.active_release()
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS and set(before["ga"]) == {ROUTER}, "runs after the move to gb"
+    # The new servers on ga pass readiness behind the preview router, the router is switched to them, and their
+    # /metrics then fail: the bake ends in error after two intervals, with gb's workers still running.
+    bake = {"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1, "dsv4_bake_error_limit": 2}
+    proc, figures = _deploy_under_load(sim_host, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "4"}}',
+                                       "-e", "sim_faults=metrics_error", "-e", json.dumps(bake))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "This deploy: gb -> ga" in out, out[-6000:]
+    line = " ".join(out.split())
+    assert "ROLLED BACK at bake on " in line and "(blue_green_hosts, after the switch)" in line, out[-6000:]
+    assert "the production router is switched back to the serving workers" in line, out[-6000:]
+    print(f"blue_green onto the other box, a bake failing after the switch, under the continuous client: "
+          f"{figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # The router listed ga's new workers, then gb's again: gb's are the same processes, ga's new ones stopped.
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert ga.active_release() == gb.active_release() == serving
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), report
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
