@@ -26,9 +26,12 @@ from tests.ports import free_port_block
 pytestmark = pytest.mark.integration
 
 PORT_OFFSET = 5
-ADDRESSES = {"ga": "127.0.0.1", "gb": "127.0.0.2"}
+# gb first in the inventory: stop, rollback and verify must find the serving set by the router's host.
+ADDRESSES = {"gb": "127.0.0.2", "ga": "127.0.0.1"}
 WORKERS = {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
 ROUTER = "sglang-dsv4-router"
+# The release the module's first deploy put on ga (test_a_release_moves... notes it).
+RELEASES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +74,7 @@ def test_a_release_moves_to_the_other_box_with_no_failed_request(sim_host: SimHo
     ga, gb = boxes["ga"], boxes["gb"]
     first = ga.active_release()
     assert first and set(ga.pids()) == {*WORKERS, ROUTER} and gb.pids() == {}
+    RELEASES["first"] = first
     router_pid = ga.pids()[ROUTER]
     proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
     out = proc.stdout + proc.stderr
@@ -145,3 +149,33 @@ def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set
     report = sim_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), report
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def test_verify_gates_the_set_that_serves(sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS, "runs after the move to gb"
+    proc = sim_host.playbook("verify.yml", "-e", json.dumps({"dsv4_gates_names": ["readiness", "smoke"]}))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "gate smoke: passed" in out, out[-6000:]
+    # Its readiness found 2 workers answering: gb's, where they serve (ga runs none).
+    assert "2 worker(s) /health 200" in out and set(before["ga"]) == {ROUTER}, out[-6000:]
+    assert {name: part.pids() for name, part in boxes.items()} == before
+
+
+def test_rollback_after_the_move_puts_the_first_set_back_and_stop_stops_both(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    assert set(gb.pids()) == WORKERS and RELEASES["first"], "runs after the move to gb"
+    proc = sim_host.playbook("rollback.yml", *FAST)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"release {RELEASES['first']} is serving and verified" in out, out[-6000:]
+    # ga runs the first release's workers and the router again, gb nothing; the router lists ga's workers.
+    assert set(ga.pids()) == {*WORKERS, ROUTER} and gb.pids() == {}, out[-4000:]
+    assert _registered(sim_host) == _on(ADDRESSES["ga"], sim_host)
+    assert ga.active_release() == RELEASES["first"]
+    # gb (listed first) still names the release it ran: verify reads the one active on the router's host.
+    proc = sim_host.playbook("verify.yml", *READINESS)
+    assert proc.returncode == 0 and "2 worker(s) /health 200" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+    proc = sim_host.playbook("stop.yml")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert ga.pids() == {} and gb.pids() == {}
