@@ -19,8 +19,10 @@ import httpx
 import pytest
 import yaml
 
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.integration.simhost import READINESS, HostPart, SimHost, assign_ports, node_hosts, stop_parts
 from tests.integration.test_blue_green import FAST, _deploy_under_load
+from tests.integration.test_interrupted import kill_when, lock_record, start
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
@@ -148,6 +150,33 @@ def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set
     assert ga.active_release() == gb.active_release() == serving
     report = sim_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), report
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga = boxes["ga"]
+    serving = ga.active_release()
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS, "runs after the move to gb"
+    # The way back gb -> ga, killed once the production router lists one of ga's new workers.
+    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "5"}}')
+    kill_when(proc, lambda: any(w.startswith(ADDRESSES["ga"]) for w in _registered(sim_host)), "the switch began")
+    assert lock_record(ga)["phase"] == "other hosts: switch"
+    # The next run (the serving release deployed again) says what died and puts production back on gb whole.
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        repair = sim_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out = repair.stdout + repair.stderr
+    line = " ".join(out.split())
+    assert repair.returncode == 0 and "died during phase 'other hosts: switch'" in out, out[-6000:]
+    assert f"the production router lists the workers of release {serving} only, on gb" in line, out[-6000:]
+    assert "workers stopped on ga" in line and "the serving release on gb is unchanged" in line, out[-6000:]
+    print(f"blue_green onto the other box, repair after a run killed mid-switch: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    # gb's workers and ga's router are the processes that served before; the dead run's workers on ga stopped.
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert ga.active_release() == serving
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
 
 
