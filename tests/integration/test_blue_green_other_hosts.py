@@ -19,16 +19,21 @@ import httpx
 import pytest
 import yaml
 
+from dsv4deploy.rollout.downtime import DowntimeClient
 from tests.integration.simhost import READINESS, HostPart, SimHost, assign_ports, node_hosts, stop_parts
 from tests.integration.test_blue_green import FAST, _deploy_under_load
+from tests.integration.test_interrupted import kill_when, lock_record, start
 from tests.ports import free_port_block
 
 pytestmark = pytest.mark.integration
 
 PORT_OFFSET = 5
-ADDRESSES = {"ga": "127.0.0.1", "gb": "127.0.0.2"}
+# gb first in the inventory: stop, rollback and verify must find the serving set by the router's host.
+ADDRESSES = {"gb": "127.0.0.2", "ga": "127.0.0.1"}
 WORKERS = {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
 ROUTER = "sglang-dsv4-router"
+# The release the module's first deploy put on ga (test_a_release_moves... notes it).
+RELEASES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +76,7 @@ def test_a_release_moves_to_the_other_box_with_no_failed_request(sim_host: SimHo
     ga, gb = boxes["ga"], boxes["gb"]
     first = ga.active_release()
     assert first and set(ga.pids()) == {*WORKERS, ROUTER} and gb.pids() == {}
+    RELEASES["first"] = first
     router_pid = ga.pids()[ROUTER]
     proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
     out = proc.stdout + proc.stderr
@@ -79,7 +85,7 @@ def test_a_release_moves_to_the_other_box_with_no_failed_request(sim_host: SimHo
     print(f"blue_green onto the other box, under the continuous client: {figures.line()}")
     assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
     # gb runs the workers, ga the same router and no worker; the router lists gb's workers only.
-    assert set(gb.pids()) == WORKERS and set(ga.pids()) == {ROUTER}
+    assert set(gb.pids()) == WORKERS and set(ga.pids()) == {ROUTER}, out[-4000:]
     assert ga.pids()[ROUTER] == router_pid
     assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
     # The router's host records the new release (which set serves); the preview slot is gone.
@@ -117,3 +123,88 @@ def test_a_gate_failure_on_the_way_back_leaves_production_serving(sim_host: SimH
     assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
     assert ga.active_release() == serving
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    serving = ga.active_release()
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS and set(before["ga"]) == {ROUTER}, "runs after the move to gb"
+    # The new servers on ga pass readiness behind the preview router, the router is switched to them, and their
+    # /metrics then fail: the bake ends in error after two intervals, with gb's workers still running.
+    bake = {"dsv4_bake_s": 3, "dsv4_bake_interval_s": 1, "dsv4_bake_error_limit": 2}
+    proc, figures = _deploy_under_load(sim_host, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "4"}}',
+                                       "-e", "sim_faults=metrics_error", "-e", json.dumps(bake))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "This deploy: gb -> ga" in out, out[-6000:]
+    line = " ".join(out.split())
+    assert "ROLLED BACK at bake on " in line and "(blue_green_hosts, after the switch)" in line, out[-6000:]
+    assert "the production router is switched back to the serving workers" in line, out[-6000:]
+    print(f"blue_green onto the other box, a bake failing after the switch, under the continuous client: "
+          f"{figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # The router listed ga's new workers, then gb's again: gb's are the same processes, ga's new ones stopped.
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert ga.active_release() == gb.active_release() == serving
+    report = sim_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), report
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga = boxes["ga"]
+    serving = ga.active_release()
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS, "runs after the move to gb"
+    # The way back gb -> ga, killed once the production router lists one of ga's new workers.
+    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "5"}}')
+    kill_when(proc, lambda: any(w.startswith(ADDRESSES["ga"]) for w in _registered(sim_host)), "the switch began")
+    assert lock_record(ga)["phase"] == "other hosts: switch"
+    # The next run (the serving release deployed again) says what died and puts production back on gb whole.
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        repair = sim_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
+    out = repair.stdout + repair.stderr
+    line = " ".join(out.split())
+    assert repair.returncode == 0 and "died during phase 'other hosts: switch'" in out, out[-6000:]
+    assert f"the production router lists the workers of release {serving} only, on gb" in line, out[-6000:]
+    assert "workers stopped on ga" in line and "the serving release on gb is unchanged" in line, out[-6000:]
+    print(f"blue_green onto the other box, repair after a run killed mid-switch: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    # gb's workers and ga's router are the processes that served before; the dead run's workers on ga stopped.
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert ga.active_release() == serving
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def test_verify_gates_the_set_that_serves(sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    before = {name: part.pids() for name, part in boxes.items()}
+    assert set(before["gb"]) == WORKERS, "runs after the move to gb"
+    proc = sim_host.playbook("verify.yml", "-e", json.dumps({"dsv4_gates_names": ["readiness", "smoke"]}))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "gate smoke: passed" in out, out[-6000:]
+    # Its readiness found 2 workers answering: gb's, where they serve (ga runs none).
+    assert "2 worker(s) /health 200" in out and set(before["ga"]) == {ROUTER}, out[-6000:]
+    assert {name: part.pids() for name, part in boxes.items()} == before
+
+
+def test_rollback_after_the_move_puts_the_first_set_back_and_stop_stops_both(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    assert set(gb.pids()) == WORKERS and RELEASES["first"], "runs after the move to gb"
+    proc = sim_host.playbook("rollback.yml", *FAST)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"release {RELEASES['first']} is serving and verified" in out, out[-6000:]
+    # ga runs the first release's workers and the router again, gb nothing; the router lists ga's workers.
+    assert set(ga.pids()) == {*WORKERS, ROUTER} and gb.pids() == {}, out[-4000:]
+    assert _registered(sim_host) == _on(ADDRESSES["ga"], sim_host)
+    assert ga.active_release() == RELEASES["first"]
+    # gb (listed first) still names the release it ran: verify reads the one active on the router's host.
+    proc = sim_host.playbook("verify.yml", *READINESS)
+    assert proc.returncode == 0 and "2 worker(s) /health 200" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+    proc = sim_host.playbook("stop.yml")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert ga.pids() == {} and gb.pids() == {}
