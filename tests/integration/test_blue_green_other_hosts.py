@@ -191,7 +191,7 @@ def test_verify_gates_the_set_that_serves(sim_host: SimHost, boxes: dict[str, Ho
     assert {name: part.pids() for name, part in boxes.items()} == before
 
 
-def test_rollback_after_the_move_puts_the_first_set_back_and_stop_stops_both(
+def test_rollback_after_the_move_puts_the_first_set_back(
         sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
     ga, gb = boxes["ga"], boxes["gb"]
     assert set(gb.pids()) == WORKERS and RELEASES["first"], "runs after the move to gb"
@@ -205,6 +205,41 @@ def test_rollback_after_the_move_puts_the_first_set_back_and_stop_stops_both(
     # gb (listed first) still names the release it ran: verify reads the one active on the router's host.
     proc = sim_host.playbook("verify.yml", *READINESS)
     assert proc.returncode == 0 and "2 worker(s) /health 200" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_the_old_set_kept_warm_is_switched_back_to_by_rollback_then_stop_stops_both(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    first = ga.active_release()
+    assert first == RELEASES["first"] and gb.pids() == {}, "runs after the rollback to the first set"
+    warm = ga.pids()
+    assert set(warm) == {*WORKERS, ROUTER}
+    proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "6"}}',
+                                       "-e", "dsv4_rollout_keep_previous_s=600")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "PROMOTED" in out and "This deploy: ga -> gb" in out, out[-6000:]
+    print(f"blue_green onto the other box, the old set kept warm, under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # ga's workers run on, the same processes, out of the router, which lists gb's workers only.
+    assert ga.pids() == warm and set(gb.pids()) == WORKERS, out[-4000:]
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    kept = ga.active_release()
+    assert kept != first and (ga.install_root / "blue_green_hosts.json").exists()
+    # Inside the window a rollback is a switch of the router's workers back to ga's: nothing restarts.
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        back = sim_host.playbook("rollback.yml", *FAST)
+    out = back.stdout + back.stderr
+    line = " ".join(out.split())
+    assert back.returncode == 0 and ": switch_back" in line, out[-6000:]
+    assert f"ROLLED BACK by a switch: release {first} (warm since the switch) serves again" in line, out[-6000:]
+    assert f"release {kept} is stopped" in line, out[-6000:]
+    print(f"blue_green onto the other box, rollback by a switch to the warm set: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    assert ga.pids() == warm and gb.pids() == {}, out[-4000:]
+    assert _registered(sim_host) == _on(ADDRESSES["ga"], sim_host)
+    assert ga.active_release() == first and not (ga.install_root / "blue_green_hosts.json").exists()
+    report = sim_host.report()
+    assert report["verdict"] == "rolled_back" and report["serving_release"] == first, report
     proc = sim_host.playbook("stop.yml")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert ga.pids() == {} and gb.pids() == {}
