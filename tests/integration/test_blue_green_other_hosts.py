@@ -153,16 +153,39 @@ def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
 
 
-def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
-        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+def _killed_at_the_switch(sim_host: SimHost, boxes: dict[str, HostPart], tag: str) -> tuple[str, dict, str]:
+    """The way back gb -> ga, killed once the production router lists one of ga's new workers: the serving release,
+    the processes before, the dead run's release."""
     ga = boxes["ga"]
     serving = ga.active_release()
     before = {name: part.pids() for name, part in boxes.items()}
     assert set(before["gb"]) == WORKERS, "runs after the move to gb"
-    # The way back gb -> ga, killed once the production router lists one of ga's new workers.
-    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "5"}}')
+    env = json.dumps({"server_env_extra": {"DSV4_BG_TEST": tag}})
+    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, "-e", env)
     kill_when(proc, lambda: any(w.startswith(ADDRESSES["ga"]) for w in _registered(sim_host)), "the switch began")
-    assert lock_record(ga)["phase"] == "other hosts: switch"
+    lock = lock_record(ga)
+    assert lock["phase"] == "other hosts: switch", lock
+    return serving, before, lock["target"]
+
+
+def _gb_serves_as_before(sim_host: SimHost, boxes: dict[str, HostPart], before: dict, serving: str) -> None:
+    """gb's workers and ga's router are the processes that served before; the dead run's workers on ga stopped."""
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert boxes["ga"].active_release() == serving
+    assert not (boxes["ga"].install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def _rollback_under_load(sim_host: SimHost) -> tuple[object, str, DowntimeClient]:
+    """rollback.yml under the continuous client: the run, its output, the client (its figures)."""
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        back = sim_host.playbook("rollback.yml", *FAST)
+    return back, back.stdout + back.stderr, client
+
+
+def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    serving, before, _ = _killed_at_the_switch(sim_host, boxes, "5")
     # The next run (the serving release deployed again) says what died and puts production back on gb whole.
     with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
         repair = sim_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
@@ -173,11 +196,23 @@ def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
     assert "workers stopped on ga" in line and "the serving release on gb is unchanged" in line, out[-6000:]
     print(f"blue_green onto the other box, repair after a run killed mid-switch: {client.figures.line()}")
     assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
-    # gb's workers and ga's router are the processes that served before; the dead run's workers on ga stopped.
-    assert {name: part.pids() for name, part in boxes.items()} == before
-    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
-    assert ga.active_release() == serving
-    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+    _gb_serves_as_before(sim_host, boxes, before, serving)
+
+
+def test_a_rollback_after_a_run_killed_during_the_switch_switches_back_to_the_serving_set(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    serving, before, dead = _killed_at_the_switch(sim_host, boxes, "7")
+    # rollback.yml first puts the router's workers all on gb's (the serving release's), which is the way back.
+    back, out, client = _rollback_under_load(sim_host)
+    line = " ".join(out.split())
+    assert back.returncode == 0 and "blue_green_hosts repair: run " in line, out[-6000:]
+    assert "other hosts: switch" in line.split("blue_green_hosts repair: run ", 1)[1][:200], out[-6000:]
+    assert f"the production router lists the workers of release {serving} only, on gb" in line, out[-6000:]
+    assert f"ROLLED BACK by a switch: release {serving}" in line and f"release {dead} is stopped" in line, out[-6000:]
+    print(f"blue_green onto the other box, rollback after a run killed mid-switch: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    _gb_serves_as_before(sim_host, boxes, before, serving)
+    assert sim_host.report()["verdict"] == "rolled_back"
 
 
 def test_verify_gates_the_set_that_serves(sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
@@ -226,9 +261,7 @@ def test_the_old_set_kept_warm_is_switched_back_to_by_rollback_then_stop_stops_b
     kept = ga.active_release()
     assert kept != first and (ga.install_root / "blue_green_hosts.json").exists()
     # Inside the window a rollback is a switch of the router's workers back to ga's: nothing restarts.
-    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
-        back = sim_host.playbook("rollback.yml", *FAST)
-    out = back.stdout + back.stderr
+    back, out, client = _rollback_under_load(sim_host)
     line = " ".join(out.split())
     assert back.returncode == 0 and ": switch_back" in line, out[-6000:]
     assert f"ROLLED BACK by a switch: release {first} (warm since the switch) serves again" in line, out[-6000:]
