@@ -32,6 +32,9 @@ PORT_OFFSET = 5
 ADDRESSES = {"gb": "127.0.0.2", "ga": "127.0.0.1"}
 WORKERS = {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
 ROUTER = "sglang-dsv4-router"
+# The module installs a sixth release on ga with the dead-run rollback case: kept, so that the first one is still
+# there for the rollback case after it (dsv4_release_keep defaults to 5).
+KEEP_SIX = ["-e", "dsv4_release_keep=6"]
 # The release the module's first deploy put on ga (test_a_release_moves... notes it).
 RELEASES: dict[str, str] = {}
 
@@ -161,7 +164,7 @@ def _killed_at_the_switch(sim_host: SimHost, boxes: dict[str, HostPart], tag: st
     before = {name: part.pids() for name, part in boxes.items()}
     assert set(before["gb"]) == WORKERS, "runs after the move to gb"
     env = json.dumps({"server_env_extra": {"DSV4_BG_TEST": tag}})
-    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, "-e", env)
+    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, *KEEP_SIX, "-e", env)
     kill_when(proc, lambda: any(w.startswith(ADDRESSES["ga"]) for w in _registered(sim_host)), "the switch began")
     lock = lock_record(ga)
     assert lock["phase"] == "other hosts: switch", lock
@@ -179,7 +182,7 @@ def _gb_serves_as_before(sim_host: SimHost, boxes: dict[str, HostPart], before: 
 def _rollback_under_load(sim_host: SimHost) -> tuple[object, str, DowntimeClient]:
     """rollback.yml under the continuous client: the run, its output, the client (its figures)."""
     with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
-        back = sim_host.playbook("rollback.yml", *FAST)
+        back = sim_host.playbook("rollback.yml", *FAST, *KEEP_SIX)
     return back, back.stdout + back.stderr, client
 
 
