@@ -74,10 +74,6 @@ def hosts_problems(settings: RolloutSettings) -> list[Problem]:
                                            "release on the serving hosts and never reads it",
                         fix=f"set dsv4_rollout_strategy: blue_green_hosts to start it on the hosts {var} names, "
                             "or remove it")]
-    if settings.strategy == "blue_green_hosts" and settings.keep_previous_s > 0:
-        return [Problem(field=VARS["keep_previous_s"], message="blue_green_hosts stops the old hosts' workers at the "
-                                                               "switch: it keeps nothing warm",
-                        fix="set dsv4_rollout_keep_previous_s: 0 (a rollback is then a recreate), or use blue_green")]
     return [Problem(field=f"{var}.{host}", host=host, message="names the host itself as its other host",
                     fix="name a host the serving release does not use")
             for host, other in sorted(settings.hosts.items()) if host == other]

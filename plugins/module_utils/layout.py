@@ -19,6 +19,8 @@ DRAIN_ORDER = {"router": 0, "decode": 1, "prefill": 2}
 SERVICES_FILE = "services.json"
 # blue_green's record of a previous release kept warm (dsv4_keep_record): every run settles it first.
 KEEP_RECORD = "blue_green.json"
+# blue_green_hosts' record of the old host set kept warm (dsv4_keep_record, on the router's host).
+KEEP_HOSTS_RECORD = "blue_green_hosts.json"
 # The record a roll keeps on every host while it runs (dsv4deploy/rollout/rolling_record.py); left behind, a roll died.
 ROLL_RECORD = "rolling.json"
 KIND_OF_ROLE = {"router": "router", "decode": "decode", "prefill": "prefill", "combined": "prefill"}

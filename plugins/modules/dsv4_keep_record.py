@@ -17,6 +17,9 @@ description:
     the window to the previous release), C(park) (a stop - the new release becomes the active one at home,
     nothing starts) or C(move_home) (anything else - the window is over or this run needs the home).
   - O(state=absent) removes the record.
+  - With O(strategy=blue_green_hosts) the record is that strategy's (C(blue_green_hosts.json) on the router's host) -
+    the old host set's workers run on, out of the production router, for the window; the same RV(action) names
+    what the run does with them (C(switch_back) the router back to them, C(park) or C(move_home) stops them).
 options:
   install_root:
     type: path
@@ -45,6 +48,11 @@ options:
     type: str
     default: ""
     description: [With O(state=query) and a rollback, the release asked for (empty - the previous one).]
+  strategy:
+    type: str
+    choices: [blue_green, blue_green_hosts]
+    default: blue_green
+    description: [Whose record - blue_green's kept-warm slot, or blue_green_hosts' kept-warm old host set.]
   slot_running:
     type: bool
     default: true
@@ -93,24 +101,26 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
-from ansible_collections.dsv4.deploy.plugins.module_utils.layout import KEEP_RECORD as RECORD
+from ansible_collections.dsv4.deploy.plugins.module_utils.layout import KEEP_HOSTS_RECORD, KEEP_RECORD
+
+FILES = {"blue_green": KEEP_RECORD, "blue_green_hosts": KEEP_HOSTS_RECORD}
 
 
-def record_path(root: str) -> str:
-    """Where the record lives: beside state.json."""
-    return os.path.join(root, RECORD)
+def record_path(root: str, strategy: str = "blue_green") -> str:
+    """Where the strategy's record lives: beside state.json."""
+    return os.path.join(root, FILES[strategy])
 
 
-def read_record(root: str) -> dict:
+def read_record(root: str, strategy: str = "blue_green") -> dict:
     """The record, or {} when there is none; an unreadable one is reported, never guessed at."""
     try:
-        with open(record_path(root), encoding="utf-8") as f:
+        with open(record_path(root, strategy), encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
         return {}
     if not isinstance(data, dict) or not data.get("release"):
-        raise ValueError(f"{record_path(root)} is not a blue_green record; fix: remove it after checking "
-                         "which slot serves (the production router's GET /workers)")
+        raise ValueError(f"{record_path(root, strategy)} is not a {strategy} record; fix: remove it after checking "
+                         "which workers serve (the production router's GET /workers)")
     return data
 
 
@@ -139,23 +149,24 @@ def main() -> None:
             "phase": {"type": "str", "default": "deploy"},
             "target": {"type": "str", "default": ""},
             "slot_running": {"type": "bool", "default": True},
+            "strategy": {"type": "str", "choices": list(FILES), "default": "blue_green"},
         },
         supports_check_mode=True,
     )
     p = module.params
-    root = p["install_root"]
+    root, strategy = p["install_root"], p["strategy"]
     if p["state"] == "present":
         record = dict(p["record"], until=int(time.time()) + p["keep_s"])
         if not module.check_mode:
-            write_atomic(record_path(root), json.dumps(record, indent=1, sort_keys=True) + "\n")
+            write_atomic(record_path(root, strategy), json.dumps(record, indent=1, sort_keys=True) + "\n")
         module.exit_json(changed=True, record=record)
     try:
-        record = read_record(root)
+        record = read_record(root, strategy)
     except ValueError as e:
         module.fail_json(msg=str(e))
     if p["state"] == "absent":
         if record and not module.check_mode:
-            os.unlink(record_path(root))
+            os.unlink(record_path(root, strategy))
         module.exit_json(changed=bool(record), record=record)
     now = time.time()
     module.exit_json(

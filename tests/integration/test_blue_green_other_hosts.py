@@ -32,6 +32,9 @@ PORT_OFFSET = 5
 ADDRESSES = {"gb": "127.0.0.2", "ga": "127.0.0.1"}
 WORKERS = {"sglang-dsv4-prefill", "sglang-dsv4-decode"}
 ROUTER = "sglang-dsv4-router"
+# The module installs a sixth release on ga with the dead-run rollback case: kept, so that the first one is still
+# there for the rollback case after it (dsv4_release_keep defaults to 5).
+KEEP_SIX = ["-e", "dsv4_release_keep=6"]
 # The release the module's first deploy put on ga (test_a_release_moves... notes it).
 RELEASES: dict[str, str] = {}
 
@@ -153,16 +156,39 @@ def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
 
 
-def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
-        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+def _killed_at_the_switch(sim_host: SimHost, boxes: dict[str, HostPart], tag: str) -> tuple[str, dict, str]:
+    """The way back gb -> ga, killed once the production router lists one of ga's new workers: the serving release,
+    the processes before, the dead run's release."""
     ga = boxes["ga"]
     serving = ga.active_release()
     before = {name: part.pids() for name, part in boxes.items()}
     assert set(before["gb"]) == WORKERS, "runs after the move to gb"
-    # The way back gb -> ga, killed once the production router lists one of ga's new workers.
-    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "5"}}')
+    env = json.dumps({"server_env_extra": {"DSV4_BG_TEST": tag}})
+    proc = start(sim_host, "deploy.yml", *FAST, *READINESS, *KEEP_SIX, "-e", env)
     kill_when(proc, lambda: any(w.startswith(ADDRESSES["ga"]) for w in _registered(sim_host)), "the switch began")
-    assert lock_record(ga)["phase"] == "other hosts: switch"
+    lock = lock_record(ga)
+    assert lock["phase"] == "other hosts: switch", lock
+    return serving, before, lock["target"]
+
+
+def _gb_serves_as_before(sim_host: SimHost, boxes: dict[str, HostPart], before: dict, serving: str) -> None:
+    """gb's workers and ga's router are the processes that served before; the dead run's workers on ga stopped."""
+    assert {name: part.pids() for name, part in boxes.items()} == before
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    assert boxes["ga"].active_release() == serving
+    assert not (boxes["ga"].install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+
+
+def _rollback_under_load(sim_host: SimHost) -> tuple[object, str, DowntimeClient]:
+    """rollback.yml under the continuous client: the run, its output, the client (its figures)."""
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        back = sim_host.playbook("rollback.yml", *FAST, *KEEP_SIX)
+    return back, back.stdout + back.stderr, client
+
+
+def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    serving, before, _ = _killed_at_the_switch(sim_host, boxes, "5")
     # The next run (the serving release deployed again) says what died and puts production back on gb whole.
     with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
         repair = sim_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}')
@@ -173,11 +199,23 @@ def test_a_run_killed_during_the_switch_is_repaired_by_the_next_deploy(
     assert "workers stopped on ga" in line and "the serving release on gb is unchanged" in line, out[-6000:]
     print(f"blue_green onto the other box, repair after a run killed mid-switch: {client.figures.line()}")
     assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
-    # gb's workers and ga's router are the processes that served before; the dead run's workers on ga stopped.
-    assert {name: part.pids() for name, part in boxes.items()} == before
-    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
-    assert ga.active_release() == serving
-    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
+    _gb_serves_as_before(sim_host, boxes, before, serving)
+
+
+def test_a_rollback_after_a_run_killed_during_the_switch_switches_back_to_the_serving_set(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    serving, before, dead = _killed_at_the_switch(sim_host, boxes, "7")
+    # rollback.yml first puts the router's workers all on gb's (the serving release's), which is the way back.
+    back, out, client = _rollback_under_load(sim_host)
+    line = " ".join(out.split())
+    assert back.returncode == 0 and "blue_green_hosts repair: run " in line, out[-6000:]
+    assert "other hosts: switch" in line.split("blue_green_hosts repair: run ", 1)[1][:200], out[-6000:]
+    assert f"the production router lists the workers of release {serving} only, on gb" in line, out[-6000:]
+    assert f"ROLLED BACK by a switch: release {serving}" in line and f"release {dead} is stopped" in line, out[-6000:]
+    print(f"blue_green onto the other box, rollback after a run killed mid-switch: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    _gb_serves_as_before(sim_host, boxes, before, serving)
+    assert sim_host.report()["verdict"] == "rolled_back"
 
 
 def test_verify_gates_the_set_that_serves(sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
@@ -191,7 +229,7 @@ def test_verify_gates_the_set_that_serves(sim_host: SimHost, boxes: dict[str, Ho
     assert {name: part.pids() for name, part in boxes.items()} == before
 
 
-def test_rollback_after_the_move_puts_the_first_set_back_and_stop_stops_both(
+def test_rollback_after_the_move_puts_the_first_set_back(
         sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
     ga, gb = boxes["ga"], boxes["gb"]
     assert set(gb.pids()) == WORKERS and RELEASES["first"], "runs after the move to gb"
@@ -205,6 +243,39 @@ def test_rollback_after_the_move_puts_the_first_set_back_and_stop_stops_both(
     # gb (listed first) still names the release it ran: verify reads the one active on the router's host.
     proc = sim_host.playbook("verify.yml", *READINESS)
     assert proc.returncode == 0 and "2 worker(s) /health 200" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_the_old_set_kept_warm_is_switched_back_to_by_rollback_then_stop_stops_both(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    first = ga.active_release()
+    assert first == RELEASES["first"] and gb.pids() == {}, "runs after the rollback to the first set"
+    warm = ga.pids()
+    assert set(warm) == {*WORKERS, ROUTER}
+    proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "6"}}',
+                                       "-e", "dsv4_rollout_keep_previous_s=600")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "PROMOTED" in out and "This deploy: ga -> gb" in out, out[-6000:]
+    print(f"blue_green onto the other box, the old set kept warm, under the continuous client: {figures.line()}")
+    assert figures.sent > 10 and figures.failed == 0, figures.line() + f" {figures.failures}"
+    # ga's workers run on, the same processes, out of the router, which lists gb's workers only.
+    assert ga.pids() == warm and set(gb.pids()) == WORKERS, out[-4000:]
+    assert _registered(sim_host) == _on(ADDRESSES["gb"], sim_host)
+    kept = ga.active_release()
+    assert kept != first and (ga.install_root / "blue_green_hosts.json").exists()
+    # Inside the window a rollback is a switch of the router's workers back to ga's: nothing restarts.
+    back, out, client = _rollback_under_load(sim_host)
+    line = " ".join(out.split())
+    assert back.returncode == 0 and ": switch_back" in line, out[-6000:]
+    assert f"ROLLED BACK by a switch: release {first} (warm since the switch) serves again" in line, out[-6000:]
+    assert f"release {kept} is stopped" in line, out[-6000:]
+    print(f"blue_green onto the other box, rollback by a switch to the warm set: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    assert ga.pids() == warm and gb.pids() == {}, out[-4000:]
+    assert _registered(sim_host) == _on(ADDRESSES["ga"], sim_host)
+    assert ga.active_release() == first and not (ga.install_root / "blue_green_hosts.json").exists()
+    report = sim_host.report()
+    assert report["verdict"] == "rolled_back" and report["serving_release"] == first, report
     proc = sim_host.playbook("stop.yml")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert ga.pids() == {} and gb.pids() == {}

@@ -144,9 +144,9 @@ def test_the_pairing_is_refused_by_field_and_fix_when_missing_misplaced_or_circu
     assert len(wrong_type) == 1 and wrong_type[0].startswith("dsv4_rollout_blue_green_hosts: ")
     assert wrong_type[0].endswith("fix: set dsv4_rollout_blue_green_hosts to {serving host: other host}, each a "
                                   "host name of the inventory")
-    assert _refused(None, {**HOSTS, "dsv4_rollout_blue_green_hosts": PAIRS, "dsv4_rollout_keep_previous_s": 60}) == [
-        "dsv4_rollout_keep_previous_s: blue_green_hosts stops the old hosts' workers at the switch: it keeps nothing "
-        "warm; fix: set dsv4_rollout_keep_previous_s: 0 (a rollback is then a recreate), or use blue_green"]
+    # The old host set can stay warm for a rollback window (roles/dsv4_blue_green_hosts/tasks/kept.yml).
+    kept = load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": PAIRS, "dsv4_rollout_keep_previous_s": 60})
+    assert (kept.strategy, kept.keep_previous_s) == ("blue_green_hosts", 60)
     # recreate may meet a pairing (an operator's -e over a paired inventory): it is not refused.
     assert load_rollout({"dsv4_rollout_blue_green_hosts": PAIRS}).strategy == "recreate"
 

@@ -65,3 +65,15 @@ def test_a_record_that_is_not_one_fails_naming_the_file_and_the_fix(tmp_path: Pa
     assert out["failed"] and "blue_green.json is not a blue_green record" in out["msg"]
     assert "fix: remove it" in out["msg"]
     assert (tmp_path / "blue_green.json").exists()  # never removed by a guess
+
+
+def test_the_blue_green_hosts_record_is_a_file_of_its_own(tmp_path: Path) -> None:
+    # blue_green's settle must never read the old host set's record as a kept-warm slot, nor the reverse.
+    out = run_module("dsv4_keep_record", tmp_path, install_root=str(tmp_path), state="present", keep_s=300,
+                     strategy="blue_green_hosts", record={"release": "new", "previous": "old", "warm_hosts": ["ga"]})
+    assert out["changed"] and (tmp_path / "blue_green_hosts.json").exists(), out
+    assert not (tmp_path / "blue_green.json").exists()
+    assert run_module("dsv4_keep_record", tmp_path, install_root=str(tmp_path), state="query")["action"] == "none"
+    got = run_module("dsv4_keep_record", tmp_path, install_root=str(tmp_path), state="query", phase="rollback",
+                     strategy="blue_green_hosts")
+    assert got["action"] == "switch_back" and got["record"]["warm_hosts"] == ["ga"], got
