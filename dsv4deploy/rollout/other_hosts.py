@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dsv4deploy.plan import memory
+from dsv4deploy.plan.services import prometheus_port
 from dsv4deploy.rollout.settings import VARS, RolloutSettings
 from dsv4deploy.rollout.slot import listeners, port_problems, preview_router_port, slot_spec
 from dsv4deploy.spec import Deployment, Problem, SpecError, check_deployment
@@ -35,9 +36,8 @@ def plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
         serving = listeners(spec)
         problems += port_problems(router.host, preview_router_port(spec, settings) or 0, "the preview router",
                                   serving, settings)
-        if router.prometheus_port is not None:
-            problems += port_problems(router.host, router.prometheus_port + settings.port_offset,
-                                      "the preview router's metrics", serving, settings)
+        problems += port_problems(router.host, prometheus_port(router) + settings.port_offset,
+                                  "the preview router's metrics", serving, settings)
     if problems:
         raise SpecError(problems)
     pairs = {host: settings.hosts[host] for host in worker_hosts(spec)}

@@ -212,6 +212,22 @@ def test_the_preview_router_fronts_the_new_workers_from_the_router_hosts_other_s
     assert plan["router_url"].endswith(":8100") and "gpu2" in plan["hosts_in_use"]
 
 
+
+def test_the_preview_router_takes_its_own_metrics_port_where_the_inventory_sets_none() -> None:
+    """The shipped examples leave router.prometheus_port unset (sglang-router's 29000): the preview router beside
+    the production one must not take that port too, or it exits at start (address in use)."""
+    data = copy.deepcopy(PD_COMMON)
+    del data["router"]["prometheus_port"]
+    spec = load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12")})
+    settings = load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"}})
+    preview = preview_spec(other_spec(spec, {"gpu1": "gpu2"}), settings)
+    assert preview.router is not None and preview.router.prometheus_port == 29100
+    # And a shifted metrics port that lands on a serving listener is refused before anything starts.
+    data["prefill"]["port"] = 29100
+    said = _refused(load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12")}),
+                    {**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"}})
+    assert any("the preview router's metrics would listen on port 29100" in line for line in said), said
+
 @pytest.mark.parametrize(("example", "second"), [
     ("pd-single-host", {"gpu2": "gpu1"}),
     ("1p1d-three-hosts", {"prefill2": "prefill1", "decode2": "decode1"}),
