@@ -6,7 +6,8 @@ other set serves and the next deploy goes the other way (`reverse`).
 `pairing_problems` refuses, by field, host and fix and before anything on a host changes, a pairing that
 cannot hold the new release: a host of the serving release with no other host named, another host that is not
 in the inventory, serves already, is named twice, has too few GPUs or too little memory per GPU, or cannot be
-reached from the router's host.
+reached from the router's host; or a decode of either set that cannot reach a prefill of the other while the
+router lists both (`switch_problems`).
 `other_spec` is the deployment the new release runs as on the other set; `plan` is the strategy's part of the
 plan's `rollout` (dsv4deploy.rollout.strategy)."""
 
@@ -18,9 +19,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dsv4deploy.plan import memory
+from dsv4deploy.plan.services import prometheus_port
 from dsv4deploy.rollout.settings import VARS, RolloutSettings
 from dsv4deploy.rollout.slot import listeners, port_problems, preview_router_port, slot_spec
 from dsv4deploy.spec import Deployment, Problem, SpecError, check_deployment
+from dsv4deploy.spec.reachability import reachability_problems
 
 HOSTS_VAR = VARS["hosts"]
 
@@ -35,9 +38,8 @@ def plan(spec: Deployment, settings: RolloutSettings) -> dict[str, Any]:
         serving = listeners(spec)
         problems += port_problems(router.host, preview_router_port(spec, settings) or 0, "the preview router",
                                   serving, settings)
-        if router.prometheus_port is not None:
-            problems += port_problems(router.host, router.prometheus_port + settings.port_offset,
-                                      "the preview router's metrics", serving, settings)
+        problems += port_problems(router.host, prometheus_port(router) + settings.port_offset,
+                                  "the preview router's metrics", serving, settings)
     if problems:
         raise SpecError(problems)
     pairs = {host: settings.hosts[host] for host in worker_hosts(spec)}
@@ -98,7 +100,18 @@ def pairing_problems(spec: Deployment, pairs: Mapping[str, str]) -> list[Problem
         moved = other_spec(spec, pairs)
         out += [Problem(field=p.field, host=p.host, message=f"blue_green onto other hosts: {p.message}", fix=p.fix)
                 for p in [*check_deployment(moved), *memory.problems_from_memory(memory.check_memory(moved))]]
+        out += switch_problems(spec, moved)
     return out
+
+
+def switch_problems(spec: Deployment, moved: Deployment) -> list[Problem]:
+    """While the production router switches it lists both sets' workers and may pair a prefill of one set with a
+    decode of the other (either way, on the way back too): each decode must reach every prefill's bootstrap port."""
+    both = spec.model_copy(update={role: [*getattr(spec, role), *getattr(moved, role)]
+                                   for role in ("prefill", "decode")})
+    return [Problem(field=p.field, host=p.host, fix=p.fix,
+                    message=f"blue_green onto other hosts, while the router lists both sets' workers: {p.message}")
+            for p in reachability_problems(both)]
 
 
 def _gpu_problems(spec: Deployment, host: str, other: str) -> list[Problem]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4deploy.plan.services import derived_name
+from dsv4deploy.plan.services import derived_name, prometheus_port
 from dsv4deploy.rollout.settings import VARS, RolloutSettings
 from dsv4deploy.spec import Deployment, PrefillSpec, Problem
 
@@ -94,8 +94,7 @@ def listeners(spec: Deployment) -> dict[tuple[str, int], str]:
             out[(w.host, w.dist_init_port)] = f"{path}.dist_init_port"
     if spec.router:
         out[(spec.router.host, spec.router.port)] = "router.port"
-        if spec.router.prometheus_port is not None:
-            out[(spec.router.host, spec.router.prometheus_port)] = "router.prometheus_port"
+        out[(spec.router.host, prometheus_port(spec.router))] = "router.prometheus_port"
     return out
 
 
@@ -140,8 +139,8 @@ def slot_spec(spec: Deployment, placed: Mapping[str, Mapping[str, Any]], port_of
                 worker[key] = place[key]
     assert spec.router is not None  # callers refuse a deployment without one
     data["router"]["port"] = spec.router.port + port_offset
-    if data["router"].get("prometheus_port") is not None:
-        data["router"]["prometheus_port"] += port_offset
+    # Unset, both routers would take sglang-router's default metrics port and the second would not start.
+    data["router"]["prometheus_port"] = prometheus_port(spec.router) + port_offset
     for host in data["hosts"].values():
         host["install_root"] = slot_root(host["install_root"])
     base = spec.deployment_name or derived_name(spec.host(spec.router.host).install_root)

@@ -212,15 +212,48 @@ def test_the_preview_router_fronts_the_new_workers_from_the_router_hosts_other_s
     assert plan["router_url"].endswith(":8100") and "gpu2" in plan["hosts_in_use"]
 
 
-@pytest.mark.parametrize(("example", "second"), [
-    ("pd-single-host", {"gpu2": "gpu1"}),
-    ("1p1d-three-hosts", {"prefill2": "prefill1", "decode2": "decode1"}),
+
+def test_a_serving_box_on_loopback_is_refused_the_other_boxs_decode_reaches_its_prefill_while_switching() -> None:
+    """The router lists both boxes' workers while it switches and pairs gpu2's decode with gpu1's prefill: the decode
+    fetches the KV from gpu1's bootstrap port, which a loopback listener keeps from it (on real hosts, a failed
+    request). Refused before anything changes, naming gpu1's listen."""
+    boxes = load_spec(copy.deepcopy(PD_COMMON), {
+        "gpu1": host_vars(listen="127.0.0.1"), "gpu2": host_vars(ansible_host="10.0.0.12", listen="0.0.0.0")})
+    said = _said(pairing_problems(boxes, {"gpu1": "gpu2"}))
+    assert said == ["listen (host gpu1): blue_green onto other hosts, while the router lists both sets' workers: "
+                    "decode[1] on gpu2 must reach prefill[0]'s bootstrap port on gpu1 port 8998, but gpu1 listens on "
+                    "127.0.0.1, which gpu2 cannot reach; fix: set listen of gpu1 to 0.0.0.0 or its own address "
+                    "(with an api_key)"], said
+
+
+def test_the_preview_router_takes_its_own_metrics_port_where_the_inventory_sets_none() -> None:
+    """The shipped examples leave router.prometheus_port unset (sglang-router's 29000): the preview router beside
+    the production one must not take that port too, or it exits at start (address in use)."""
+    data = copy.deepcopy(PD_COMMON)
+    del data["router"]["prometheus_port"]
+    spec = load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12")})
+    settings = load_rollout({**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"}})
+    preview = preview_spec(other_spec(spec, {"gpu1": "gpu2"}), settings)
+    assert preview.router is not None and preview.router.prometheus_port == 29100
+    # And a shifted metrics port that lands on a serving listener is refused before anything starts.
+    data["prefill"]["port"] = 29100
+    said = _refused(load_spec(data, {"gpu1": host_vars(), "gpu2": host_vars(ansible_host="10.0.0.12")}),
+                    {**HOSTS, "dsv4_rollout_blue_green_hosts": {"gpu1": "gpu2"}})
+    assert any("the preview router's metrics would listen on port 29100" in line for line in said), said
+
+@pytest.mark.parametrize(("example", "second", "opened"), [
+    ("pd-single-host", {"gpu2": "gpu1"}, ["gpu1"]),
+    ("1p1d-three-hosts", {"prefill2": "prefill1", "decode2": "decode1"}, []),
 ])
 def test_the_examples_second_hosts_as_their_comments_say_plan_blue_green_hosts(
-        tmp_path: Path, example: str, second: dict[str, str]) -> None:
-    """Each example says how to add its second box or pair: done as said, the plan takes blue_green_hosts."""
+        tmp_path: Path, example: str, second: dict[str, str], opened: list[str]) -> None:
+    """Each example says how to add its second box or pair (and which serving host to open: `opened` listen on
+    0.0.0.0): done as said, the plan takes blue_green_hosts."""
     site = tmp_path / example
     shutil.copytree(REPO / "inventory" / "examples" / example, site)
+    for name in opened:
+        path = site / "host_vars" / f"{name}.yml"
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "listen": "0.0.0.0"}))
     hosts = yaml.safe_load((site / "hosts.yml").read_text())
     for n, (new, like) in enumerate(second.items()):
         hosts["all"]["children"]["dsv4"]["hosts"][new] = {"ansible_host": f"10.0.0.{90 + n}"}
