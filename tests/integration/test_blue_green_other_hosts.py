@@ -8,11 +8,15 @@ The continuous client (dsv4deploy.rollout.downtime) asks the production router t
 its gates behind the preview router is promoted with no failed request: gb runs the workers, ga the same
 router process (it was never restarted) and no worker, and the router lists gb's workers only. The next deploy
 goes back to ga; when its gate fails there, production (gb's workers behind ga's router) serves on untouched.
+An old set kept warm is switched back to by a rollback inside the window; after it, the next run (here
+rollback.yml) stops it and the rollback restores. stop.yml after a run killed mid-switch repairs, then stops both
+boxes.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -156,16 +160,17 @@ def test_a_bake_failing_after_the_switch_switches_the_router_back_to_the_old_set
     assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()
 
 
-def _killed_at_the_switch(sim_host: SimHost, boxes: dict[str, HostPart], tag: str) -> tuple[str, dict, str]:
-    """The way back gb -> ga, killed once the production router lists one of ga's new workers: the serving release,
-    the processes before, the dead run's release."""
+def _killed_at_the_switch(sim_host: SimHost, boxes: dict[str, HostPart], tag: str,
+                          to: str = "ga") -> tuple[str, dict, str]:
+    """A deploy onto `to` (the way back gb -> ga unless named), killed once the production router lists one of the
+    new workers there: the serving release, the processes before, the dead run's release."""
     ga = boxes["ga"]
     serving = ga.active_release()
     before = {name: part.pids() for name, part in boxes.items()}
-    assert set(before["gb"]) == WORKERS, "runs after the move to gb"
+    assert set(before["gb" if to == "ga" else "ga"]) >= WORKERS and not WORKERS & set(before[to]), before
     env = json.dumps({"server_env_extra": {"DSV4_BG_TEST": tag}})
     proc = start(sim_host, "deploy.yml", *FAST, *READINESS, *KEEP_SIX, "-e", env)
-    kill_when(proc, lambda: any(w.startswith(ADDRESSES["ga"]) for w in _registered(sim_host)), "the switch began")
+    kill_when(proc, lambda: any(w.startswith(ADDRESSES[to]) for w in _registered(sim_host)), "the switch began")
     lock = lock_record(ga)
     assert lock["phase"] == "other hosts: switch", lock
     return serving, before, lock["target"]
@@ -245,13 +250,19 @@ def test_rollback_after_the_move_puts_the_first_set_back(
     assert proc.returncode == 0 and "2 worker(s) /health 200" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
 
 
-def test_the_old_set_kept_warm_is_switched_back_to_by_rollback_then_stop_stops_both(
-        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+def _first_set_serves(boxes: dict[str, HostPart]) -> tuple[HostPart, HostPart, str, dict[str, int]]:
+    """ga serves the module's first release (a rollback put it back) and gb runs nothing: ga, gb, that release,
+    ga's processes."""
     ga, gb = boxes["ga"], boxes["gb"]
     first = ga.active_release()
-    assert first == RELEASES["first"] and gb.pids() == {}, "runs after the rollback to the first set"
-    warm = ga.pids()
-    assert set(warm) == {*WORKERS, ROUTER}
+    assert first == RELEASES["first"] and gb.pids() == {}, "runs after a rollback to the first set"
+    assert set(ga.pids()) == {*WORKERS, ROUTER}
+    return ga, gb, first, ga.pids()
+
+
+def test_the_old_set_kept_warm_is_switched_back_to_by_rollback(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb, first, warm = _first_set_serves(boxes)
     proc, figures = _deploy_under_load(sim_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "6"}}',
                                        "-e", "dsv4_rollout_keep_previous_s=600")
     out = proc.stdout + proc.stderr
@@ -276,6 +287,53 @@ def test_the_old_set_kept_warm_is_switched_back_to_by_rollback_then_stop_stops_b
     assert ga.active_release() == first and not (ga.install_root / "blue_green_hosts.json").exists()
     report = sim_host.report()
     assert report["verdict"] == "rolled_back" and report["serving_release"] == first, report
+
+
+def test_after_the_window_the_next_run_stops_the_warm_set_and_a_rollback_restores(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb, first, warm = _first_set_serves(boxes)
+    # The ten newest releases are kept: the first one is still installed for the rollback to it.
+    keep = ["-e", "dsv4_release_keep=10"]
+    proc = sim_host.playbook("deploy.yml", *FAST, *READINESS, *keep, "-e", "dsv4_rollout_keep_previous_s=2",
+                             "-e", '{"server_env_extra": {"DSV4_BG_TEST": "8"}}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "This deploy: ga -> gb" in out, out[-6000:]
+    assert ga.pids() == warm and set(gb.pids()) == WORKERS, out[-4000:]
+    kept = ga.active_release()
+    record = json.loads((ga.install_root / "blue_green_hosts.json").read_text())
+    # No timer ends the window: the next run does, once the router host's clock is past it.
+    time.sleep(max(0.0, float(record["until"]) - time.time() + 0.5))
+    back = sim_host.playbook("rollback.yml", *FAST, *keep, "-e", f"dsv4_rollback_release={first}")
+    out = back.stdout + back.stderr
+    line = " ".join(out.split())
+    assert back.returncode == 0, out[-6000:]
+    said = f"blue_green_hosts keep: release {kept} serves on gb, previous {first} warm on ga (0 s left): stop"
+    assert said in line, out[-6000:]
+    # A restore, not a switch back to the workers the run had just stopped: ga's workers are new processes.
+    assert "ROLLED BACK by a switch" not in line and f"release {first} is serving and verified" in line, out[-6000:]
+    assert set(ga.pids()) == {*WORKERS, ROUTER} and gb.pids() == {}, out[-4000:]
+    assert all(ga.pids()[w] != warm[w] for w in WORKERS), (warm, ga.pids())
+    assert _registered(sim_host) == _on(ADDRESSES["ga"], sim_host)
+    assert ga.active_release() == first and not (ga.install_root / "blue_green_hosts.json").exists()
+    assert sim_host.report()["verdict"] == "rolled_back"
+
+
+def test_stop_after_a_run_killed_during_the_switch_stops_both_sets(
+        sim_host: SimHost, boxes: dict[str, HostPart]) -> None:
+    ga, gb = boxes["ga"], boxes["gb"]
+    # Killed the way out ga -> gb, under the continuous client up to the stop.
+    with DowntimeClient(sim_host.endpoint, "deepseek-v4-flash", api_key=sim_host.api_key, concurrency=2) as client:
+        serving, _, _ = _killed_at_the_switch(sim_host, boxes, "9", to="gb")
+    print(f"blue_green onto the other box, a run killed mid-switch, up to the stop: {client.figures.line()}")
+    assert client.figures.sent > 10 and client.figures.failed == 0, client.figures.line()
+    assert set(gb.pids()) == WORKERS, "the dead run left its new workers on gb"
     proc = sim_host.playbook("stop.yml")
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert ga.pids() == {} and gb.pids() == {}
+    out = proc.stdout + proc.stderr
+    line = " ".join(out.split())
+    assert proc.returncode == 0 and "blue_green_hosts repair: run " in line, out[-6000:]
+    said = line.split("blue_green_hosts repair: run ", 1)[1][:600]
+    assert "other hosts: switch" in said[:200], said
+    assert f"the production router lists the workers of release {serving} only, on ga" in said, said
+    # stop.yml stops the serving set and its router; the repair stopped the dead run's workers and its preview slot.
+    assert ga.pids() == {} and gb.pids() == {}, out[-4000:]
+    assert not (ga.install_root / "slot-b" / "supervisor" / "supervisor.sock").exists()

@@ -292,11 +292,6 @@ def test_every_strategy_declares_the_strategy_entry_points(role: str) -> None:
     assert not missing, f"roles/{role}/meta/argument_specs.yml: declare the strategy entry points {missing}"
 
 
-# Strategies still setting facts of their own beside the outcome: the mark goes once they set only it (strict).
-OUTCOME_PENDING = {"dsv4_blue_green_hosts": "its stage and switching are folded into its outcome with the strategy "
-                                           "itself (blue_green onto other hosts)"}
-
-
 def public_facts_set(role: Path) -> dict[str, list[str]]:
     """Each public fact a role's tasks set (set_fact keys, registers), with the task files that set it."""
     found: dict[str, set[str]] = defaultdict(set)
@@ -310,10 +305,7 @@ def public_facts_set(role: Path) -> dict[str, list[str]]:
     return {name: sorted(files) for name, files in found.items()}
 
 
-@pytest.mark.parametrize("role", [
-    pytest.param(role, marks=pytest.mark.xfail(strict=True, reason=OUTCOME_PENDING[role]))
-    if role in OUTCOME_PENDING else role
-    for role in sorted(LAYERS[1][1])])
+@pytest.mark.parametrize("role", sorted(LAYERS[1][1]))
 def test_every_strategy_sets_only_its_outcome_fact(role: str) -> None:
     """A strategy hands on one public fact, dsv4_<strategy>_outcome; registers and the rest are `__dsv4_*`."""
     outcome = f"{role}_outcome"
