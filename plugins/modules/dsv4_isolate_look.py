@@ -32,7 +32,7 @@ author: dsv4deploy maintainers (@dsv4deploy)
 EXAMPLES = r"""
 - name: Look at the soak counts after this round
   dsv4.deploy.dsv4_isolate_look:
-    gates: "{{ dsv4_gates_results }}"
+    gates: "{{ dsv4_gates_outcome.results }}"
     rounds: 2
   run_once: true
   register: look

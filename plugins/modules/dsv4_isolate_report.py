@@ -95,7 +95,7 @@ EXAMPLES = r"""
     suite: "{{ dsv4_isolation.suite }}"
     original: "{{ dsv4_isolation.original }}"
     combined: "{{ dsv4_isolation.combined }}"
-    gates: "{{ dsv4_gates_results }}"
+    gates: "{{ dsv4_gates_outcome.results }}"
     settings: "{{ dsv4_isolation.settings }}"
     notes: "{{ dsv4_isolation.notes }}"
     restored: true

@@ -93,7 +93,7 @@ EXAMPLES = r"""
     verdict: promoted
     plan: "{{ dsv4_plan }}"
     serving_release: "{{ dsv4_plan.release_id }}"
-    gates: "{{ dsv4_gates_results }}"
+    gates: "{{ dsv4_gates_outcome.results }}"
   run_once: true
 """
 
