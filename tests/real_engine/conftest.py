@@ -3,9 +3,8 @@
     unshare -n sh -c 'ip link set lo up && .venv/bin/python -m pytest -p no:xdist -m real_engine tests/real_engine'
 
 (as root the tier enters a private network namespace itself). Excluded from the main run by the
-``real_engine`` marker (pyproject's addopts); .ci/run runs it as its own serial step (the newest ansible-core
-tier beside it). It skips, saying why, only where its environment cannot exist: scripts/setup.sh builds it on
-any Debian/Ubuntu machine.
+``real_engine`` marker (pyproject's addopts); .ci/run runs it as its own serial step. It skips, saying
+why, only where its environment cannot exist: scripts/setup.sh builds it on any Debian/Ubuntu machine.
 """
 
 from __future__ import annotations
