@@ -149,6 +149,22 @@ def _purge_secrets(path: str, owner: dict, services: set[str], check_mode: bool,
             os.rmdir(path)
 
 
+def remove_secrets(root: str, check_mode: bool = False) -> dict:
+    """Remove the secret files dsv4deploy wrote into `root`/secrets, and the folder when it made it and nothing
+    else is left there, as a purge does, for an install root that stops running while its releases stay (the
+    other slot of blue_green or of a roll's surge). A root without an ownership marker proves nothing: nothing
+    goes. Returns {'changed', 'removed', 'left_why'}."""
+    path = os.path.join(root, secrets_dir.SECRETS)
+    owner = ownership.read_owner(root)
+    removed: list = []
+    left: dict = {}
+    if owner and os.path.isdir(path) and not os.path.islink(path):
+        mine = secrets_dir.SECRETS not in owner.get("foreign", []) and _made_by_us(root, secrets_dir.SECRETS, owner)
+        if mine or secrets_dir.recorded_files(owner):
+            _purge_secrets(path, owner, _services_ever(root), check_mode, removed, left, folder_ours=mine)
+    return {"changed": bool(removed), "removed": removed, "left_why": left}
+
+
 def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
     """Remove what dsv4deploy provably created under `root`, and say what was left and why.
 

@@ -19,6 +19,10 @@ description:
     with group O(group), mode 0750, set on the open folder (never through a link), and records it in the install
     root's ownership marker as dsv4deploy's, with O(files), the names the install writes there - a purge removes
     those only. An older install's folder holding only our secret files is recorded as ours too.
+  - O(state=absent) (an install root that stops running while its releases stay - the other slot of blue_green
+    or of a roll's surge) removes the secret files the ownership marker records dsv4deploy wrote into
+    C(INSTALL_ROOT/secrets), then the folder when dsv4deploy made it and nothing else is left there, as a purge
+    does; anything else stays (RV(left_why) says why). A root without an ownership marker keeps everything.
   - With O(key_file) (the API key's file on this host), O(state=read) also returns the key's content as a digest
     keyed by the salt (RV(key_digest)), never the content, and the digest the active release was made with
     (RV(active_key_digest)); the release carries it, so that a rotated key makes a new release.
@@ -26,10 +30,10 @@ options:
   install_root:
     type: path
     required: true
-    description: [The deployment's install root (the home, not a blue_green slot).]
+    description: [The deployment's install root (the home, not a blue_green slot; O(state=absent) a slot's).]
   state:
     type: str
-    choices: [read, present, folder]
+    choices: [read, present, folder, absent]
     default: read
     description: [What to do.]
   group:
@@ -62,6 +66,11 @@ author: dsv4deploy maintainers (@dsv4deploy)
 """
 
 EXAMPLES = r"""
+- name: Remove the other slot's secret files (it runs nothing now)
+  dsv4.deploy.dsv4_digest_salt:
+    install_root: /opt/dsv4deploy/slot-b
+    state: absent
+
 - name: Read this host's digest salt (never logged)
   dsv4.deploy.dsv4_digest_salt:
     install_root: /opt/dsv4deploy
@@ -96,6 +105,16 @@ key_problem:
   description: Why O(key_file) could not be read (its path and the error, never its content); preflight refuses it.
   type: str
   returned: state=read with O(key_file) unreadable
+removed:
+  description: What O(state=absent) removed (or would), relative to the install root, e.g. V(secrets/api_key).
+  type: list
+  elements: str
+  returned: state=absent
+left_why:
+  description: What O(state=absent) left under C(secrets), and why (not a file dsv4deploy wrote, a folder it did
+    not make).
+  type: dict
+  returned: state=absent
 active_key_digest:
   description: The key digest the active release's serve scripts name; empty when they name none.
   type: str
@@ -112,7 +131,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dsv4.deploy.plugins.module_utils import secrets_dir, trust
+from ansible_collections.dsv4.deploy.plugins.module_utils import purge, secrets_dir, trust
 from ansible_collections.dsv4.deploy.plugins.module_utils.files import write_atomic
 
 SALT_FILE = os.path.join("secrets", "digest_salt")
@@ -199,7 +218,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "install_root": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["read", "present", "folder"], "default": "read"},
+            "state": {"type": "str", "choices": ["read", "present", "folder", "absent"],
+                      "default": "read"},
             "group": {"type": "int", "default": 0},
             "files": {"type": "list", "elements": "str", "default": []},
             "salt": {"type": "str", "default": "", "no_log": True},
@@ -223,6 +243,12 @@ def main() -> None:
         except (ValueError, OSError) as exc:
             module.fail_json(msg=f"cannot keep the secrets folder of {root}: {exc}", **out)
         module.exit_json(changed=changed, **out)
+    if module.params["state"] == "absent":
+        try:
+            answer = purge.remove_secrets(root, module.check_mode)
+        except OSError as exc:
+            module.fail_json(msg=f"cannot remove the secret files under {root}: {exc}", **out)
+        module.exit_json(**out, **answer)
     salt = module.params["salt"]
     if not os.path.isdir(os.path.dirname(out["path"])):
         if module.check_mode:  # the install's own check run does not make the folder either: it would, then this

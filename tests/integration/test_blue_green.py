@@ -135,6 +135,23 @@ def test_blue_green_gate_failure_leaves_production_serving(bg_host: SimHost) -> 
     assert logs and all(line.startswith("sglang-dsv4_") for line in logs), logs
 
 
+def test_a_bake_failing_after_the_switch_rolls_every_host_back(bg_host: SimHost) -> None:
+    # The bake runs under every strategy once the new release serves (docs/bake.md): here after blue_green moved
+    # it home, so the way back is a recreate of the previous release (its outage is the rollback's).
+    serving = bg_host.active_release()
+    bake = {"dsv4_bake_s": 2, "dsv4_bake_interval_s": 1, "dsv4_bake_error_limit": 2}
+    proc = bg_host.playbook("deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "5"}}',
+                            "-e", "sim_faults=metrics_error", "-e", json.dumps(bake))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "ROLLED BACK" in out, out[-5000:]
+    report = bg_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), out[-3000:]
+    assert next(g for g in report["gates"] if g["name"] == "bake")["status"] == "error"
+    assert bg_host.active_release() == serving
+    assert set(bg_host.pids()) >= {"sglang-dsv4-router", "sglang-dsv4-prefill", "sglang-dsv4-decode"}
+    assert not (_slot(bg_host) / "supervisor" / "supervisor.sock").exists()
+
+
 def test_router_settings_change_is_named_first_and_replaces_the_router_once(bg_host: SimHost) -> None:
     router_pid = bg_host.pids()["sglang-dsv4-router"]
     proc, figures = _deploy_under_load(bg_host, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}', "-e",

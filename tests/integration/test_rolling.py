@@ -125,6 +125,25 @@ def test_rolling_step_2_failure_rolls_back_step_by_step_with_no_failed_request(r
         f"| rolled back | {serving} | {serving} | {serving} | {serving} |"], report["rolling_table"]
 
 
+def test_a_bake_failing_after_the_last_step_puts_the_old_release_back_step_by_step(roll_host: SimHost) -> None:
+    # The bake runs under every strategy once the new release serves (docs/bake.md). The new servers' /metrics
+    # fail, so the bake cannot measure them: an error, never a pass, undone by the roll itself with no request
+    # failed (no recreate behind it).
+    serving = roll_host.active_release()
+    bake = {"dsv4_bake_s": 2, "dsv4_bake_interval_s": 1, "dsv4_bake_error_limit": 2}
+    roll_under_load(roll_host, "rolling 2P2D, bake failed after the last step and rolled back",
+                    "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "4"}}', "-e", "sim_faults=metrics_error",
+                    "-e", json.dumps(bake), promoted=False, says="ROLLED BACK")
+    report = roll_host.report()
+    assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), report["failed_gate"]
+    assert next(g for g in report["gates"] if g["name"] == "bake")["status"] == "error"
+    assert_preview_gone(roll_host)
+    assert_active(roll_host, serving)
+    assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}
+    assert report["rolling_table"][-1] == f"| rolled back | {serving} | {serving} | {serving} | {serving} |", \
+        report["rolling_table"]
+
+
 def test_stop_leaves_nothing_running(roll_host: SimHost) -> None:
     roll_host.playbook("stop.yml", check=True)
     assert roll_host.pids() == {}

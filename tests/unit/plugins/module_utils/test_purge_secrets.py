@@ -99,3 +99,38 @@ def test_in_a_secrets_folder_that_is_not_ours_only_the_files_we_wrote_go(tmp_pat
     out, warning = purge.purge(str(root))
     assert f"secrets/{service}.env" in out["removed"] and "secrets" in out["left"]
     assert sorted(p.name for p in secrets.iterdir()) == ["notes.txt"] and "notes.txt" in warning
+
+
+def test_a_slot_that_stops_loses_only_the_secret_files_we_wrote_and_its_releases_stay(tmp_path: Path) -> None:
+    root, service = _installed(tmp_path)
+    ours = ["digest_salt", f"{service}.env"]
+    run_module(SALT, tmp_path, install_root=str(root), state="folder", group=os.getegid(), files=ours)
+    secrets = root / "secrets"
+    for name in ours:
+        (secrets / name).write_text("x")
+    check = run_module(SALT, tmp_path, install_root=str(root), state="absent", check_mode=True)
+    assert check["changed"] and sorted(p.name for p in secrets.iterdir()) == sorted(ours), check
+    out = run_module(SALT, tmp_path, install_root=str(root), state="absent")
+    assert out["changed"] and set(out["removed"]) == {f"secrets/{n}" for n in ours} | {"secrets"}, out
+    assert not secrets.exists() and (root / "releases" / "r1").is_dir()
+    again = run_module(SALT, tmp_path, install_root=str(root), state="absent")
+    assert not again["changed"] and again["removed"] == [], again
+
+
+def test_a_slot_s_secrets_folder_keeps_a_person_s_file_and_itself(tmp_path: Path) -> None:
+    root, service = _installed(tmp_path)
+    run_module(SALT, tmp_path, install_root=str(root), state="folder", group=os.getegid(), files=[f"{service}.env"])
+    secrets = root / "secrets"
+    (secrets / f"{service}.env").write_text("x")
+    (secrets / "notes.txt").write_text("mine")
+    out = run_module(SALT, tmp_path, install_root=str(root), state="absent")
+    assert out["removed"] == [f"secrets/{service}.env"] and "secrets/notes.txt" in out["left_why"], out
+    assert [p.name for p in secrets.iterdir()] == ["notes.txt"]
+
+
+def test_a_root_without_an_ownership_marker_keeps_its_secrets(tmp_path: Path) -> None:
+    root = tmp_path / "bare"
+    (root / "secrets").mkdir(parents=True)
+    (root / "secrets" / "api_key").write_text("k")
+    out = run_module(SALT, tmp_path, install_root=str(root), state="absent")
+    assert not out["changed"] and (root / "secrets" / "api_key").read_text() == "k", out
