@@ -36,7 +36,8 @@ class ActionModule(ValidatedAction):
             return self._repair(result, args["repair"])
         if args.get("table") is not None:
             t = args["table"]
-            failed = int(t["failed"]) if t.get("failed") not in (None, "", 0) else None
+            # No step failed (0, or none given): the rollout failed after the last step (its bake).
+            failed = int(t["failed"]) if t.get("failed") not in (None, "") and int(t["failed"]) > 0 else None
             result.update(changed=False, table=table_lines(plan["rollout"]["steps"], str(t.get("old") or "-"),
                                                            str(t["new"]), int(t.get("done") or 0), failed,
                                                            bool(t.get("restored"))))

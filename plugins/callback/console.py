@@ -38,7 +38,7 @@ from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 # The rollout's outcome, as the role hands it on (set_fact): what this callback prints last.
-OUTCOME_FACTS = ("dsv4_rollout_verdict", "dsv4_rollout_line", "dsv4_rollout_serving", "dsv4_rollout_failure")
+OUTCOME_FACTS = ("dsv4_rollout_verdict", "dsv4_rollout_line", "dsv4_rollout_serving", "dsv4_rollout_context")
 # Actions that print while they run: their banner comes first.
 PRINTING_ACTIONS = frozenset({"dsv4_worker_probe", "dsv4_run_gates", "dsv4_write_report", "dsv4_isolate_report"})
 LOG_LINES = 8  # of each failed service's log, in the ending
@@ -170,7 +170,7 @@ def ending(outcome: dict[str, Any], cause: dict[str, str] | None = None) -> list
         out.append(f"  {cause['task']} on {cause['host']}:")
         out += [f"    {x}" for x in msg.strip().splitlines()]
     verdict = str(outcome.get("dsv4_rollout_verdict") or "")
-    failure = outcome.get("dsv4_rollout_failure") or {}
+    failure = (outcome.get("dsv4_rollout_context") or {}).get("failure") or {}
     if verdict in ("promoted", "unchanged") or not isinstance(failure, dict) or not failure:
         return out
     if failure.get("gate") or failure.get("stage"):

@@ -131,16 +131,19 @@ def test_a_bake_failing_after_the_last_step_puts_the_old_release_back_step_by_st
     # failed (no recreate behind it).
     serving = roll_host.active_release()
     bake = {"dsv4_bake_s": 2, "dsv4_bake_interval_s": 1, "dsv4_bake_error_limit": 2}
-    roll_under_load(roll_host, "rolling 2P2D, bake failed after the last step and rolled back",
-                    "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "4"}}', "-e", "sim_faults=metrics_error",
-                    "-e", json.dumps(bake), promoted=False, says="ROLLED BACK")
+    out = roll_under_load(roll_host, "rolling 2P2D, bake failed after the last step and rolled back",
+                          "-e", '{"server_env_extra": {"DSV4_ROLL_TEST": "4"}}', "-e", "sim_faults=metrics_error",
+                          "-e", json.dumps(bake), promoted=False, says="ROLLED BACK: bake failed")
+    assert "after the last step of the roll, release" in " ".join(out.split()), out[-3000:]
     report = roll_host.report()
     assert (report["verdict"], report["failed_gate"]) == ("rolled_back", "bake"), report["failed_gate"]
     assert next(g for g in report["gates"] if g["name"] == "bake")["status"] == "error"
     assert_preview_gone(roll_host)
     assert_active(roll_host, serving)
     assert set(roll_host.pids()) >= {"sglang-dsv4-router", *WORKERS}
-    assert report["rolling_table"][-1] == f"| rolled back | {serving} | {serving} | {serving} | {serving} |", \
+    new = report["release"]
+    assert report["rolling_table"][-2:] == [f"| 2 | {new} | {new} | {new} | {new} |",
+                                            f"| rolled back | {serving} | {serving} | {serving} | {serving} |"], \
         report["rolling_table"]
 
 

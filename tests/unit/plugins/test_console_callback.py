@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[3]
 def test_a_failed_run_ends_with_its_line_then_the_gate_the_host_log_and_fix() -> None:
     outcome = {"dsv4_rollout_verdict": "rolled_back", "dsv4_rollout_serving": "r1",
                "dsv4_rollout_line": "ROLLED BACK: gate needle failed: 3 cells missed; r1 serves again",
-               "dsv4_rollout_failure": {"stage": "needle", "task": "Stop here when a gate failed", "host": "gpu1",
-                                        "logs": {"gpu1": ["loading", "", "Traceback: CUDA error"]},
-                                        "fix": "set index_topk to 1024"}}
+               "dsv4_rollout_context": {"failure": {
+                   "stage": "needle", "task": "Stop here when a gate failed", "host": "gpu1",
+                   "logs": {"gpu1": ["loading", "", "Traceback: CUDA error"]}, "fix": "set index_topk to 1024"}}}
     lines = ending(outcome)
     assert lines[1] == outcome["dsv4_rollout_line"]
     assert lines[2:] == ["  failed at: needle (task: Stop here when a gate failed)", "  host: gpu1",
@@ -29,12 +29,12 @@ def test_a_failed_run_ends_with_its_line_then_the_gate_the_host_log_and_fix() ->
 def test_the_failed_tasks_whole_message_follows_when_the_line_holds_only_part_of_it() -> None:
     long = "the deployment spec is invalid:\n" + "\n".join(f"- problem {i}: fix: do {i}" for i in range(40))
     outcome = {"dsv4_rollout_verdict": "failed", "dsv4_rollout_line": "FAILED at plan: " + long[:250] + " ... ",
-               "dsv4_rollout_failure": {"stage": "plan"}}
+               "dsv4_rollout_context": {"failure": {"stage": "plan"}}}
     lines = ending(outcome, {"task": "Validate", "host": "local", "msg": long})
     assert "  Validate on local:" in lines and "    - problem 20: fix: do 20" in lines
     # Whole in the line already: said once.
     short = {"dsv4_rollout_verdict": "failed", "dsv4_rollout_line": "FAILED at plan, nothing was changed: bad x",
-             "dsv4_rollout_failure": {"stage": "plan"}}
+             "dsv4_rollout_context": {"failure": {"stage": "plan"}}}
     assert ending(short, {"task": "Validate", "host": "local", "msg": "bad\nx"}) == [
         "", "FAILED at plan, nothing was changed: bad x", "  failed at: plan"]
 

@@ -43,6 +43,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
             {"dsv4_downtime": {"state": "started", "model": "dsv4"}},
             {"dsv4_downtime": {"state": "running", "endpoint": server.url, "model": "dsv4"}},
             {**started, "check_mode": True},
+            # The rollout's own stop after the report's (its always section): the client is gone.
+            {"dsv4_downtime": {"state": "stopped", "client": "{{ r0.client }}"}},
         ])
         if results[0].get("client") and "downtime" not in results[2]:  # not stopped: end the client started here
             collect(results[0]["client"], wait_s=5)
@@ -70,6 +72,11 @@ def test_the_client_asks_until_stopped_and_counts_every_failed_request(results: 
 def test_a_stop_without_a_client_says_there_are_no_figures(results: list[dict]) -> None:
     nothing = results[3]
     assert not nothing.get("failed") and nothing["downtime"] == {} and nothing["msg"] == "no client figures"
+
+
+def test_a_second_stop_of_a_stopped_client_finds_nothing_and_does_not_wait(results: list[dict]) -> None:
+    again = results[7]
+    assert not again.get("failed") and again["downtime"] == {} and again["msg"] == "no client figures", again
 
 
 def test_bad_input_is_refused_naming_the_field(results: list[dict]) -> None:

@@ -51,6 +51,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict]]:
         {"dsv4_roll_plan": {"plan": {}, "repair": {"records": {"gpu1": record(at_2), "gpu2": record(other)}}}},
         {"dsv4_roll_plan": {"plan": {}, "repair": {"records": {"gpu1": base64.b64encode(b"{cut").decode()}}}},
         {"dsv4_roll_plan": {"serving": {}}},
+        # The bake failed after the last step: no step failed (the rows go from the last step to the restore).
+        {"dsv4_roll_plan": {"plan": "{{ plan }}", "table": {"old": "R1", "new": "R2", "done": 2, "failed": "0",
+                                                            "restored": True}}},
     ], extra_vars={"plan": plan, "serving": slurped(serving), "changed": slurped(changed),
                    "without_spec": slurped(without_spec)})
     return {"plan": plan, "roll": roll, "host": host, "path": path}, results
@@ -85,6 +88,15 @@ def test_the_table_ends_with_the_rolled_back_row(run: tuple[dict, list[dict]]) -
     workers = sum(len(s["workers"]) for s in made["plan"]["rollout"]["steps"])
     assert table[-1] == "| rolled back | " + " | ".join(["R1"] * workers) + " |"
     assert table[-2].startswith("| 2 (failed) |"), table
+
+
+def test_a_roll_undone_after_its_last_step_names_no_failed_step(run: tuple[dict, list[dict]]) -> None:
+    made, results = run
+    table = results[9]["table"]
+    workers = sum(len(s["workers"]) for s in made["plan"]["rollout"]["steps"])
+    assert not [row for row in table if "(failed)" in row], table
+    assert table[-2] == "| 2 | " + " | ".join(["R2"] * workers) + " |", table
+    assert table[-1] == "| rolled back | " + " | ".join(["R1"] * workers) + " |"
 
 
 def test_a_dead_roll_is_undone_from_the_furthest_record(run: tuple[dict, list[dict]]) -> None:
