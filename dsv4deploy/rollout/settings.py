@@ -83,3 +83,16 @@ def _fix_for(key: str) -> str:
     return {"strategy": "set dsv4_rollout_strategy to recreate, blue_green, blue_green_hosts or rolling",
             "hosts": f"set {VARS['hosts']} to {{serving host: other host}}, each a host name of the inventory"}.get(
         key, f"set {VARS.get(key, key)} to a whole number of at least 1")
+
+
+def bake_problems(settings: RolloutSettings, bake_s: float) -> list[Problem]:
+    """Why the bake cannot judge what serves after this strategy's switch: blue_green keeping the previous release
+    warm serves the new one from the other slot, while the bake reads the servers at home (the warm previous
+    release's), so it would judge the wrong release."""
+    if settings.strategy == "blue_green" and settings.keep_previous_s > 0 and bake_s > 0:
+        return [Problem(field="dsv4_bake_s", message=f"{bake_s:g} with dsv4_rollout_keep_previous_s "
+                        f"{settings.keep_previous_s}: blue_green then serves the new release from the other slot "
+                        "while the bake would read the servers at home, the previous release kept warm",
+                        fix="set dsv4_bake_s: 0 (the keep window is the way back), or "
+                            "dsv4_rollout_keep_previous_s: 0 to bake the new release at home")]
+    return []

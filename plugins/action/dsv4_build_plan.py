@@ -25,7 +25,7 @@ from dsv4deploy.rollout.other_hosts import directed, other_spec, preview_spec
 from dsv4deploy.rollout.rolling_strategy import surge_spec
 from dsv4deploy.rollout.router_change import rotated_key_problems, router_change
 from dsv4deploy.rollout.settings import VARS as ROLLOUT_VARS
-from dsv4deploy.rollout.settings import load_rollout
+from dsv4deploy.rollout.settings import bake_problems, load_rollout
 from dsv4deploy.rollout.strategy import rollout_plan
 from dsv4deploy.spec import DEPLOYMENT_KEYS, HOST_KEYS, SpecError, load_spec, secret_env
 from dsv4deploy.spec.homes import TRUST_KEYS
@@ -184,10 +184,11 @@ class ActionModule(ValidatedAction):
                     files = make_plan(candidate, play_hosts, keys=keys, api_key_digests=key_digests)["hosts"]
                     return files.get(router_host, {}).get("files", {}).get("spec.json") == args["serving_spec"]
                 spec, rollout = directed(spec, rollout, args["serving_spec"], serves_as)
-            if state == "planned":  # a rotated key behind a router that keeps the old one: refused now
-                rotated = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
-                if rotated:
-                    raise SpecError(rotated)
+            if state == "planned":  # a rotated key behind a router that keeps the old one, a bake of the wrong servers
+                refused = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
+                refused += bake_problems(settings, float(self.templated(task_vars.get("dsv4_bake_s", 0)) or 0))
+                if refused:
+                    raise SpecError(refused)
             if state == "beside":
                 spec = beside_spec(spec, settings)
             elif state == "surge":

@@ -249,6 +249,14 @@ def _env(n: int) -> list[str]:
     return [*READINESS, "-e", json.dumps({"server_env_extra": {"DSV4_KEEP_TEST": str(n)}})]
 
 
+def test_a_bake_beside_a_previous_release_kept_warm_is_refused_before_anything_changes(bg_host: SimHost) -> None:
+    serving, pids = bg_host.active_release(), bg_host.pids()
+    proc = bg_host.playbook("deploy.yml", *KEEP, *_env(9), "-e", "dsv4_bake_s=30")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "dsv4_bake_s: 30 with dsv4_rollout_keep_previous_s 600" in out, out[-3000:]
+    assert bg_host.active_release() == serving and bg_host.pids() == pids and _record(bg_host) is None
+
+
 def test_rollback_inside_the_window_is_a_switch_back_with_no_failed_request(bg_host: SimHost) -> None:
     first = bg_host.active_release()
     home_pids = bg_host.pids()

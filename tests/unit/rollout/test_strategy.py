@@ -13,7 +13,7 @@ import pytest
 from dsv4deploy.plan import make_plan
 from dsv4deploy.plan.services import build_services
 from dsv4deploy.rollout.blue_green import beside_spec
-from dsv4deploy.rollout.settings import Strategy, load_rollout
+from dsv4deploy.rollout.settings import Strategy, bake_problems, load_rollout
 from dsv4deploy.rollout.strategy import STRATEGIES, rollout_plan
 from dsv4deploy.spec import SpecError, load_spec
 from dsv4deploy.spec.engine import EngineSpec
@@ -190,3 +190,16 @@ def test_an_engine_is_refused_by_the_strategies_with_another_slot(strategy: str)
         f"engine: is installed for the serving slot only, so the {strategy} strategy cannot run it yet; fix: deploy "
         "with -e dsv4_rollout_strategy=recreate, or unset engine"]
     assert rollout_plan(spec, load_rollout({}))["strategy"] == "recreate"
+
+
+def test_a_bake_beside_a_previous_release_kept_warm_is_refused_naming_both_settings() -> None:
+    # blue_green then serves the new release from the other slot; the bake reads the servers at home.
+    kept = load_rollout({"dsv4_rollout_strategy": "blue_green", "dsv4_rollout_keep_previous_s": 300})
+    [problem] = bake_problems(kept, 60)
+    assert str(problem).startswith("dsv4_bake_s: 60 with dsv4_rollout_keep_previous_s 300: blue_green then serves")
+    assert "fix: set dsv4_bake_s: 0" in str(problem)
+    # No bake, no window, or another strategy (each bakes the release where the bake reads it): nothing to refuse.
+    assert bake_problems(kept, 0) == []
+    assert bake_problems(load_rollout({"dsv4_rollout_strategy": "blue_green"}), 60) == []
+    assert bake_problems(load_rollout({"dsv4_rollout_strategy": "rolling", "dsv4_rollout_keep_previous_s": 300}),
+                         60) == []
