@@ -149,19 +149,30 @@ def _purge_secrets(path: str, owner: dict, services: set[str], check_mode: bool,
             os.rmdir(path)
 
 
+def _purge_secrets_if_ours(root: str, owner: dict, mine: bool, services: set[str] | None, check_mode: bool,
+                           removed: list, left: dict) -> bool:
+    """Purge `root`/secrets (as `_purge_secrets` does) when it is a folder that is ours (`mine`), or not foreign
+    and the marker records files we wrote there; whether it did. `services` None: read them only then."""
+    path = os.path.join(root, secrets_dir.SECRETS)
+    if not (os.path.isdir(path) and not os.path.islink(path) and (mine or (
+            secrets_dir.SECRETS not in owner.get("foreign", []) and secrets_dir.recorded_files(owner)))):
+        return False
+    _purge_secrets(path, owner, _services_ever(root) if services is None else services, check_mode, removed, left,
+                   folder_ours=mine)
+    return True
+
+
 def remove_secrets(root: str, check_mode: bool = False) -> dict:
     """Remove the secret files dsv4deploy wrote into `root`/secrets, and the folder when it made it and nothing
     else is left there, as a purge does, for an install root that stops running while its releases stay (the
     other slot of blue_green or of a roll's surge). A root without an ownership marker proves nothing: nothing
     goes. Returns {'changed', 'removed', 'left_why'}."""
-    path = os.path.join(root, secrets_dir.SECRETS)
     owner = ownership.read_owner(root)
     removed: list = []
     left: dict = {}
-    if owner and os.path.isdir(path) and not os.path.islink(path):
+    if owner:
         mine = secrets_dir.SECRETS not in owner.get("foreign", []) and _made_by_us(root, secrets_dir.SECRETS, owner)
-        if mine or secrets_dir.recorded_files(owner):
-            _purge_secrets(path, owner, _services_ever(root), check_mode, removed, left, folder_ours=mine)
+        _purge_secrets_if_ours(root, owner, mine, None, check_mode, removed, left)
     return {"changed": bool(removed), "removed": removed, "left_why": left}
 
 
@@ -200,9 +211,8 @@ def purge(root: str, check_mode: bool = False) -> tuple[dict, str]:
         if name == "releases" and os.path.isdir(path) and not os.path.islink(path):
             _purge_releases(check_mode, root, mine, removed, left)
             continue
-        if name == "secrets" and os.path.isdir(path) and not os.path.islink(path) and (
-                mine or (name not in foreign and secrets_dir.recorded_files(owner))):
-            _purge_secrets(path, owner, services, check_mode, removed, left, folder_ours=mine)
+        if name == secrets_dir.SECRETS and _purge_secrets_if_ours(root, owner, mine, services, check_mode, removed,
+                                                                  left):
             continue
         if not mine:
             left[name] = ("was there before dsv4deploy's first install" if name in foreign else
