@@ -45,10 +45,10 @@ TARGETS = {
     "scale_vs_1": ("<=", 2.0),
     # Controller CPU per host must not grow with the host count (10 % slack for noise).
     "controller_cpu_growth_vs_1": ("<=", 1.1),
-    # Issue #20: no request fails while blue_green or rolling replaces the serving release.
+    # No request fails while blue_green or rolling replaces the serving release.
     "downtime_blue_green_failed": ("<=", 0),
     "downtime_rolling_failed": ("<=", 0),
-    # Issue #38 item 9: a clean soak verdict at the stated risks takes no longer than the former 50-session
+    # A clean soak verdict at the stated risks takes no longer than the former 50-session
     # soak (after / before, same run), and every soak verdict is the expected one.
     "soak_verdict_clean_after_vs_before": ("<=", 1.0),
     "soak_verdict_wrong": ("<=", 0),

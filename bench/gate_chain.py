@@ -1,4 +1,4 @@
-"""The controller's time between the gates, timed on recreate deploys: what #22's chain lane removes.
+"""The controller's time between the gates, timed on recreate deploys: what the gate chain removes.
 
     PYTHONPATH=. .venv/bin/python -m bench.gate_chain [--repeat 2] [--load 5] [--label after] [--out rows.jsonl]
 

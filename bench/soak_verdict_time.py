@@ -1,4 +1,4 @@
-"""Time to a soak verdict, before and after the sequential test (issue 38 item 9), on a private copy of
+"""Time to a soak verdict, before and after the sequential test, on a private copy of
 the embedded simulated host in PD: a clean release, and a faulty one (the decode with
 SGLANG_DSV4_BF16_INDEX_K=1 and the simulator's corruption at the seeds' PD rate, 0.15).
 

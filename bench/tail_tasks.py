@@ -1,5 +1,5 @@
 """Where a recreate deploy spends its time outside the load and the gates: the start, the tasks after the
-last gate, and the count of small controller tasks, per deploy (the #22 tail's before/after figures).
+last gate, and the count of small controller tasks, per deploy (the tail's before/after figures).
 
     PYTHONPATH=. .venv/bin/python -m bench.tail_tasks [--repeat 2] [--load 5] [--label X] [--out rows.jsonl]
 

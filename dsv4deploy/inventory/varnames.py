@@ -1,8 +1,8 @@
 """Misspelt inventory variables: a name close to one dsv4deploy reads is refused with "did you mean".
 
 A top-level variable the spec does not know is not an error by itself (the inventory has its own
-variables, and Ansible its own), so a typo such as `index_top_k: 1024` used to pass silently and
-deploy the default. Here every inventory variable is compared with the names dsv4deploy reads:
+variables, and Ansible its own), so a typo such as `index_top_k: 1024` would pass silently and
+deploy the default. So every inventory variable is compared with the names dsv4deploy reads:
 
 - the spec model's fields (`dsv4deploy.spec`: deployment-wide and host settings),
 - the gates' settings (`dsv4deploy.gates.runner.GateSettings`),

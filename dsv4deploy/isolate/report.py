@@ -73,7 +73,7 @@ def build_isolate_report(
                      **side_summary(pool_soak(by_phase["combined"], soak_rounds), suite,
                                     "not run: the experiment was refused" if refused else combined_error)},
     }
-    parity = parity_suite.comparison(sides)  # the parity suite's hook (#39)
+    parity = parity_suite.comparison(sides)  # the parity suite's comparison of the two sides
     verdict, why = parity_suite.with_parity(decide(sides["pd"], sides["combined"]), parity)
     if refused:
         status = "refused"

@@ -1,8 +1,8 @@
 """What the servers will read from the model: checked on the controller against the model's profile, and
 on each host in preflight (the `model` and `read` needs judged by module_utils/model_folder.py).
 
-A wrong model path used to be found only after the serving release had stopped (under `recreate`: an
-outage until the old release loaded again). Here every server host gets, before anything stops:
+Found by the servers, a wrong model path would show only after the serving release had stopped (under
+`recreate`: an outage until the old release loaded again). So every server host gets, before anything stops:
 - the model folder: absolute, present, holding config.json, the weights' index and tokenizer files, all
   readable by the service user; config.json's `architectures` one of the profile's, and the servers'
   `context_length` within the model's `max_position_embeddings`;

@@ -250,7 +250,7 @@ class HostSpec(StrictModel):
     service_manager: Literal["systemd", "supervisor"] = "systemd"
     install_root: str = "/opt/dsv4deploy"
     service_user: str = "sglang"
-    # Root as the service user must be meant (issue #37): the units' sandbox is weak for root.
+    # Root as the service user must be meant: the units' sandbox is weak for root.
     # Not dumped: it changes no release (spec.json, the release id) and is checked only on the inventory.
     service_user_root_ok: bool = Field(default=False, exclude=True)
     # Where a server listens: 0.0.0.0 when other hosts (router, decode) must reach it.

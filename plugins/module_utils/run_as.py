@@ -1,5 +1,5 @@
-"""Start a helper process as the service user with its secret env file, as its unit would (issue #37 item 6;
-standard library only): the rolling preview router, which runs beside the production router for one step."""
+"""Start a helper process as the service user with its secret env file, as its unit would
+(standard library only): the rolling preview router, which runs beside the production router for one step."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def _strip(argv: list[str], launcher: list[str]) -> list[str]:
     return argv[len(launcher):]
 
 
-# The recipes' settings (issue 40): the H200 balanced cell (attention DP, deepep, MTP 1-1-2, its
+# The recipes' settings: the H200 balanced cell (attention DP, deepep, MTP 1-1-2, its
 # running-request limit) and the low-latency cell (MTP 3-1-4, FP4 MoE runner), EP.
 BALANCED = {"attn_dp_size": 4, "moe": {"a2a_backend": "deepep", "deepep_max_dispatch_tokens_per_rank": 256},
             "speculative": {"num_steps": 1, "num_draft_tokens": 2}, "max_running_requests": 128}

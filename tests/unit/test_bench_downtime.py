@@ -1,4 +1,4 @@
-"""python -m bench: the rollouts' downtime figures and their targets (issue #20: 0 failed for blue_green
+"""python -m bench: the rollouts' downtime figures and their targets (0 failed for blue_green
 and rolling), judged on the worst repetition."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""python -m bench: the opt-in mitogen_linear arm's figures (issue #22) sit beside linear's, judged by no target."""
+"""python -m bench: the opt-in mitogen_linear arm's figures sit beside linear's, judged by no target."""
 
 from __future__ import annotations
 

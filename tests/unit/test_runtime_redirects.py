@@ -1,4 +1,4 @@
-"""The modules renamed in issue #18 still resolve under their old names, with a deprecation, and
+"""Modules given clearer names still resolve under their old names, with a deprecation, and
 their controller-side action plugins follow them (a module redirect alone would run the doc stub on
 the host and fail)."""
 

@@ -69,7 +69,7 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed (apt-get install systemd)")
 def test_the_service_is_exposed_little(tmp_path: Path) -> None:
-    """#37: an HTTP client that writes one file scores at most 1.5 (it was 7.7: no capability bound, devices,
+    """An HTTP client that writes one file scores at most 1.5 (it was 7.7: no capability bound, devices,
     system call filter, address families or namespaces restricted)."""
     service = _render(tmp_path)["service"]
     proc = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(service)],

@@ -378,7 +378,7 @@ def test_gate_unknown_name_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]
 
 
 def test_a_vault_var_nobody_defines_fails_validation_not_the_deploy(capsys: pytest.CaptureFixture[str]) -> None:
-    # Issue #23 item 10: it passed validate, and the deploy then failed after writing the release.
+    # It passed validate, and the deploy then failed after writing the release.
     code, _, err = run(capsys, "validate", "-i", LOCAL, "-e", '{"api_key": {"vault_var": "vault_dsv4_key"}}')
     assert (code, err.splitlines()[1:]) == (2, [
         "api_key.vault_var: the variable 'vault_dsv4_key' is not defined in the inventory or -e; fix: define "

@@ -171,7 +171,7 @@ def test_figures_missing_or_renamed_on_one_side_are_listed_as_not_judged():
 
 
 def test_a_baseline_recorded_before_the_rounds_loads_and_is_said_too_few_to_judge():
-    # state.json of a release recorded before issue #38: one point per figure, no samples.
+    # state.json of a release recorded before figures kept their samples: one point per figure.
     judged, skipped = judge(_rounds(0.01, 300), _figures(0.01, 300), alpha=0.02, band=0.25, noise_floor_s=0)
     assert judged == []
     assert "client itl_p50_s (too few rounds for a rank test at alpha 0.02: 5 now, 1 before)" in skipped

@@ -54,7 +54,7 @@ def test_a_bad_config_is_refused_naming_the_field(tmp_path: Path, capsys: pytest
 
 
 def test_node_exporter_can_read_the_file_whatever_the_umask(tmp_path: Path) -> None:
-    """#37 item 11: supervisord's umask 027 made it 0640, unreadable to node_exporter (another user)."""
+    """Supervisord's umask 027 made it 0640, unreadable to node_exporter (another user)."""
     path = tmp_path / "dsv4deploy-prod.prom"
     old = os.umask(0o027)
     try:

@@ -1,4 +1,4 @@
-"""Misspelt inventory variables (issue #23 item 1): refused with "did you mean", naming where they are set.
+"""Misspelt inventory variables: refused with "did you mean", naming where they are set.
 
 Through the real CLI on a copy of a real inventory: `dsv4deploy validate` and `plan` read it with Ansible's
 own inventory objects, as the playbooks' plan step does (tests/integration/test_hostile_deploy.py runs

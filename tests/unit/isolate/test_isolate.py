@@ -290,7 +290,7 @@ def test_heatmaps_are_skipped_and_said_so_without_matplotlib(tmp_path, monkeypat
 
 
 def test_the_twin_keeps_each_roles_experiment_switches_and_notes_a_difference():
-    # Issue #23 item 13: a switch added for decode only is the decode's in the combined twin, and said.
+    # A switch added for decode only is the decode's in the combined twin, and said.
     pd = pd_spec(server_env_extra={"SGLANG_ALL": "1"}, server_env_extra_by_role={"decode": {"SGLANG_D": "1"}})
     spec, notes = combined_from_pd(pd)
     (svc,) = build_services(spec)
@@ -299,12 +299,12 @@ def test_the_twin_keeps_each_roles_experiment_switches_and_notes_a_difference():
 
 
 def test_the_twin_of_a_release_with_secrets_gets_them_from_the_inventory_by_digest():
-    # Issue #23 item 14: spec.json holds digests only; the twin's env file is filled from the inventory.
+    # spec.json holds digests only; the twin's env file is filled from the inventory.
     from dsv4deploy.plan import secret_files
 
     token = "hf_" + "k" * 20
     inventory = pd_spec(server_env={"SGLANG_DSV4_BF16_INDEX_K": "0", "HF_TOKEN": token})
-    salt = {"gpu1": "7e" * 32}  # the host's digest salt (issue #37 item 16): spec.json's digests are keyed by it
+    salt = {"gpu1": "7e" * 32}  # the host's digest salt: spec.json's digests are keyed by it
     release = render.render_release(inventory, "gpu1", salt["gpu1"])["spec.json"]
     assert token not in release
     plan = isolation_plan(release, ["gpu1"])

@@ -1,4 +1,4 @@
-"""Env switches for an experiment (issue #23 item 13): added on top of the inventory's, never replacing it.
+"""Env switches for an experiment: added on top of the inventory's, never replacing it.
 
 `server_env_extra` (every server) and `server_env_extra_by_role` (prefill, decode, combined, router) win
 over server_env and each worker's env; `plan` lists them; an `-e server_env` that would drop the

@@ -214,7 +214,7 @@ def test_smg_router_argv_and_description():
     assert smg.description.startswith("smg (PD)") and sglang_router.description.startswith("sglang-router (PD)")
 
 
-# -- the recipes' settings (issue 40), per sglang version ------------------------------------------
+# -- the recipes' settings, per sglang version ------------------------------------------
 
 BALANCED = {"attn_dp_size": 4, "moe": {"a2a_backend": "deepep", "deepep_max_dispatch_tokens_per_rank": 256},
             "speculative": {"num_steps": 1, "num_draft_tokens": 2}, "max_running_requests": 128}

@@ -1,4 +1,4 @@
-"""Two deployments on one host (#23 item 6): each has unit names of its own, and installing, renaming
+"""Two deployments on one host: each has unit names of its own, and installing, renaming
 or removing one never touches the other's units. The host modules run as Ansible runs them, with a
 stand-in `systemctl` (this machine has no systemd to give) that records what it was asked."""
 

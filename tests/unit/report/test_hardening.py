@@ -26,7 +26,7 @@ def test_rendered_units_score_as_hardened() -> None:
                            "sglang-dsv4-router.service", "sglang-dsv4.service"}
     for unit, score in scores.items():
         assert score["rating"] == "OK", (unit, score)
-    # #37's targets: the router needs no device and is locked down further than the GPU servers (which keep
+    # The hardening targets: the router needs no device and is locked down further than the GPU servers (which keep
     # their devices, JIT and pinned memory).
     assert scores["sglang-dsv4-router.service"]["exposure"] <= 1.5
     assert all(s["exposure"] <= 2.0 for s in scores.values()), scores

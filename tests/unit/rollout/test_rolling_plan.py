@@ -119,7 +119,7 @@ def _preview_host(argv: list[str]) -> str:
 
 
 def test_the_preview_router_never_listens_on_every_interface() -> None:
-    # Issue #37 item 6: it listened on the production router's address, 0.0.0.0 here, fronting workers no gate
+    # It listened on the production router's address, 0.0.0.0 here, fronting workers no gate
     # had passed yet. Now: the one address the gates reach the router's host at, or loopback where they can.
     spec = xpyd_spec()
     assert spec.router.listen == "0.0.0.0"

@@ -83,7 +83,7 @@ DATA_FIELDS = [
     ("common", "server_env.B", "server_env"),
     ("common", "prefill.0.extra_args.0", "prefill[0].extra_args"),
     ("common", "router.extra_args", "router.extra_args"),
-    # An experiment's switches (issue #23 item 13): shell-quoted data like server_env.
+    # An experiment's switches: shell-quoted data like server_env.
     ("common", "server_env_extra.C", "server_env_extra"),
     ("common", "server_env_extra_by_role.prefill.D", "server_env_extra_by_role.prefill"),
 ]
@@ -110,7 +110,7 @@ BROKEN = [
     ("prefill.0.extra_args", ["--api-key=sk"], "prefill[0].extra_args"),
     ("prefill.0.extra_args", ["--port", "1"], "prefill[0].extra_args"),
     ("prefill.0.extra_args", ["--cuda-graph-max-bs", "8"], "prefill[0].extra_args"),
-    # Issue #37 item 5: secret-looking flags (any case, --flag=value too) would land in 0644/0755 files.
+    # Secret-looking flags (any case, --flag=value too) would land in 0644/0755 files.
     ("prefill.0.extra_args", ["--admin-api-key", "SECRET"], "prefill[0].extra_args"),
     ("prefill.0.extra_args", ["--Admin-API-Key=SECRET"], "prefill[0].extra_args"),
     ("prefill.0.extra_args", ["--hf-token", "hf_x"], "prefill[0].extra_args"),
@@ -133,9 +133,9 @@ HOST_BROKEN = [
     ("install_root", "/opt/" + "x" * 120, "install_root"), ("install_root", 5, "install_root"),
     ("install_root", "/home/alice", "install_root"), ("install_root", "/root/dsv4", "install_root"),
     ("install_root", "/usr/local/lib", "install_root"), ("install_root", "/var/lib/docker/dsv4", "install_root"),
-    ("install_root", "/opt/dsv4deploy/slot-b", "install_root"),  # issue #37 item 15: another's slot
+    ("install_root", "/opt/dsv4deploy/slot-b", "install_root"),  # another's slot
     ("service_user", "sglang\\", "service_user"), ("service_user", "", "service_user"),
-    ("service_user", "-rf", "service_user"), ("service_user", "root", "service_user"),  # issue #37
+    ("service_user", "-rf", "service_user"), ("service_user", "root", "service_user"),
     ("gpu_count", -1, "gpu_count"),
     ("gpu_memory_gib", 0, "gpu_memory_gib"), ("sglang_version", "9.9.9", "sglang_version"),
     ("sglang_version", "0.5.12", None), ("listen", "0.0.0.0", None), ("listen", "localhost", "listen"),
@@ -228,7 +228,7 @@ def test_hostile_data_is_refused_or_passed_through_unchanged(tmp_path: Path, whe
                                   "server_env_extra_by_role.prefill.HF_TOKEN"])
 def test_hostile_secret_values_never_reach_a_release_and_reach_the_server_unchanged(tmp_path: Path, path: str,
                                                                                     value: str) -> None:
-    # Issue #23 item 14: a secret is refused (a control character) or lands only in the env file, read back exact.
+    # A secret is refused (a control character) or lands only in the env file, read back exact.
     from dsv4deploy.plan import secret_files
 
     common, hosts = base()
@@ -244,7 +244,7 @@ def test_hostile_secret_values_never_reach_a_release_and_reach_the_server_unchan
     if len(value.strip()) >= 4:  # a short value is a substring of anything
         assert not [rel for rel, text in files.items() if value in text]
         assert value not in json.dumps(make_plan(spec, ["gpu1"], keys={"gpu1": "0f" * 32}))
-    # Issue #37 item 16: its unsalted digest, which a reader could match guesses against, is in no file either.
+    # Its unsalted digest, which a reader could match guesses against, is in no file either.
     unsalted = hashlib.sha256(value.encode()).hexdigest()[:12]
     assert not [rel for rel, text in files.items() if unsalted in text]
     env_file = next(p for p in secret_files(spec, ["gpu1"])["gpu1"] if p.endswith("-prefill.env"))
@@ -278,7 +278,7 @@ TYPOS = [(name, typo) for name in SPEC_NAMES for typo in _typos(name)]
 
 @pytest.mark.parametrize(("name", "typo"), TYPOS, ids=[t for _, t in TYPOS])
 def test_every_near_miss_of_a_spec_variable_is_refused_with_did_you_mean(name: str, typo: str) -> None:
-    # Issue #23 item 1: each one used to pass silently and deploy the default instead.
+    # Each one used to pass silently and deploy the default instead.
     from dsv4deploy.inventory.varnames import known_names, misspelt
 
     if typo in known_names():  # another real name (e.g. dropping a letter of a longer one)

@@ -1,4 +1,4 @@
-"""Secret env values (issue #23 item 14): in a 0600 env file read by the unit, never in a rendered file.
+"""Secret env values: in a 0600 env file read by the unit, never in a rendered file.
 
 Each place the issue names is checked: the 0755 serve scripts, the 0644 spec.json, the units and programs,
 the plan (a fact shown at -v, and what --diff compares: the release files), `dsv4deploy plan` and
@@ -84,7 +84,7 @@ def test_a_changed_secret_changes_the_release_so_its_servers_restart() -> None:
 
 
 def test_a_guessed_secret_cannot_be_confirmed_from_a_release() -> None:
-    # Issue #37 item 16: spec.json (0644) and the serve scripts showed 12 hex of an unsalted sha256, so a reader
+    # spec.json (0644) and the serve scripts showed 12 hex of an unsalted sha256, so a reader
     # could hash a dictionary of weak secrets and find the one that matches. Now the digest is keyed by the
     # host's salt, which the reader (without the 0700 secrets folder) does not have.
     weak = "password1"

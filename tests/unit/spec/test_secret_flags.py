@@ -1,4 +1,4 @@
-"""Issue #37 item 5: a secret given as an extra_args flag is refused before it reaches any file."""
+"""A secret given as an extra_args flag is refused before it reaches any file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue #37 unit hardening: root as the service user only when meant (service_user_root_ok: true)."""
+"""Root as the service user only when meant (service_user_root_ok: true)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_tp_not_matching_the_gpu_list() -> None:
 
 
 def test_tp_fix_never_suggests_a_tp_size_the_model_cannot_split_over() -> None:
-    # Issue #23 item 10: tp_size 4 on 5 GPUs suggested "tp_size 5".
+    # tp_size 4 on 5 GPUs suggested "tp_size 5".
     assert problems(changed(**{"prefill.0.tp_size": 4, "prefill.0.gpus": [0, 1, 2, 3, 4],
                                "decode.0.gpus": [5, 6, 7]}))[0] == (
         "prefill[0].tp_size (host gpu1): tp_size 4 does not match 5 GPUs [0, 1, 2, 3, 4]; "
@@ -271,14 +271,14 @@ def test_unknown_topology() -> None:
 
 
 def test_topology_in_upper_case_names_the_valid_values() -> None:
-    # Issue #23 item 10: topology=PD got only "correct topology".
+    # topology=PD got only "correct topology".
     assert problems(changed(topology="PD")) == [
         "topology: Input should be 'pd' or 'combined' (got 'PD'); fix: set topology to pd or combined "
         "(lower case: pd)"]
 
 
 def test_a_gpu_range_as_a_string_suggests_the_list_and_a_valid_extra_var() -> None:
-    # Issue #23 item 10: gpus: "4-7" suggested -e '{"prefill[0].gpus": ...}', which Ansible cannot set.
+    # gpus: "4-7" suggested -e '{"prefill[0].gpus": ...}', which Ansible cannot set.
     assert problems(changed(**{"decode.0.gpus": "4-7"})) == [
         "decode[0].gpus (host gpu1): Input should be a valid list (got the string '4-7'); fix: give "
         "decode[0].gpus as a list such as [4, 5, 6, 7] in the inventory, on the command line -e replaces the "

@@ -1,4 +1,4 @@
-"""Issue #37 item 15: an install root nested in another deployment's (or holding one) is refused by the
+"""An install root nested in another deployment's (or holding one) is refused by the
 install before anything is written; the deployment's own slot is the one nesting allowed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue #37 item 10: preflight tells when /proc shows the API key on our command lines to every local user."""
+"""Preflight tells when /proc shows the API key on our command lines to every local user."""
 
 from __future__ import annotations
 

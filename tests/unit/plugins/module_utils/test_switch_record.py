@@ -1,4 +1,4 @@
-"""Issue #37 item 7: a blue_green switch left in progress is repaired whatever the deploy lock says."""
+"""A blue_green switch left in progress is repaired whatever the deploy lock says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The host's digest salt (issue #37 item 16, plugins/modules/dsv4_digest_salt): read without writing, a new one
+"""The host's digest salt (plugins/modules/dsv4_digest_salt): read without writing, a new one
 where there is none, kept once by the install, a planted link replaced and never followed."""
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
     (root / "models" / "weights.bin").write_text("precious")
     (root / "logs" / "notes.txt").write_text("a user's, made after the first install")
     out = run_module(RELEASES, tmp_path, install_root=str(root), state="purged")
-    # #37 item 8: logs/ was not there at the first install, yet dsv4deploy never made it: it stays.
+    # logs/ was not there at the first install, yet dsv4deploy never made it: it stays.
     assert out["removed"] == ["releases/r1", "releases", ".dsv4deploy-owner.json"]
     assert out["left"] == ["logs", "models"]
     assert (root / "models" / "weights.bin").read_text() == "precious"
@@ -170,7 +170,7 @@ def test_purge_removes_only_what_dsv4deploy_created(tmp_path: Path) -> None:
 
 
 def test_purge_never_deletes_through_a_releases_symlinked_folder(tmp_path: Path) -> None:
-    """#37 item 13: a release's bin/ replaced by a link to a folder outside; purge removed the file there."""
+    """A release's bin/ replaced by a link to a folder outside; purge removed the file there."""
     root = tmp_path / "root"
     install_and_activate(tmp_path, root)
     outside = tmp_path / "outside"
@@ -187,7 +187,7 @@ def test_purge_never_deletes_through_a_releases_symlinked_folder(tmp_path: Path)
 
 
 def test_a_symlinked_release_is_neither_pruned_nor_a_failure_after_the_switch(tmp_path: Path) -> None:
-    """#37 item 13: pruning raised on a release that is a link, after `current` had switched."""
+    """Pruning raised on a release that is a link, after `current` had switched."""
     root = tmp_path / "root"
     install_and_activate(tmp_path, root, "r1")
     elsewhere = tmp_path / "elsewhere"

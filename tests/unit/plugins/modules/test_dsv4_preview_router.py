@@ -1,5 +1,5 @@
 """dsv4_preview_router: a rolling step's preview router runs under the host's service manager as the service
-user with the router's env file (issue #37 item 6: it ran as root, by Popen, outside any manager): a program of
+user with the router's env file (it ran as root, by Popen, outside any manager): a program of
 the deployment's supervisord, loaded and removed alone, or a transient systemd unit with the router unit's
 hardening. It is stopped with everything it spawned and leaves no program, file or unit; the API key is read
 from its file at start, never written into a unit or program file."""
