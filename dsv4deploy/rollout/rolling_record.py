@@ -26,7 +26,7 @@ from dsv4deploy.rollout import rolling
 RECORD_FILE = "rolling.json"
 # A record's keys (roles/dsv4_rolling/tasks/record.yml writes it): `old` and `new` (release ids),
 # `at` (the step in progress, 0 before the first), `left` (that step's old lone workers left the router),
-# `roll` (the steps as the step tasks take them, dsv4_roll_plan's) and `steps` (as planned, for the table).
+# `roll` (the steps as the step tasks take them, dsv4_rolling_plan's) and `steps` (as planned, for the table).
 
 
 def merge(found: Mapping[str, str | Mapping[str, Any] | None]) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """dsv4deploy.rollout.rolling_record: what the next run puts back after a roll whose controller died, from the record
-each host keeps ({install_root}/rolling.json), with the rolls dsv4_roll_plan really plans (2P2D, 2P1D by surge)."""
+each host keeps ({install_root}/rolling.json), with the rolls dsv4_rolling_plan really plans (2P2D, 2P1D by surge)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Action plugin: what a rolling rollout's steps act on, after refusing a change a roll cannot carry.
 
-Documented in modules/dsv4_roll_plan.py (ansible-doc dsv4.deploy.dsv4_roll_plan); ARGUMENT_SPEC follows it.
+Documented in modules/dsv4_rolling_plan.py (ansible-doc dsv4.deploy.dsv4_rolling_plan); ARGUMENT_SPEC follows it.
 The work is dsv4deploy.rollout.rolling_plan's.
 """
 

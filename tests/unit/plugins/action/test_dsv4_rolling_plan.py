@@ -1,4 +1,4 @@
-"""dsv4_roll_plan run by ansible-playbook on the controller, with the plan of a real 2P2D spec and the serving
+"""dsv4_rolling_plan run by ansible-playbook on the controller, with the plan of a real 2P2D spec and the serving
 release's files as slurp reads them (base64): the roll's steps for a change a roll can carry, a refusal naming
 the file and host (or the missing spec.json) for one it cannot; the report's table; the repair of a dead roll
 from each host's record, and a refusal when the records disagree."""
@@ -41,18 +41,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict]]:
     at_2 = {"old": "R1", "new": "R2", "at": 2, "left": False, "roll": roll, "steps": plan["rollout"]["steps"]}
     other = {**at_2, "old": "R0", "at": 1}
     results = run_play(tmp_path_factory.mktemp("roll_plan"), [
-        {"dsv4_roll_plan": {"plan": "{{ plan }}", "serving": "{{ serving }}"}},
-        {"dsv4_roll_plan": {"plan": "{{ plan }}", "serving": "{{ changed }}"}},
-        {"dsv4_roll_plan": {"plan": "{{ plan }}", "serving": "{{ without_spec }}"}},
-        {"dsv4_roll_plan": {"plan": "{{ plan }}", "table": {"old": "R1", "new": "R2", "done": 1, "failed": 2,
+        {"dsv4_rolling_plan": {"plan": "{{ plan }}", "serving": "{{ serving }}"}},
+        {"dsv4_rolling_plan": {"plan": "{{ plan }}", "serving": "{{ changed }}"}},
+        {"dsv4_rolling_plan": {"plan": "{{ plan }}", "serving": "{{ without_spec }}"}},
+        {"dsv4_rolling_plan": {"plan": "{{ plan }}", "table": {"old": "R1", "new": "R2", "done": 1, "failed": 2,
                                                             "restored": True}}},
-        {"dsv4_roll_plan": {"plan": {}, "repair": {"records": {"gpu1": record(at_2), "gpu2": ""}, "mode": "undo"}}},
-        {"dsv4_roll_plan": {"plan": {}, "repair": {"records": {"gpu1": "", "gpu2": ""}}}},
-        {"dsv4_roll_plan": {"plan": {}, "repair": {"records": {"gpu1": record(at_2), "gpu2": record(other)}}}},
-        {"dsv4_roll_plan": {"plan": {}, "repair": {"records": {"gpu1": base64.b64encode(b"{cut").decode()}}}},
-        {"dsv4_roll_plan": {"serving": {}}},
+        {"dsv4_rolling_plan": {"plan": {}, "repair": {"records": {"gpu1": record(at_2), "gpu2": ""}, "mode": "undo"}}},
+        {"dsv4_rolling_plan": {"plan": {}, "repair": {"records": {"gpu1": "", "gpu2": ""}}}},
+        {"dsv4_rolling_plan": {"plan": {}, "repair": {"records": {"gpu1": record(at_2), "gpu2": record(other)}}}},
+        {"dsv4_rolling_plan": {"plan": {}, "repair": {"records": {"gpu1": base64.b64encode(b"{cut").decode()}}}},
+        {"dsv4_rolling_plan": {"serving": {}}},
         # The bake failed after the last step: no step failed (the rows go from the last step to the restore).
-        {"dsv4_roll_plan": {"plan": "{{ plan }}", "table": {"old": "R1", "new": "R2", "done": 2, "failed": "0",
+        {"dsv4_rolling_plan": {"plan": "{{ plan }}", "table": {"old": "R1", "new": "R2", "done": 2, "failed": "0",
                                                             "restored": True}}},
     ], extra_vars={"plan": plan, "serving": slurped(serving), "changed": slurped(changed),
                    "without_spec": slurped(without_spec)})

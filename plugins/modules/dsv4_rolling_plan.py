@@ -1,10 +1,10 @@
 #!/usr/bin/python
-"""Documentation of the dsv4_roll_plan action; the work is done on the controller by action/dsv4_roll_plan.py."""
+"""Documentation of the dsv4_rolling_plan action; the work is done on the controller by action/dsv4_rolling_plan.py."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: dsv4_roll_plan
+module: dsv4_rolling_plan
 short_description: Check a rolling rollout against the serving release and hand on what its steps act on
 description:
   - Runs on the controller (use C(run_once)). Refuses, naming field, host and fix, a change a roll cannot
@@ -55,7 +55,7 @@ author: dsv4deploy maintainers (@dsv4deploy)
 
 EXAMPLES = r"""
 - name: Check the roll and plan its steps
-  dsv4.deploy.dsv4_roll_plan:
+  dsv4.deploy.dsv4_rolling_plan:
     plan: "{{ dsv4_plan }}"
     serving: {gpu1: {spec.json: "{{ spec_b64 }}"}}
   run_once: true
