@@ -42,7 +42,8 @@ STATES = ("planned", "beside", "preview", "surge", "secrets", "targets", "combin
           "router_change", "secret_hosts")
 # The fact a state sets when the task names none.
 DEFAULT_FACT = {"combined": "dsv4_isolation", "roots": "dsv4_installed_roots", "secret_hosts": "dsv4_secret_hosts"}
-# The registered result of dsv4_digest_salt on each host (roles/dsv4_plan/tasks/digest_salt.yml): its `salt`.
+# The registered result of dsv4_digest_salt on each host (roles/dsv4_plan/tasks/digest_salt.yml): its `salt`;
+# O(salts_from) names another (the release's own read, for a plan the plan role did not make).
 SALT_RESULT = "dsv4_plan_digest_salt"
 # The fact state=secret_hosts also sets: host -> the API key's file there (api_key.file only).
 KEY_FILES_FACT = "__dsv4_plan_key_files"
@@ -51,6 +52,7 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "required": True, "choices": list(STATES)},
     "release_spec": {"type": "str"},
     "fact": {"type": "str", "default": "dsv4_plan"},
+    "salts_from": {"type": "str", "default": SALT_RESULT},
     "release_id": {"type": "str", "default": ""},
     "gpus": {"type": "list", "elements": "int", "default": []},
     "port": {"type": "int", "default": 0},
@@ -68,17 +70,19 @@ ARGUMENT_SPEC = {
 }
 
 
-def digest_keys(hostvars: Any, play_hosts: list[str]) -> dict[str, str]:
-    """Each play host's digest salt, as dsv4_digest_salt read it there (hosts it did not run on have none)."""
+def digest_keys(hostvars: Any, play_hosts: list[str], salts_from: str = SALT_RESULT) -> dict[str, str]:
+    """Each play host's digest salt, as dsv4_digest_salt read it there into the host variable `salts_from`
+    (hosts it did not run on have none)."""
     out = {}
     for host in play_hosts:
-        salt = plain(hostvars[host].get(SALT_RESULT) or {}).get("salt") if host in hostvars else None
+        salt = plain(hostvars[host].get(salts_from) or {}).get("salt") if host in hostvars else None
         if isinstance(salt, str) and salt:
             out[host] = salt
     return out
 
 
-def api_key_digests(spec: Any, hostvars: Any, keys: dict[str, str], vault_value: Any) -> dict[str, str]:
+def api_key_digests(spec: Any, hostvars: Any, keys: dict[str, str], vault_value: Any,
+                    salts_from: str = SALT_RESULT) -> dict[str, str]:
     """Each host's API key content as a digest under its salt: a key file's as dsv4_digest_salt read it on the
     host, a vault variable's (`vault_value`) made here. Hosts with neither have none."""
     if spec.api_key is None:
@@ -87,7 +91,7 @@ def api_key_digests(spec: Any, hostvars: Any, keys: dict[str, str], vault_value:
         return {h: secret_env.api_key_digest(str(vault_value), salt) for h, salt in keys.items()}
     out = {}
     for host in keys:
-        found = plain(hostvars[host].get(SALT_RESULT) or {}).get("key_digest")
+        found = plain(hostvars[host].get(salts_from) or {}).get("key_digest")
         if isinstance(found, str) and found:
             out[host] = found
     return out
@@ -165,9 +169,9 @@ class ActionModule(ValidatedAction):
                 files = {h: spec.api_key.file for h in hosts if spec.api_key and spec.api_key.file}
                 result.update(changed=False, ansible_facts={fact: hosts, KEY_FILES_FACT: files})
                 return result
-            keys = digest_keys(hostvars, play_hosts)
+            keys = digest_keys(hostvars, play_hosts, args["salts_from"])
             key_digests = api_key_digests(spec, hostvars, keys, self.templated(task_vars.get(
-                spec.api_key.vault_var)) if spec.api_key and spec.api_key.vault_var else None)
+                spec.api_key.vault_var)) if spec.api_key and spec.api_key.vault_var else None, args["salts_from"])
             if state == "secrets":
                 planned = args.get("planned_spec") or None
                 result.update(changed=False, ansible_facts={fact: secret_files(spec, play_hosts, planned, keys)})

@@ -76,6 +76,13 @@ options:
     description:
       - Name of the fact to set; left at C(dsv4_plan), O(state=combined) sets C(dsv4_isolation), O(state=roots)
         C(dsv4_installed_roots) and O(state=secret_hosts) C(dsv4_secret_hosts).
+  salts_from:
+    type: str
+    default: dsv4_plan_digest_salt
+    description:
+      - The host variable that holds each host's M(dsv4.deploy.dsv4_digest_salt) read (its C(salt) keys the
+        digests of that host's secrets); the plan role registers C(dsv4_plan_digest_salt), the release install
+        its own read for a plan made otherwise (the isolation's twin).
   release_id:
     type: str
     default: ""

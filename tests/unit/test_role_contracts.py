@@ -305,6 +305,27 @@ def public_facts_set(role: Path) -> dict[str, list[str]]:
     return {name: sorted(files) for name, files in found.items()}
 
 
+def owner_of(fact: str) -> str | None:
+    """The role a public fact belongs to by its name (dsv4_<role> or dsv4_<role>_*, the longest role name first)."""
+    return next((role for role in sorted(ROLE_NAMES, key=len, reverse=True)
+                 if fact == role or fact.startswith(f"{role}_")), None)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_a_role_sets_no_fact_of_another_role(role: Path) -> None:
+    """Each fact has one writer, the role it is named after: a role that needs another's fact changed asks that
+    role (an entry point such as dsv4_plan's host or dsv4_gates' begin), so its owner's files say every way it
+    changes."""
+    set_here = public_facts_set(role)
+    for path in sorted((role / "tasks").glob("*.yml")):
+        for task in tasks(load(path)):
+            for key in PLAN_ACTION & set(task):
+                set_here.setdefault((task[key] or {}).get("fact", "dsv4_plan"), []).append(path.name)
+    foreign = {name: files for name, files in set_here.items()
+               if not name.startswith("__") and owner_of(name) not in (None, role.name)}
+    assert not foreign, f"roles/{role.name} sets facts of other roles: {foreign}; ask their owner (an entry point of it)"
+
+
 @pytest.mark.parametrize("role", sorted(LAYERS[1][1]))
 def test_every_strategy_sets_only_its_outcome_fact(role: str) -> None:
     """A strategy hands on one public fact, dsv4_<strategy>_outcome; registers and the rest are `__dsv4_*`."""
