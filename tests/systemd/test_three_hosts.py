@@ -3,7 +3,9 @@
 The inventory is inventory/examples/1p1d-three-hosts with the lab's addresses and the simulator
 standing in for sglang and nvidia-smi (each host's simulated GPUs are its own). The decode reaches
 the prefill's bootstrap port across the bridge. The API key comes from a vault variable, so the
-playbook installs it on each host for the service user. Tests run in order on the same three hosts.
+playbook installs it on each host for the service user. Tests run in order on the same three hosts;
+the lab also boots the example's second pair (prefill2, decode2), idle until blue_green_hosts moves the
+release onto it and back, and the last stop covers all five.
 """
 
 from __future__ import annotations
