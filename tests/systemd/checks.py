@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.systemd.hostkit import Host
+from tests.systemd.hostkit import Host, Lab
 
 PD_UNITS = ["sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"]
 INSTALL_ROOT = "/opt/dsv4deploy"
@@ -98,3 +98,75 @@ def install_watch_env(host: Host) -> str:
             "printf '/opt/dsv4sim\\n/opt/dsv4watch/deps\\n' "
             "> \"$(/opt/dsv4watch/bin/python -c 'import site; print(site.getsitepackages()[0])')/dsv4.pth\"")
     return WATCH_PYTHON
+
+
+# blue_green_hosts: the gates that run through the preview router (the needle and the soak are other tests' subject).
+PREVIEW_GATES = ("-e", json.dumps({"dsv4_gates_names": ["readiness", "config", "smoke"]}))
+ROUTER_UNIT = "sglang-dsv4-router"
+# GET /workers of a router, with the key, from the controller side.
+WORKERS_LIST = """import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/workers", headers={"Authorization": "Bearer " + sys.argv[2]})
+print(json.dumps(sorted(w["url"] for w in json.load(urllib.request.urlopen(req, timeout=30))["workers"])))
+"""
+
+
+def main_pids(host: Host, units: list[str]) -> dict[str, str]:
+    """The units' main PIDs on a host ('0' for a stopped one)."""
+    return {u: host.exec(["systemctl", "show", "-p", "MainPID", "--value", u]).stdout.strip() for u in units}
+
+
+def router_workers(lab: Lab, router: str, key: str) -> list[str]:
+    """The worker URLs the production router on host `router` (port 30000) lists, read from the router itself."""
+    proc = lab.run([sys.executable, "-c", WORKERS_LIST, f"http://{lab.hosts[router].address}:30000", key], timeout=60)
+    assert proc.returncode == 0, output(proc)
+    return json.loads(proc.stdout)
+
+
+def new_release(lab: Lab, inventory: Path, reports: Path, tag: str,
+                *extra: str) -> tuple[subprocess.CompletedProcess, dict[str, Any], str]:
+    """A deploy of a new release (a server environment variable changed) gated through the preview router: its run,
+    report and the line of its continuous client's figures."""
+    proc = lab.playbook("deploy.yml", inventory, *PREVIEW_GATES, "-e",
+                        json.dumps({"server_env_extra": {"DSV4_BGH": tag}}), *extra, reports=reports)
+    found = report(reports)
+    d = found["downtime"]
+    return proc, found, f"sent {d.get('sent')}, failed {d.get('failed')}, longest gap {d.get('longest_gap_s')} s"
+
+
+def assert_no_failed_request(found: dict[str, Any]) -> None:
+    """The playbook's continuous client asked the production router throughout and no request failed."""
+    assert found["downtime"]["sent"] > 10 and found["downtime"]["failed"] == 0, json.dumps(found["downtime"])
+
+
+def assert_serves_on(lab: Lab, workers: dict[str, dict[str, int]], idle: dict[str, str], router: str,
+                     key: str) -> None:
+    """Each host of `workers` ({host: {unit: port}}) runs its worker units active and enabled; its idle partner
+    (`idle`, {serving host: idle host}) has the same units stopped and not started at boot; the router on `router` is
+    active and lists those workers only."""
+    for name, units in workers.items():
+        for unit in units:
+            assert unit_state(lab.hosts[name], unit) == ("active", "enabled"), f"{name} {unit}"
+            # Not started at boot either: a reboot of the idle host would start workers no router lists.
+            other = idle[name]
+            active, enabled = unit_state(lab.hosts[other], unit)
+            assert active in ("inactive", "failed") and enabled != "enabled", f"{other} {unit}: {active}, {enabled}"
+    assert unit_state(lab.hosts[router], ROUTER_UNIT) == ("active", "enabled")
+    assert router_workers(lab, router, key) == sorted(f"http://{lab.hosts[name].address}:{port}"
+                                                      for name, units in workers.items() for port in units.values())
+
+
+def assert_moved(lab: Lab, proc: subprocess.CompletedProcess, found: dict[str, Any], way: str,
+                 router_pid: dict[str, str], **serves_on: Any) -> None:
+    """A promotion by blue_green_hosts `way` ('a -> b, ...'), under the continuous client with no failed request:
+    the new workers serve (`serves_on`: assert_serves_on's arguments), the old ones stopped; the router was switched
+    through its worker API, never restarted (`router_pid` its PID before); the router's host and the new workers'
+    hosts record the new release; the preview router is gone."""
+    assert proc.returncode == 0, output(proc)
+    assert found["verdict"] == "promoted" and f"This deploy: {way}" in found["rollout"]["why"], found
+    assert_no_failed_request(found)
+    assert_serves_on(lab, **serves_on)
+    router = lab.hosts[serves_on["router"]]
+    assert main_pids(router, [ROUTER_UNIT]) == router_pid
+    for name in [serves_on["router"], *serves_on["workers"]]:
+        assert active_release(lab.hosts[name]) == found["release"], name
+    assert not router.sh("ss -Hltn '( sport = :30100 )'").stdout.strip(), "the preview router listens"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import yaml
 
-from tests.systemd.hostkit import Host
+from tests.systemd.hostkit import REPO, Host
 
 KEY_FILE = "/etc/dsv4deploy/api_key"
 MODEL_DIR = "/models/DeepSeek-V4-Flash-NVFP4"
 # A checkpoint's files without its weights (the simulator loads none; preflight reads these).
-STAND_IN = Path(__file__).resolve().parents[2] / "inventory" / "local" / ".model"
+STAND_IN = REPO / "inventory" / "local" / ".model"
 
 
 def prepare(host: Host, key: str, model_dir: str = MODEL_DIR) -> None:
@@ -25,3 +25,13 @@ def install_model(host: Host, model_dir: str = MODEL_DIR) -> None:
     host.sh(f"install -d -m 0755 {model_dir}")
     for source in sorted(STAND_IN.iterdir()):
         host.write_file(f"{model_dir}/{source.name}", source.read_text(encoding="utf-8"), mode="0644")
+
+
+def rollout_block(example: str) -> dict:
+    """The deployment lines an example shows commented out for its second hosts (its `dsv4_rollout_*` lines),
+    uncommented as its comment says."""
+    text = (REPO / "inventory" / "examples" / example / "group_vars" / "all" / "deployment.yml").read_text()
+    lines = [line.removeprefix("# ") for line in text.splitlines() if line.startswith("# dsv4_rollout_")]
+    block = yaml.safe_load("\n".join(lines))
+    assert block and block["dsv4_rollout_strategy"] == "blue_green_hosts", lines
+    return block

@@ -463,10 +463,10 @@ class Lab:
 
     def write_inventory(self, dest: Path, example: str | Path | None = None,
                         group_vars: dict[str, Any] | None = None,
-                        host_vars: dict[str, dict[str, Any]] | None = None) -> Path:
+                        host_vars: dict[str, dict[str, Any]] | None = None, only: Sequence[str] = ()) -> Path:
         """An inventory for this lab at `dest`: the example's (inventory/examples/<example>) group and
-        host variables with the lab's hosts and addresses, the simulator standing in for sglang and
-        nvidia-smi, and `group_vars`/`host_vars` merged over it (last wins). Returns `dest`."""
+        host variables with the lab's hosts (`only` these, when given) and addresses, the simulator standing in
+        for sglang and nvidia-smi, and `group_vars`/`host_vars` merged over it (last wins). Returns `dest`."""
         if dest.exists():
             shutil.rmtree(dest)
         if example is not None:
@@ -474,7 +474,7 @@ class Lab:
             shutil.copytree(src, dest)
         (dest / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
         (dest / "host_vars").mkdir(exist_ok=True)
-        hosts = {h.name: {"ansible_host": h.address} for h in self.hosts.values()}
+        hosts = {h.name: {"ansible_host": h.address} for h in self.hosts.values() if h.name in (only or self.hosts)}
         (dest / "hosts.yml").write_text("# Written by tests/systemd/hostkit.py for lab " + self.id + "\n" +
                                         yaml.safe_dump({"all": {"children": {"dsv4": {"hosts": hosts}}}}))
         sim = self.sim_vars()

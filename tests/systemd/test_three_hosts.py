@@ -3,7 +3,9 @@
 The inventory is inventory/examples/1p1d-three-hosts with the lab's addresses and the simulator
 standing in for sglang and nvidia-smi (each host's simulated GPUs are its own). The decode reaches
 the prefill's bootstrap port across the bridge. The API key comes from a vault variable, so the
-playbook installs it on each host for the service user. Tests run in order on the same three hosts.
+playbook installs it on each host for the service user. Tests run in order on the same three hosts;
+the lab also boots the example's second pair (prefill2, decode2), idle until blue_green_hosts moves the
+release onto it and back, and the last stop covers all five.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.systemd import checks, example_site
-from tests.systemd.checks import GATES, INSTALL_ROOT, output
+from tests.systemd.checks import GATES, INSTALL_ROOT, ROUTER_UNIT, assert_moved, main_pids, new_release, output
 from tests.systemd.hostkit import CONTROLLER_ADDRESS, REPO, VENV_BIN, Lab
 
 READINESS = ("-e", '{"dsv4_gates_names": ["readiness"]}')  # for a deploy whose gates are not the subject
@@ -28,22 +31,38 @@ API_KEY = "sk-three-hosts-" + "5f1e0c2a9b7d"
 KEY_FILE = f"{INSTALL_ROOT}/secrets/api_key"
 
 
+# The example's second prefill/decode pair (its commented blue_green_hosts block): booted with the lab, idle and
+# named by no inventory but the pair's own (blue_green_hosts' test) and the last stop's.
+PAIR = {"prefill1": "prefill2", "decode1": "decode2"}
+# The router's metrics on every interface, as a site scraping them from elsewhere has them: the firewall's test then
+# proves them closed by the rules, not by a loopback address.
+GROUP_VARS = {**GATES, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": API_KEY,
+              "router": {"host": "router1", "port": 30000, "listen": "0.0.0.0", "prometheus_listen": "0.0.0.0"}}
+
+
 @pytest.fixture(scope="module")
 def lab(hostkit) -> Iterator[Lab]:
-    with hostkit.lab(list(UNITS), routers=["router1"]) as booted:
+    with hostkit.lab([*UNITS, *PAIR.values()], routers=["router1"]) as booted:
+        for name in [*UNITS, *PAIR.values()]:  # the model folder the example names, on every host that runs a server
+            example_site.install_model(booted.hosts[name])
         yield booted
 
 
 @pytest.fixture(scope="module")
 def inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    for name in UNITS:  # the model folder the example names, on every host that runs a server
-        example_site.install_model(lab.hosts[name])
-    # The router's metrics on every interface, as a site scraping them from elsewhere has them: the firewall's
-    # test then proves them closed by the rules, not by a loopback address.
-    router = {"host": "router1", "port": 30000, "listen": "0.0.0.0", "prometheus_listen": "0.0.0.0"}
-    group_vars = {**GATES, "api_key": {"vault_var": "dsv4_api_key"}, "dsv4_api_key": API_KEY, "router": router}
     return lab.write_inventory(tmp_path_factory.mktemp("three") / "inventory", example="1p1d-three-hosts",
-                               group_vars=group_vars)
+                               group_vars=GROUP_VARS, only=list(UNITS))
+
+
+@pytest.fixture(scope="module")
+def pair_inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example with its second pair added as its comment says: prefill2 and decode2 in hosts.yml with prefill1's
+    and decode1's host variables, and its two `dsv4_rollout_*` lines uncommented."""
+    example = REPO / "inventory" / "examples" / "1p1d-three-hosts" / "host_vars"
+    host_vars = {new: yaml.safe_load((example / f"{old}.yml").read_text()) for old, new in PAIR.items()}
+    return lab.write_inventory(tmp_path_factory.mktemp("pair") / "inventory", example="1p1d-three-hosts",
+                               group_vars={**GROUP_VARS, **example_site.rollout_block("1p1d-three-hosts")},
+                               host_vars=host_vars)
 
 
 @pytest.fixture(scope="module")
@@ -308,6 +327,41 @@ def test_host_dropping_off_the_network_mid_deploy(lab: Lab, inventory: Path, tmp
     assert_serving(lab, state["good"])
 
 
+# blue_green_hosts onto the example's second pair, as its comment says: the production router on router1 switched,
+# through its worker API, from one pair's workers to the other's, under the playbook's continuous client.
+def pair_serves_on(serving: dict[str, str]) -> dict:
+    """assert_serves_on's arguments: the workers of one pair (`serving`'s keys, prefill host then decode host) listed
+    by the router on router1, the other pair's (its values) stopped."""
+    ports = [{"sglang-dsv4-prefill": 30001}, {"sglang-dsv4-decode": 30002}]
+    return {"workers": dict(zip(serving, ports, strict=True)), "idle": serving, "router": "router1", "key": API_KEY}
+
+
+def moved_by_pairs(lab: Lab, pair_inventory: Path, tmp_path: Path, going: dict[str, str], tag: str) -> None:
+    """A new release moved by blue_green_hosts from the pair `going`'s keys to its values: promoted with no failed
+    request; the old pair's workers stopped and not enabled at boot, its hosts still on the release they served
+    (each host keeps the release it last ran; stop, rollback and verify read the router host's)."""
+    serving = checks.active_release(lab.hosts["router1"])
+    checks.assert_serves_on(lab, **pair_serves_on(going))
+    router_pid = main_pids(lab.hosts["router1"], [ROUTER_UNIT])
+    proc, report, line = new_release(lab, pair_inventory, tmp_path, tag)
+    way = ", ".join(f"{old} -> {new}" for old, new in sorted(going.items()))  # as the plan's line says it
+    print(f"blue_green_hosts {way} on five systemd hosts, under the continuous client: {line}")
+    assert_moved(lab, proc, report, way, router_pid, **pair_serves_on({new: old for old, new in going.items()}))
+    assert report["serving_release"] == report["release"] != serving, report
+    for old in going:
+        assert checks.active_release(lab.hosts[old]) == serving, old
+
+
+def test_blue_green_hosts_moves_to_the_second_pair_with_no_failed_request(lab: Lab, pair_inventory: Path,
+                                                                         tmp_path: Path) -> None:
+    moved_by_pairs(lab, pair_inventory, tmp_path, PAIR, "pair-2")
+
+
+def test_blue_green_hosts_goes_back_to_the_first_pair_with_no_failed_request(lab: Lab, pair_inventory: Path,
+                                                                            tmp_path: Path) -> None:
+    moved_by_pairs(lab, pair_inventory, tmp_path, {new: old for old, new in PAIR.items()}, "pair-1")
+
+
 # A 2P1D on the same three hosts, rolled (dsv4_rollout_strategy: rolling): the two prefills on prefill1
 # (GPUs 0-3 and 4-7), the lone decode on decode1's GPUs 0-3, the real sglang-router on router1. The
 # decode is rolled by surge onto decode1's spare GPUs 4-7 (port 30102). The API key comes from its file
@@ -326,7 +380,8 @@ def test_rolling_2p1d_over_three_hosts_serves_throughout(lab: Lab, tmp_path: Pat
                   "prefill": [_roll_worker("prefill1", [0, 1, 2, 3], 30001, bootstrap_port=8998),
                               _roll_worker("prefill1", [4, 5, 6, 7], 30003, bootstrap_port=8997)],
                   "decode": [_roll_worker("decode1", [0, 1, 2, 3], 30002)]}
-    inventory = lab.write_inventory(tmp_path / "inventory", example="1p1d-three-hosts", group_vars=group_vars)
+    inventory = lab.write_inventory(tmp_path / "inventory", example="1p1d-three-hosts", group_vars=group_vars,
+                                    only=list(UNITS))
     # The first 2P1D release replaces the 1P1D by recreate (nothing of this layout serves yet).
     # Its gates are not the subject here: readiness alone.
     first = lab.playbook("deploy.yml", inventory, "-e", "dsv4_rollout_strategy=recreate",
@@ -371,9 +426,12 @@ def test_rolling_2p1d_over_three_hosts_serves_throughout(lab: Lab, tmp_path: Pat
     assert not decode1.sh("systemctl list-units --all --plain --no-legend '*b-decode*' || true").stdout.strip()
 
 
-def test_stop_stops_every_host(lab: Lab, inventory: Path) -> None:
-    proc = lab.playbook("stop.yml", inventory)
+def test_stop_stops_every_host(lab: Lab, pair_inventory: Path) -> None:
+    # The five hosts' inventory: each host stops what its active release runs (the second pair's workers stopped
+    # already by the move back, their units still installed).
+    proc = lab.playbook("stop.yml", pair_inventory)
     assert proc.returncode == 0, output(proc)
-    for name, units in ROLL_UNITS.items():
+    pair_units = {"prefill2": ["sglang-dsv4-prefill"], "decode2": ["sglang-dsv4-decode"]}
+    for name, units in (ROLL_UNITS | pair_units).items():
         for unit in units:
             assert checks.unit_state(lab.hosts[name], unit) == ("inactive", "disabled"), f"{name} {unit}"
