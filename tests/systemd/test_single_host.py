@@ -102,14 +102,14 @@ def test_the_verification_timer_runs_on_the_host_writes_its_textfile_and_is_remo
     textfile_dir = "/var/lib/prometheus/node-exporter"  # the role's default, Debian's node_exporter's
     args = ["-e", "dsv4_verify_timer_host=gpu1", "-e", f"dsv4_verify_timer_python={checks.install_watch_env(gpu1)}",
             "-e", "dsv4_verify_timer_canary_tokens=500", "-e", "dsv4_verify_timer_probe_sessions=1"]
-    # node_exporter's package made its folder, with another collector's file: both stay as they are (#37 item 2).
+    # node_exporter's package made its folder, with another collector's file: both stay as they are.
     gpu1.sh(f"mkdir -p {textfile_dir} && chmod 0755 {textfile_dir} && echo 'node_custom 1' > {textfile_dir}/node.prom")
     try:
         proc = lab.playbook("verify_timer.yml", inventory, *args, reports=tmp_path)
         assert proc.returncode == 0, output(proc)
         unit = gpu1.sh("cd /etc/systemd/system && ls dsv4-verify-*.timer").stdout.strip()[:-len(".timer")]
         vt = f"{checks.INSTALL_ROOT}/verify-timer"
-        # #37 items 1-3, as the real service user: nothing of root's to rename, rewrite or add to.
+        # As the real service user: nothing of root's to rename, rewrite or add to.
         for attack in (f"mv {vt} {vt}-away", f"echo '{{}}' > {vt}/watch.json", f"echo '{{}}' > {vt}/installed.json",
                        f"echo evil 1 > {textfile_dir}/evil.prom", f"rm -f {textfile_dir}/node.prom"):
             tried = gpu1.exec(["runuser", "-u", "sglang", "--", "sh", "-c", attack], check=False)

@@ -412,8 +412,8 @@ def test_rolling_2p1d_over_three_hosts_serves_throughout(lab: Lab, tmp_path: Pat
     assert decode1.sh("ss -Hltn '( sport = :30002 )'").stdout.strip(), "the decode is not home"
     assert not decode1.sh("ss -Hltn '( sport = :30102 )'").stdout.strip(), "the surge decode still listens"
     assert not router1.sh("ss -Hltn '( sport = :30100 )'").stdout.strip(), "the preview router still listens"
-    # The preview router ran as a transient unit as the router's service user (issue #37 item 6: it ran as
-    # root, outside systemd), its output in the journal under its unit, and the unit is gone.
+    # The preview router ran as a transient unit as the router's service user (not as root, outside
+    # systemd), its output in the journal under its unit, and the unit is gone.
     user = router1.sh("systemctl show -p User --value sglang-dsv4-router.service").stdout.strip()
     uid = router1.sh(f"id -u {user}").stdout.strip()
     journal = router1.sh("journalctl -o json _SYSTEMD_UNIT=sglang-dsv4-router-preview.service || true").stdout
