@@ -12,6 +12,10 @@ router back to those very processes, with no failed request under the continuous
 the next run moves the new release home first, and a rollback is a recreate. stop.yml inside the window
 leaves nothing running in either slot and the new release active.
 
+A controller that rebooted half way through a switch (its lock names another boot) is refused until the
+operator removes the lock; the next run then repairs from the switch record with no failed request (right
+after the promotion, whose release it deploys again).
+
 The keep-previous cases share this module's host (they were test_blue_green_keep.py, a host and a first
 deploy of their own): each starts from whatever release serves, as an operator's next deploy would.
 """
@@ -111,6 +115,36 @@ def test_blue_green_promotes_with_no_failed_request(bg_host: SimHost) -> None:
     seen = report["downtime"]
     assert seen["sent"] > 10 and seen["failed"] == 0 and seen["endpoint"] == bg_host.endpoint, seen
     assert "| what clients saw (continuous client on" in (bg_host.reports / "latest" / "report.md").read_text()
+
+
+def test_a_controller_rebooted_mid_switch_is_repaired_after_its_lock_is_removed(bg_host: SimHost) -> None:
+    # Runs right after the promotion: its release (DSV4_BG_TEST 2) serves, and the repair deploys it again.
+    serving_env = ["-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}']
+    serving, home = bg_host.active_release(), _registered_ports(bg_host)
+    spec = json.loads((bg_host.install_root / "releases" / str(serving) / "spec.json").read_text())
+    assert spec["deployment"]["server_env_extra"] == {"DSV4_BG_TEST": "2"}, "runs after the promotion"
+    proc = start(bg_host, "deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "6"}}')
+    kill_when(proc, lambda: any(p >= bg_host.base_port + PORT_OFFSET for p in _registered_ports(bg_host)),
+              "the switch began")
+    assert set(_registered_ports(bg_host)) - set(home), "the kill came after the switch"
+    assert (bg_host.install_root / "blue_green_switch.json").exists()
+    # The controller rebooted: a new boot id, so its run can never be called dead, and the next run says
+    # to remove the lock by hand. The operator does.
+    lock = bg_host.install_root / "deploy.lock"
+    lock.write_text(json.dumps({**lock_record(bg_host), "controller_boot": "another-boot/pid:[1]"}))
+    refused = bg_host.playbook("deploy.yml", *FAST, *READINESS, *serving_env)
+    assert refused.returncode != 0 and f"remove {lock} on the host" in refused.stdout, refused.stdout[-4000:]
+    lock.unlink()
+    # The switch record makes the next run repair first, with no failed request.
+    with DowntimeClient(bg_host.endpoint, "deepseek-v4-flash", api_key=bg_host.api_key, concurrency=2) as client:
+        repair = bg_host.playbook("deploy.yml", *FAST, *READINESS, *serving_env)
+    out = repair.stdout + repair.stderr
+    assert repair.returncode == 0 and "was left in progress" in out, out[-5000:]
+    assert client.figures.failed == 0, client.figures.line()
+    assert bg_host.active_release() == serving and _registered_ports(bg_host) == home
+    assert not (bg_host.install_root / "blue_green_switch.json").exists()
+    assert not _listening(bg_host.base_port + PORT_OFFSET)
+    assert not (_slot(bg_host) / "supervisor" / "supervisor.sock").exists()
 
 
 def test_blue_green_gate_failure_leaves_production_serving(bg_host: SimHost) -> None:

@@ -17,17 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4deploy.rollout.downtime import DowntimeClient
-from tests.integration.simhost import READINESS, REPO, SMALL_NEEDLE_RULE, SimHost
-from tests.integration.test_blue_green import (
-    FAST,
-    PORT_OFFSET,
-    _listening,
-    _registered_ports,
-    _slot,
-    bg_host,  # noqa: F401 (the fixture of the blue_green case below)
-)
-from tests.integration.test_interrupted import kill_when, lock_record, start
+from tests.integration.simhost import REPO, SMALL_NEEDLE_RULE, SimHost
 
 pytestmark = pytest.mark.integration
 GRID = ["-e", "needle_required_tokens=5500", "-e", '{"needle_lengths": [2000, 5500], "needle_depths": [0.5]}',
@@ -150,39 +140,3 @@ def write_table() -> None:
         lines.append(f"| {r['case']} | {r['topology']} | {r['expected']} | {r['verdict']}{'' if r['ok'] else ' ✗'} "
                      f"| {r['rc']} | {r['gate']} | {r['after']} | {r['seconds']} | {line} |")
     Path(DOC).write_text("\n".join(lines) + "\n")
-
-
-# -- a controller that crashed and rebooted during a blue_green switch (issue #37 item 7) ----------------------
-# Not a row of the table above: it needs the blue_green layout (test_blue_green's host settings) and three runs.
-
-
-def test_a_controller_rebooted_mid_blue_green_switch_is_repaired_after_its_lock_is_removed(
-        bg_host: SimHost) -> None:  # noqa: F811 (the imported fixture)
-    host = bg_host
-    serving_env = ["-e", '{"server_env_extra": {"DSV4_BG_TEST": "2"}}']
-    first = host.playbook("deploy.yml", *FAST, *READINESS, *serving_env, "-e", "dsv4_rollout_strategy=recreate")
-    assert first.returncode == 0, first.stdout[-4000:]
-    serving, home = host.active_release(), _registered_ports(host)
-    proc = start(host, "deploy.yml", *FAST, *READINESS, "-e", '{"server_env_extra": {"DSV4_BG_TEST": "5"}}')
-    kill_when(proc, lambda: any(p >= host.base_port + PORT_OFFSET for p in _registered_ports(host)),
-              "the switch began")
-    assert set(_registered_ports(host)) - set(home), "the kill came after the switch"
-    assert (host.install_root / "blue_green_switch.json").exists()
-    # The controller rebooted: a new boot id, so its run can never be called dead, and the next run says
-    # to remove the lock by hand. The operator does.
-    lock = host.install_root / "deploy.lock"
-    lock.write_text(json.dumps({**lock_record(host), "controller_boot": "another-boot/pid:[1]"}))
-    refused = host.playbook("deploy.yml", *FAST, *READINESS, *serving_env)
-    assert refused.returncode != 0 and f"remove {lock} on the host" in refused.stdout, refused.stdout[-4000:]
-    lock.unlink()
-    # Before: this run saw no dead blue_green run, stopped the slot's workers the router routed to (an
-    # outage). Now the switch record makes it repair first, with no failed request.
-    with DowntimeClient(host.endpoint, "deepseek-v4-flash", api_key=host.api_key, concurrency=2) as client:
-        repair = host.playbook("deploy.yml", *FAST, *READINESS, *serving_env)
-    out = repair.stdout + repair.stderr
-    assert repair.returncode == 0 and "was left in progress" in out, out[-5000:]
-    assert client.figures.failed == 0, client.figures.line()
-    assert host.active_release() == serving and _registered_ports(host) == home
-    assert not (host.install_root / "blue_green_switch.json").exists()
-    assert not _listening(host.base_port + PORT_OFFSET)
-    assert not (_slot(host) / "supervisor" / "supervisor.sock").exists()

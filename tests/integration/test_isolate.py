@@ -1,7 +1,9 @@
 """The decisive experiment (playbooks/isolate.yml) on the simulated host, behind the real sglang-router.
 
 One host for the module, tests in order: each deploys (or keeps) a PD release, runs the experiment,
-and checks the verdict and that the same PD release serves again afterwards, whatever happened.
+and checks the verdict and that the same PD release serves again afterwards, whatever happened. The clean
+release the first case deploys (with a secret env) serves the cases up to the failed restore, which keep it;
+the three faulty productions come last, each deploying its own.
 The needle grids are one or two cells, sized to land on the side of the model's limits they test.
 """
 
@@ -35,6 +37,9 @@ NEEDLE_TRUNCATION = ["-e", "needle_required_tokens=2200",
 NEEDLE_512 = ["-e", "needle_required_tokens=5500",
               "-e", '{"needle_lengths": [5000, 5500], "needle_depths": [0.5]}']
 PD_PROGRAMS = {"sglang-dsv4-prefill", "sglang-dsv4-decode", "sglang-dsv4-router"}
+# The clean release's secret env: every run on that release passes it again, as an operator's inventory would.
+TOKEN = "hf_" + os.urandom(12).hex()
+SECRET = ["-e", json.dumps({"server_env_extra": {"HF_TOKEN": TOKEN}})]
 
 
 def isolate_report(host: SimHost) -> dict:
@@ -72,8 +77,7 @@ def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_sec
     # One deploy and one experiment for two behaviours: a clean release gives clean, and (issue #23 item 14)
     # the combined twin of a release with a secret env gets it from the inventory (spec.json holds a digest;
     # the twin's 0600 env file is filled) and it never shows.
-    token = "hf_" + os.urandom(12).hex()
-    secret = ["-e", json.dumps({"server_env_extra": {"HF_TOKEN": token}})]
+    token, secret = TOKEN, SECRET
     release = deploy(sim_host, *secret)
     deploy_report = sim_host.report()
     proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke,needle", *NEEDLE_2K, *FAST, *secret)
@@ -108,6 +112,106 @@ def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_sec
     assert token not in proc.stdout + proc.stderr, "the secret never shows in the experiment's output"
     assert not [p for p in sim_host.reports.rglob("*") if p.is_file() and token.encode() in p.read_bytes()], \
         "the secret is in no report"
+
+
+def test_the_soak_alternates_the_sides_in_blocks_and_judges_each_look_at_its_level(sim_host: SimHost) -> None:
+    # A clean release: 12 sessions a side cannot show a side clean at the first look's level, so the experiment
+    # goes back to PD, runs a second block on each side (A-B-A-B) and judges the pooled counts at the last look.
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=24", *FAST, *SECRET)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    words = " ".join(proc.stdout.split())
+    assert "at most 24 soak sessions a side in 2 rounds of 12" in words and "4 switches" in words, words[-3000:]
+    report = isolate_report(sim_host)
+    for side in ("pd", "combined"):
+        soak = next(g for g in report["sides"][side]["gates"] if g["name"] == "soak")
+        assert [b["finished"] for b in soak["evidence"]["blocks"]] == [12, 12], soak["evidence"]
+        assert soak["evidence"]["finished"] == 24 and soak["evidence"]["look"] == 2
+    # Between the rounds the original came back and proved it served.
+    assert {g["name"]: g["status"] for g in report["between"]} == {"readiness": "passed", "smoke": "passed"}
+    assert report["verdict"] == "inconclusive" and "look 2 of 2 at level 0.044" in report["why"], report["why"]
+    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
+    assert "## Soak blocks" in md and "| 2 | 0 of 12 | 0 of 12 |" in md, md
+    assert_restored(sim_host, release, report)
+
+
+def test_combined_server_that_crashes_on_start_is_inconclusive_and_restored(sim_host: SimHost) -> None:
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, *SECRET,
+                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "crash_on_start"}}')
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "inconclusive"
+    assert "combined side could not be tested" in report["why"] and "did not start" in report["why"]
+    assert report["sides"]["pd"]["ran"] and report["sides"]["combined"]["ran"] is False
+    assert any("DSV4_SIM_FAULTS" in note and "on purpose" in note for note in report["notes"])
+    assert_restored(sim_host, release, report)
+
+
+def test_an_unknown_suite_is_refused_before_anything_changes(sim_host: SimHost) -> None:
+    before = sim_host.pids()
+    release = sim_host.active_release()
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle,sanity", *FAST, *SECRET)
+    assert proc.returncode != 0
+    assert "unknown suite 'sanity'" in proc.stdout and "nothing was changed" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"]) == ("refused", False)
+    assert sim_host.pids() == before and sim_host.active_release() == release
+    # A soak budget that cannot give every round a block on each side, likewise.
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=1",
+                             "-e", "dsv4_isolate_soak_rounds=2", *FAST, *SECRET)
+    assert proc.returncode != 0
+    words = " ".join(proc.stdout.split())
+    assert "dsv4_isolate_soak_rounds" in words and "2 rounds cannot split dsv4_isolate_soak_sessions 1" in words
+    assert "nothing was changed" in words
+    assert sim_host.pids() == before and sim_host.active_release() == release
+
+
+def test_an_unhealthy_original_is_refused_unless_forced_and_then_comes_back_healthy(sim_host: SimHost) -> None:
+    release = sim_host.active_release() or ""
+    sim_host.supervisorctl("stop", "sglang-dsv4-router")
+    # The health check's smoke retries through the stopped router until its deadline (FAST's 30 s, 27 s of
+    # each run here): a short one decides the same, and the sides' and the restore's smoke still pass in it.
+    short_smoke = ["-e", "smoke_deadline_s=8"]
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, *SECRET, *short_smoke)
+    assert proc.returncode != 0
+    assert f"REFUSED, nothing was changed: the serving release {release} is not healthy" in proc.stdout
+    assert "isolate_force=true" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"], report["verdict"]) == ("refused", False, "inconclusive")
+    assert set(sim_host.pids()) == PD_PROGRAMS - {"sglang-dsv4-router"}, "nothing was started or stopped"
+    assert not (sim_host.install_root / "deploy.lock").exists()
+    # Forced: the experiment runs, and the restore starts the whole original release again.
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, *SECRET, *short_smoke,
+                             "-e", "isolate_force=true")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    report = isolate_report(sim_host)
+    assert report["verdict"] == "inconclusive" and "PD side could not be tested" in report["why"]
+    assert report["sides"]["combined"]["ran"] is True
+    assert_restored(sim_host, release, report)
+
+
+def test_a_restore_that_fails_is_the_loudest_failure(sim_host: SimHost) -> None:
+    # The combined server's GPU memory is released late (12 s), beyond the restore's wait (5 s): the original
+    # cannot be started. The run fails with the manual steps and a failed report.
+    release = sim_host.active_release() or ""
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, *SECRET,
+                             "-e", "dsv4_service_gpu_free_timeout_s=5",
+                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "slow_release=12"}}')
+    assert proc.returncode != 0
+    assert f"RESTORE FAILED: release {release} is NOT serving verified" in proc.stdout
+    assert f"point {sim_host.install_root}/current at releases/{release}" in proc.stdout
+    report = isolate_report(sim_host)
+    assert (report["status"], report["restored"], report["serving_release"]) == ("failed", False, None)
+    assert "GPU memory not released" in report["restore"]["error"]
+    assert "Manual steps" in report["restore"]["manual_steps"]
+    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
+    assert "**RESTORE FAILED**" in md and "## Manual steps" in md
+    assert not (sim_host.install_root / "deploy.lock").exists()
+    # The operator's way back: roll back to the release by hand, once the memory is free.
+    back = sim_host.playbook("rollback.yml", "-e", f"release={release}", *FAST, *SECRET)
+    assert back.returncode == 0, back.stdout[-5000:]
+    assert sim_host.active_release() == release and set(sim_host.pids()) == PD_PROGRAMS
 
 
 def experiment(host: SimHost, setup: list[str], suite: list[str]) -> tuple[str, dict]:
@@ -157,103 +261,3 @@ def test_tool_call_corruption_at_the_seeds_non_pd_share_gives_pd_amplified(sim_h
         assert any(o["role"] == role and o["mean_running"] for o in soak["evidence"]["occupancy"]), soak["evidence"]
     assert "load comparable" in report["why"] or "CONFOUNDED BY LOAD" in report["why"]
     assert_restored(sim_host, release, report)
-
-
-def test_the_soak_alternates_the_sides_in_blocks_and_judges_each_look_at_its_level(sim_host: SimHost) -> None:
-    # A clean release: 12 sessions a side cannot show a side clean at the first look's level, so the experiment
-    # goes back to PD, runs a second block on each side (A-B-A-B) and judges the pooled counts at the last look.
-    release = deploy(sim_host, *READINESS)
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=24", *FAST)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    words = " ".join(proc.stdout.split())
-    assert "at most 24 soak sessions a side in 2 rounds of 12" in words and "4 switches" in words, words[-3000:]
-    report = isolate_report(sim_host)
-    for side in ("pd", "combined"):
-        soak = next(g for g in report["sides"][side]["gates"] if g["name"] == "soak")
-        assert [b["finished"] for b in soak["evidence"]["blocks"]] == [12, 12], soak["evidence"]
-        assert soak["evidence"]["finished"] == 24 and soak["evidence"]["look"] == 2
-    # Between the rounds the original came back and proved it served.
-    assert {g["name"]: g["status"] for g in report["between"]} == {"readiness": "passed", "smoke": "passed"}
-    assert report["verdict"] == "inconclusive" and "look 2 of 2 at level 0.044" in report["why"], report["why"]
-    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
-    assert "## Soak blocks" in md and "| 2 | 0 of 12 | 0 of 12 |" in md, md
-    assert_restored(sim_host, release, report)
-
-
-def test_combined_server_that_crashes_on_start_is_inconclusive_and_restored(sim_host: SimHost) -> None:
-    # After the experiments: the clean release's secret env would have to be passed again.
-    release = sim_host.active_release() or ""
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST,
-                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "crash_on_start"}}')
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    report = isolate_report(sim_host)
-    assert report["verdict"] == "inconclusive"
-    assert "combined side could not be tested" in report["why"] and "did not start" in report["why"]
-    assert report["sides"]["pd"]["ran"] and report["sides"]["combined"]["ran"] is False
-    assert any("DSV4_SIM_FAULTS" in note and "on purpose" in note for note in report["notes"])
-    assert_restored(sim_host, release, report)
-
-
-def test_an_unknown_suite_is_refused_before_anything_changes(sim_host: SimHost) -> None:
-    before = sim_host.pids()
-    release = sim_host.active_release()
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle,sanity", *FAST)
-    assert proc.returncode != 0
-    assert "unknown suite 'sanity'" in proc.stdout and "nothing was changed" in proc.stdout
-    report = isolate_report(sim_host)
-    assert (report["status"], report["restored"]) == ("refused", False)
-    assert sim_host.pids() == before and sim_host.active_release() == release
-    # A soak budget that cannot give every round a block on each side, likewise.
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=soak", "-e", "dsv4_isolate_soak_sessions=1",
-                             "-e", "dsv4_isolate_soak_rounds=2", *FAST)
-    assert proc.returncode != 0
-    words = " ".join(proc.stdout.split())
-    assert "dsv4_isolate_soak_rounds" in words and "2 rounds cannot split dsv4_isolate_soak_sessions 1" in words
-    assert "nothing was changed" in words
-    assert sim_host.pids() == before and sim_host.active_release() == release
-
-
-def test_an_unhealthy_original_is_refused_unless_forced_and_then_comes_back_healthy(sim_host: SimHost) -> None:
-    release = sim_host.active_release() or ""
-    sim_host.supervisorctl("stop", "sglang-dsv4-router")
-    # The health check's smoke retries through the stopped router until its deadline (FAST's 30 s, 27 s of
-    # each run here): a short one decides the same, and the sides' and the restore's smoke still pass in it.
-    short_smoke = ["-e", "smoke_deadline_s=8"]
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, *short_smoke)
-    assert proc.returncode != 0
-    assert f"REFUSED, nothing was changed: the serving release {release} is not healthy" in proc.stdout
-    assert "isolate_force=true" in proc.stdout
-    report = isolate_report(sim_host)
-    assert (report["status"], report["restored"], report["verdict"]) == ("refused", False, "inconclusive")
-    assert set(sim_host.pids()) == PD_PROGRAMS - {"sglang-dsv4-router"}, "nothing was started or stopped"
-    assert not (sim_host.install_root / "deploy.lock").exists()
-    # Forced: the experiment runs, and the restore starts the whole original release again.
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=needle", *NEEDLE_2K, *FAST, *short_smoke,
-                             "-e", "isolate_force=true")
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    report = isolate_report(sim_host)
-    assert report["verdict"] == "inconclusive" and "PD side could not be tested" in report["why"]
-    assert report["sides"]["combined"]["ran"] is True
-    assert_restored(sim_host, release, report)
-
-
-def test_a_restore_that_fails_is_the_loudest_failure(sim_host: SimHost) -> None:
-    # The combined server's GPU memory is released late (20 s), beyond the restore's wait (6 s): the original
-    # cannot be started. The run fails with the manual steps and a failed report.
-    release = sim_host.active_release() or ""
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, "-e", "dsv4_service_gpu_free_timeout_s=6",
-                             "-e", '{"isolate_env": {"DSV4_SIM_FAULTS": "slow_release=20"}}')
-    assert proc.returncode != 0
-    assert f"RESTORE FAILED: release {release} is NOT serving verified" in proc.stdout
-    assert f"point {sim_host.install_root}/current at releases/{release}" in proc.stdout
-    report = isolate_report(sim_host)
-    assert (report["status"], report["restored"], report["serving_release"]) == ("failed", False, None)
-    assert "GPU memory not released" in report["restore"]["error"]
-    assert "Manual steps" in report["restore"]["manual_steps"]
-    md = (sim_host.reports / "isolate" / "latest" / "report.md").read_text()
-    assert "**RESTORE FAILED**" in md and "## Manual steps" in md
-    assert not (sim_host.install_root / "deploy.lock").exists()
-    # The operator's way back: roll back to the release by hand, once the memory is free.
-    back = sim_host.playbook("rollback.yml", "-e", f"release={release}", *FAST)
-    assert back.returncode == 0, back.stdout[-5000:]
-    assert sim_host.active_release() == release and set(sim_host.pids()) == PD_PROGRAMS

@@ -172,15 +172,15 @@ def test_a_rollback_gates_the_restored_release_at_its_own_endpoints(sim_host: Si
 
 
 def test_an_experiment_prunes_no_release(sim_host: SimHost) -> None:
-    # Five releases installed (A, B, C and two more), A the oldest and serving: the experiment's temporary
-    # release makes six, and a pruning switch would delete the oldest one that is not protected.
-    for warmup in ("0.1", "0.2"):
-        deploy(sim_host, "-e", "topology=pd", "-e", f"sim_faults=warmup_s={warmup}", *WEAK_NEEDLE, *READINESS)
-    serving = deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE, *READINESS)
+    # Three releases installed (A, B, C), A the oldest and serving, and three kept (dsv4_release_keep): the
+    # experiment's temporary release makes four, and a pruning switch would delete the oldest one that is not
+    # protected (B).
+    keep = ["-e", "dsv4_release_keep=3"]
+    serving = deploy(sim_host, "-e", "topology=pd", *WEAK_NEEDLE, *READINESS, *keep)
     assert serving == RELEASES["a"]
     installed = releases(sim_host)
-    assert len(installed) == 5 and RELEASES["b"] in installed
-    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST)
+    assert len(installed) == 3 and RELEASES["b"] in installed
+    proc = sim_host.playbook("isolate.yml", "-e", "suite=smoke", *FAST, *keep)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert releases(sim_host) == installed, "the experiment deleted no release"
     assert sim_host.active_release() == RELEASES["a"]
