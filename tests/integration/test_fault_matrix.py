@@ -58,7 +58,7 @@ CASES = [
     # Correct but three times slower: only the perf gate, against the last good release's figures, sees it.
     ("slow_decode=3 (decode)", "full", "pd", [*faults(decode="slow_decode=3"), "-e", json.dumps(
         {"dsv4_gates_names": ["readiness", ["config", "smoke"], ["needle", "soak"], "perf"]})], "rolled_back", "perf"),
-    # Wrong answers only after 200 requests: every gate passes (the bake of issue 21 is what would catch it).
+    # Wrong answers only after 200 requests: every gate passes (the bake is what would catch it).
     ("degrade_after=200 (decode)", "full", "pd", faults(decode="degrade_after=200"), "promoted", None),
     ("pd_transfer_truncate (combined)", "ci", "combined", ["-e", "sim_faults=pd_transfer_truncate"], "promoted", None),
     ("crash_on_start (combined)", "ci", "combined", faults(combined="crash_on_start"), "rolled_back", "readiness"),

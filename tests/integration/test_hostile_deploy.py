@@ -34,7 +34,7 @@ CASES = [
     ("api_key.file", {"api_key": {"file": f"key; touch {CANARY}"}}),
     ("router.extra_args", {"router": {"host": "local", "extra_args": ["--api-key=sk-inline"]}}),
     ("server_env", {"server_env": {f"X;touch {CANARY}": "1"}}),
-    # Issue #23 items 1, 10, 13 and 14: what the refusal must say.
+    # What the refusal must say.
     ("index_top_k: is not a variable dsv4deploy reads (set in -e); fix: did you mean index_topk?",
      {"index_top_k": 1024}),
     ("sever_env: is not a variable dsv4deploy reads (set in -e); fix: did you mean server_env?", {"sever_env": {}}),
@@ -48,7 +48,7 @@ CASES = [
     ("server_env_extra.HF_TOKEN: a secret value contains a control", {"server_env_extra": {"HF_TOKEN": "hf_a\nb"}}),
     ("server_env_extra_by_role.docode: Input should be", {"server_env_extra_by_role": {"docode": {"X": "1"}}}),
     ("server_env_extra: 'X;touch", {"server_env_extra": {f"X;touch {CANARY}": "1"}}),
-    # #37 item 8: roots a purge would share with others.
+    # Roots a purge would share with others.
     ("install_root (host local)", {"install_root": "/home/alice"}),
     ("install_root (host local)", {"install_root": "/var/lib/docker/dsv4"}),
     # Root's modules and a key the home's owner could swap (the modules run as root, the servers as nobody).
@@ -57,7 +57,7 @@ CASES = [
     ("server_env_extra.HTTPS_PROXY: the value is a URL holding a user name and password",
      {"server_env_extra": {"HTTPS_PROXY": "http://u:pw@proxy:3128"}}),
 ]
-# #37 item 4: continuous verification's settings, written into units, programs and paths root creates.
+# Continuous verification's settings, written into units, programs and paths root creates.
 NOT_PLAIN = "a continuous-verification setting is not plain"
 VERIFY_CASES = [
     (NOT_PLAIN, {"dsv4_verify_timer_textfile_dir": f"/tmp/x\n[program:injected]\ncommand=/bin/touch {CANARY}"}),

@@ -74,7 +74,7 @@ def deploy(host: SimHost, *extra: str) -> str:
 
 
 def test_clean_pd_gives_clean_and_is_restored_and_the_combined_twin_gets_the_secret_env(sim_host: SimHost) -> None:
-    # One deploy and one experiment for two behaviours: a clean release gives clean, and (issue #23 item 14)
+    # One deploy and one experiment for two behaviours: a clean release gives clean, and
     # the combined twin of a release with a secret env gets it from the inventory (spec.json holds a digest;
     # the twin's 0600 env file is filled) and it never shows.
     token, secret = TOKEN, SECRET

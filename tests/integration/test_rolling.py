@@ -79,7 +79,7 @@ PREVIEW = "sglang-dsv4-router-preview"
 
 
 def assert_preview_gone(host: SimHost) -> None:
-    """The step's preview router ran as a program of the deployment's supervisord (issue #37 item 6: not a
+    """The step's preview router ran as a program of the deployment's supervisord (not a
     process of the module's, as root) and nothing of it is left: no program, no program file."""
     log = (host.install_root / "supervisor" / "supervisord.log").read_text()
     assert f"spawned: '{PREVIEW}'" in log

@@ -80,7 +80,7 @@ def environ(pid: int) -> dict[str, str]:
 
 def test_vault_key_and_secret_env_land_root_s_0440_the_servers_use_them_and_they_never_show(sim_host: SimHost) -> None:
     # One -vvv --diff deploy for two inputs (each deploy at -vvv is a minute on a loaded machine): the API
-    # key from a vault variable, and (issue #23 items 13 and 14) an HF_TOKEN and a switch added for an
+    # key from a vault variable, and an HF_TOKEN and a switch added for an
     # experiment.
     key = "sk-vault-" + os.urandom(8).hex()
     token = "hf_" + os.urandom(12).hex()
@@ -133,7 +133,7 @@ def test_vault_key_and_secret_env_land_root_s_0440_the_servers_use_them_and_they
     report = (sim_host.reports / "latest" / "report.md").read_text()
     assert "| env switches added (all servers) | HF_TOKEN=<secret> |" in report
     assert "| env switches added (decode) | SGLANG_DSV4_BF16_INDEX_K=1 |" in report
-    # Issue #37 item 16: the 0644 spec.json shows the token by a digest keyed with the host's salt (root's, 0400,
+    # The 0644 spec.json shows the token by a digest keyed with the host's salt (root's, 0400,
     # in the 0700 folder), not by an unsalted sha256 a reader could match guesses against.
     salt_file = secrets / "digest_salt"
     assert stat.S_IMODE(salt_file.stat().st_mode) == 0o400

@@ -1,4 +1,4 @@
-"""#37 items 1-3: continuous verification gives the service user no way to root, and its removal deletes
+"""Continuous verification gives the service user no way to root, and its removal deletes
 nothing the service user chose. On the embedded host (the deployment's supervisord runs as root), after a
 real install: the attacks of the security review, run as a real unprivileged user (`setpriv` to `nobody`),
 who is given what the service user owns (metrics/); then a forged watch.json and planted symlinks, and the
@@ -120,7 +120,7 @@ def test_the_service_user_cannot_reach_root_or_node_exporters_folder(host: SimHo
 
 def test_another_install_roots_verification_of_the_same_name_is_neither_overwritten_nor_removed(
         host: SimHost) -> None:
-    """#37 item 14: /opt/dsv4deploy and /srv/dsv4deploy both made dsv4-verify-dsv4deploy; one overwrote and
+    """/opt/dsv4deploy and /srv/dsv4deploy both made dsv4-verify-dsv4deploy; one overwrote and
     removed the other's. Here the other deployment (same derived name, another install root) linked its file, or
     published it."""
     textfile_dir = host.root / "shared-textfile"

@@ -1,4 +1,4 @@
-"""#23 item 2: the host side of the config gate reads /server_info, whose body holds the server's api_key.
+"""The host side of the config gate reads /server_info, whose body holds the server's api_key.
 Run as Ansible runs it (AnsiballZ, the collection's module_utils, the -vvv result printed), the key never
 shows: it is masked on the host before the result leaves it."""
 

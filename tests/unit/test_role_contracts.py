@@ -323,7 +323,7 @@ def test_a_role_sets_no_fact_of_another_role(role: Path) -> None:
                 set_here.setdefault((task[key] or {}).get("fact", "dsv4_plan"), []).append(path.name)
     foreign = {name: files for name, files in set_here.items()
                if not name.startswith("__") and owner_of(name) not in (None, role.name)}
-    assert not foreign, f"roles/{role.name} sets facts of other roles: {foreign}; ask their owner (an entry point of it)"
+    assert not foreign, f"roles/{role.name} sets facts of other roles: {foreign}; ask their owner (an entry point)"
 
 
 @pytest.mark.parametrize("role", sorted(LAYERS[1][1]))
