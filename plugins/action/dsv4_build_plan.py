@@ -97,10 +97,10 @@ def api_key_digests(spec: Any, hostvars: Any, keys: dict[str, str], vault_value:
     return out
 
 
-def key_changed_hosts(hostvars: Any, digests: dict[str, str]) -> list[str]:
+def key_changed_hosts(hostvars: Any, digests: dict[str, str], salts_from: str = SALT_RESULT) -> list[str]:
     """The hosts whose active release was made with another API key than the one they have now."""
     return sorted(h for h, d in digests.items()
-                  if (plain(hostvars[h].get(SALT_RESULT) or {}).get("active_key_digest") or d) != d)
+                  if (plain(hostvars[h].get(salts_from) or {}).get("active_key_digest") or d) != d)
 
 
 class ActionModule(ValidatedAction):
@@ -189,7 +189,8 @@ class ActionModule(ValidatedAction):
                     return files.get(router_host, {}).get("files", {}).get("spec.json") == args["serving_spec"]
                 spec, rollout = directed(spec, rollout, args["serving_spec"], serves_as)
             if state == "planned":  # a rotated key behind a router that keeps the old one, a bake of the wrong servers
-                refused = rotated_key_problems(rollout["strategy"], key_changed_hosts(hostvars, key_digests))
+                changed = key_changed_hosts(hostvars, key_digests, args["salts_from"])
+                refused = rotated_key_problems(rollout["strategy"], changed)
                 refused += bake_problems(settings, float(self.templated(task_vars.get("dsv4_bake_s", 0)) or 0))
                 if refused:
                     raise SpecError(refused)
@@ -216,7 +217,7 @@ class ActionModule(ValidatedAction):
             return result
         # Settings weaker than the spec implies: named on the plan line and the report's first line.
         weak = weakened(gates, plan_index_topk(plan), task_vars, self.templated)
-        changed_key = key_changed_hosts(hostvars, key_digests) if state == "planned" else []
+        changed_key = key_changed_hosts(hostvars, key_digests, args["salts_from"]) if state == "planned" else []
         result.update(changed=False, ansible_facts={fact: plan, "dsv4_plan_weakened": weak,
                                                     "dsv4_plan_key_changed": changed_key},
                       msg=f"release {plan['release_id']}: {plan['topology']} on {', '.join(plan['hosts_in_use'])}, "
